@@ -1,0 +1,48 @@
+# kvtier's everyday commands. `make run` and `make test` are the README's two commands; both
+# install missing Debian packages (scripts/deps) and build what is needed first.
+#
+#   make build        Release build into build/ (CLI: build/bin/kvtier)
+#   make run          kvtier bench on the default directory (extra flags: ARGS="--pages 64")
+#   make test         format check, Release tests, then the whole suite under ASan+UBSan
+#                     (SANITIZE=0 skips the sanitizer pass)
+#   make format       clang-format every C++ file in place
+
+SHELL := /bin/bash
+SANITIZE ?= 1
+ARGS ?=
+
+.PHONY: all deps build run test test-release test-asan format format-check clean
+
+all: build
+
+deps:
+	@scripts/deps
+
+build: deps
+	@cmake --preset release >/dev/null
+	@cmake --build --preset release
+
+run: build
+	build/bin/kvtier bench $(ARGS)
+
+test: deps format-check test-release
+ifneq ($(SANITIZE),0)
+test: test-asan
+endif
+
+test-release: build
+	ctest --preset release
+
+test-asan: deps
+	@cmake --preset asan >/dev/null
+	@cmake --build --preset asan
+	ctest --preset asan
+
+format-check: deps
+	@scripts/check-format
+
+format: deps
+	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf build build-debug build-asan

@@ -1,0 +1,40 @@
+# kvtier_test(<name> SOURCES <files...> LIBS <targets...>): one GoogleTest binary, every test
+# in it registered with ctest (each test runs in its own process, so fd counts are per test).
+if(KVTIER_BUILD_TESTS)
+  enable_testing()
+  find_package(GTest REQUIRED)
+  include(GoogleTest)
+endif()
+
+set_property(GLOBAL PROPERTY KVTIER_TEST_SOURCES "")
+
+function(kvtier_test name)
+  if(NOT KVTIER_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} kvtier_testing GTest::gtest GTest::gmock
+                                        GTest::gtest_main)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT ${T_TIMEOUT})
+  foreach(src IN LISTS T_SOURCES)
+    get_filename_component(abs ${src} ABSOLUTE)
+    set_property(GLOBAL APPEND PROPERTY KVTIER_TEST_SOURCES ${abs})
+  endforeach()
+endfunction()
+
+# Fails the configure step when a *_test.cc exists that no kvtier_test() builds.
+function(kvtier_check_tests_registered)
+  file(GLOB_RECURSE all_tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*_test.cc
+       ${PROJECT_SOURCE_DIR}/tools/*_test.cc)
+  get_property(registered GLOBAL PROPERTY KVTIER_TEST_SOURCES)
+  foreach(t IN LISTS all_tests)
+    if(NOT t IN_LIST registered)
+      message(FATAL_ERROR "${t} is not built by any kvtier_test(): register it")
+    endif()
+  endforeach()
+endfunction()

@@ -1,0 +1,39 @@
+// FILE backend on pread/pwrite (preadv/pwritev) over a bounded worker pool.
+//
+// The reference FILE backend and the fallback when io_uring cannot be used. Adjacent
+// descriptors of one batch that continue each other in the same file become one vectored
+// system call (a page header and its pieces: one preadv). Short transfers are resumed where
+// they stopped and EINTR is retried, so a descriptor is OK only when every byte moved.
+//
+// New objects are written to an unnamed O_TMPFILE in the target's temp_dir and linked into
+// place on publish; filesystems without O_TMPFILE get a uniquely named temporary
+// (`<name>.<host>.<pid>.<seq>.kvtmp`) renamed into place. Every descriptor is owned by a
+// target; nothing stays open once targets and transfers are gone.
+//
+// Thread-safety: safe for concurrent use by multiple threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kvtier/core/status.h"
+#include "kvtier/transfer/backend.h"
+
+namespace kvtier {
+
+struct PosixBackendOptions {
+  // Worker threads; 0 picks max(4, 2 x hardware threads), at most 64.
+  size_t io_threads = 0;
+  // Caps the bytes of one system call (0: no cap). Exercises the short-transfer path in tests;
+  // harmless otherwise.
+  uint64_t max_io_bytes = 0;
+  // Use O_TMPFILE where the filesystem supports it.
+  bool use_tmpfile = true;
+};
+
+std::unique_ptr<Backend> make_posix_backend(const PosixBackendOptions& options = {});
+
+// Factory for the registry. Parameters: io_threads, max_io_bytes, use_tmpfile.
+Result<std::unique_ptr<Backend>> create_posix_backend(const BackendParams& params);
+
+}  // namespace kvtier

@@ -1,0 +1,159 @@
+// The page store: KV-cache pages by key, in one namespace, on any backend.
+//
+//   StoreConfig cfg;
+//   cfg.location = *parse_store_uri("file:///var/cache/kvtier");
+//   cfg.ns = {.model = "meta-llama/Llama-3.1-8B@5206a32", .dtype = "bfloat16", ...};
+//   auto store = *Store::open(cfg);
+//   Registration pool = *store->register_memory(host_pool, host_pool_bytes);  // once
+//   BatchResult r = store->batch_get(keys, pieces);   // zero-copy into the pool
+//
+// Pages: a page is one or more pieces of caller memory stored back to back (the K and V
+// halves of a page-first KV page are two pieces). Page memory must lie inside a region
+// registered with register_memory(): pages are read and written there directly, never
+// copied. Memory outside every registration is rejected with kInvalidArgument.
+// An empty page (no bytes) is kInvalidArgument: a KV page always has content, so a zero
+// size is a caller bug.
+//
+// Integrity: every read checks the header (magic, version, header checksum, namespace, key,
+// sizes, piece layout) and the payload checksum. A page that fails any check, or whose
+// object has the wrong size, is kCorrupt: counted, removed from storage (only if it is still
+// the same object), and reported as a miss. Bytes of a failed read may have landed in the
+// caller's page memory; its status says they are not data.
+//
+// Keys: any 1..1024 bytes (SGLang passes 64 hex digits). Keys never become paths.
+//
+// Writes: a page becomes visible in one step (unnamed temporary linked into place, or a
+// unique temporary renamed), so readers see the old page, the new page or a miss, never a
+// partial page. With `fsync` set a successful put is durable.
+//
+// Per-page status: batch calls report each page on its own. kNotFound and kCorrupt are
+// misses; kInvalidArgument is a caller bug for that page (bad key, unregistered memory, wrong
+// geometry); other codes are storage faults (kResourceExhausted for a full disk, ...).
+// A batch-level error (mismatched list lengths) is in BatchResult::status with no pages run.
+//
+// Thread-safety: Store is safe for concurrent use by multiple threads (a prefetch reader and
+// a backup writer at once). Lifetime: registrations returned by register_memory() may outlive
+// the Store object; destroying them releases the memory.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/core/status.h"
+#include "kvtier/store/namespace.h"
+#include "kvtier/store/uri.h"
+#include "kvtier/transfer/agent.h"
+
+namespace kvtier {
+
+// One piece of page memory the store reads into.
+struct MutableBuffer {
+  void* data = nullptr;
+  size_t size = 0;
+};
+
+// One piece of page memory the store writes from.
+struct ConstBuffer {
+  const void* data = nullptr;
+  size_t size = 0;
+};
+
+struct StoreConfig {
+  StoreLocation location;
+  NamespaceSpec ns;
+  // "auto" or a backend name; overrides location.backend when not empty.
+  std::string backend;
+  // fsync each page (and its directory entry) before a put reports success.
+  bool fsync = false;
+  // Remove corrupt pages when a read finds them.
+  bool drop_corrupt = true;
+  // Temporaries of other hosts older than this are swept on open.
+  uint64_t stale_temp_age_s = 3600;
+  // Most objects the store holds open at once, across all concurrent calls; batches run in
+  // windows that fit. 0: a quarter of RLIMIT_NOFILE's soft limit, between 8 and 1024.
+  size_t max_open_objects = 0;
+  // Wraps the selected backend (fault injection in tests, metrics).
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> decorate;
+};
+
+struct BatchResult {
+  // Batch-level outcome; when not OK no page was attempted and `pages` is empty.
+  Status status;
+  std::vector<Status> pages;
+
+  size_t ok_count() const;
+  // Pages OK before the first failure (the prefix a caller can use).
+  size_t ok_prefix() const;
+  bool all_ok() const { return status.ok() && ok_count() == pages.size(); }
+};
+
+struct StoreStats {
+  uint64_t put_pages = 0;     // pages written and published
+  uint64_t put_bytes = 0;     // payload bytes of those
+  uint64_t put_failures = 0;  // pages that failed (storage faults and caller errors)
+  uint64_t get_hits = 0;      // pages read and verified
+  uint64_t get_bytes = 0;     // payload bytes of those
+  uint64_t get_misses = 0;    // pages not present
+  uint64_t get_corrupt = 0;   // pages that failed verification (also misses)
+  uint64_t get_failures = 0;  // storage faults and caller errors on reads
+  uint64_t corrupt_dropped = 0;
+  uint64_t exists_queries = 0;
+  uint64_t removes = 0;
+  uint64_t cleared = 0;           // pages removed by clear()
+  uint64_t invalid_requests = 0;  // caller errors (batch or page level)
+  uint64_t temps_swept = 0;       // stale temporaries removed at open
+};
+
+class Store {
+ public:
+  // Opens (creating directories as needed) the store's namespace at `config.location`, sweeps
+  // temporaries left by dead writers, and records the namespace's description beside it.
+  static Result<std::unique_ptr<Store>> open(const StoreConfig& config);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Registers caller memory for zero-copy pages (the whole host pool, once).
+  Result<Registration> register_memory(void* addr, size_t length);
+
+  Status put(std::string_view key, std::span<const ConstBuffer> pieces);
+  Status put(std::string_view key, const void* data, size_t size);
+  Status get(std::string_view key, std::span<const MutableBuffer> pieces);
+  Status get(std::string_view key, void* data, size_t size);
+
+  // pieces.size() must be a multiple of keys.size(): page i is pieces[i*k .. (i+1)*k).
+  BatchResult batch_put(std::span<const std::string_view> keys,
+                        std::span<const ConstBuffer> pieces);
+  BatchResult batch_get(std::span<const std::string_view> keys,
+                        std::span<const MutableBuffer> pieces);
+
+  // Whether a page is stored (not verified: a later get may still find it corrupt).
+  Result<bool> exists(std::string_view key);
+  // Number of leading keys that exist; stops at the first absent key (or fault).
+  size_t batch_exists(std::span<const std::string_view> keys);
+
+  // kNotFound when absent.
+  Status remove(std::string_view key);
+  // Removes every page of this store's namespace (and no other) from every base directory.
+  Status clear();
+
+  StoreStats stats() const;
+  const NamespaceSpec& namespace_spec() const;
+  Hash128 namespace_id() const;
+  const BackendSelection& backend_selection() const;
+  // The directories holding this namespace, one per base.
+  std::vector<std::string> namespace_dirs() const;
+
+ private:
+  struct Impl;
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier

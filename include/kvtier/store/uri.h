@@ -1,0 +1,37 @@
+// Where a store lives, from a URI or a plain path.
+//
+//   /var/cache/kvtier                       a directory (FILE)
+//   file:///var/cache/kvtier                the same
+//   file:///mnt/nvme0/kv,/mnt/nvme1/kv      several base directories, pages spread by hash
+//   file:///data/kv?backend=posix&io_threads=16
+//   mem://name                              process memory (the dram backend), shared by
+//                                           every store opened on the same name
+//
+// Query parameters: `backend` picks the backend ("auto" by default); every other parameter
+// goes to the backend (io_threads, max_io_bytes, ...).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/core/status.h"
+#include "kvtier/transfer/backend.h"
+
+namespace kvtier {
+
+struct StoreLocation {
+  StorageClass storage_class = StorageClass::kFile;
+  // Absolute, normalized base paths (FILE); a single "/<name>" for memory.
+  std::vector<std::string> bases;
+  std::string backend = "auto";
+  BackendParams params;
+
+  // The URI that parses back to this location.
+  std::string uri() const;
+};
+
+// kInvalidArgument for malformed URIs, kUnsupported for schemes this build lacks.
+Result<StoreLocation> parse_store_uri(std::string_view uri);
+
+}  // namespace kvtier

@@ -1,0 +1,267 @@
+// The backend plugin interface of the transfer layer, and the registry that selects backends.
+//
+// A backend moves bytes between registered memory and storage objects, and manages objects
+// (open, publish, stat, list, remove). It knows nothing of pages, checksums or namespaces:
+// that policy lives in the store, once, above every backend.
+//
+// Users of kvtier do not call backends directly; they go through `Agent` (agent.h), which
+// validates descriptors against live registrations and owns every handle. Decorators
+// (fault injection, metrics) derive from `BackendWrapper` and wrap any backend.
+//
+// Thread-safety: every Backend method may be called concurrently from several threads.
+// Lifetime: the Agent destroys a backend only after every target and transfer it produced is
+// gone, so a backend never sees a call on a destroyed object.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/core/status.h"
+
+namespace kvtier {
+
+// kRead moves storage -> memory; kWrite moves memory -> storage.
+enum class TransferOp : uint8_t { kRead, kWrite };
+std::string_view transfer_op_name(TransferOp op);
+
+// What kind of storage a backend serves; `auto` selection picks among one class.
+enum class StorageClass : uint8_t { kFile, kMemory, kObject };
+std::string_view storage_class_name(StorageClass c);
+
+// Identifies one stored object (not its path): (st_dev, st_ino) for files, an object address
+// for memory, an ETag hash for object stores. Used to remove "this object, if it is still
+// the one at that path".
+struct ObjectIdentity {
+  uint64_t a = 0;
+  uint64_t b = 0;
+  bool valid() const { return a != 0 || b != 0; }
+  friend bool operator==(const ObjectIdentity&, const ObjectIdentity&) = default;
+};
+
+struct ObjectInfo {
+  std::string name;  // stat(): the path asked for; list(): the entry name
+  bool is_dir = false;
+  uint64_t size = 0;
+  uint64_t mtime_ns = 0;  // wall clock, nanoseconds since the epoch
+  ObjectIdentity identity;
+};
+
+struct ListOptions {
+  // Fill size/mtime/identity of every entry (costs a stat per entry on FILE backends).
+  bool with_details = false;
+};
+
+enum class TargetMode : uint8_t {
+  kRead,    // an existing object; kNotFound when absent
+  kCreate,  // a new object, invisible until published at `path` (replacing any object there)
+};
+
+struct TargetSpec {
+  std::string path;
+  TargetMode mode = TargetMode::kRead;
+  // kCreate: the final size when known (advisory).
+  uint64_t size_hint = 0;
+  // kCreate: where an unpublished object may live while it is written (FILE backends: a
+  // directory on the same filesystem as `path`, created when missing). Empty: the directory
+  // of `path`.
+  std::string temp_dir;
+};
+
+struct PublishOptions {
+  bool durable = false;        // data and directory entry on stable storage before returning
+  bool create_parents = true;  // create missing parent directories of the path
+};
+
+// A storage object opened by a backend. Owns whatever the backend opened for it (a descriptor,
+// an unpublished temporary, a buffer); destroying it releases all of that, and an unpublished
+// kCreate target leaves nothing behind.
+class BackendTarget {
+ public:
+  virtual ~BackendTarget() = default;
+  BackendTarget(const BackendTarget&) = delete;
+  BackendTarget& operator=(const BackendTarget&) = delete;
+
+  const std::string& path() const { return path_; }
+  TargetMode mode() const { return mode_; }
+  // kRead: the object's size when it was opened. kCreate: the size hint.
+  uint64_t size() const { return size_; }
+  ObjectIdentity identity() const { return identity_; }
+
+ protected:
+  BackendTarget(std::string path, TargetMode mode, uint64_t size, ObjectIdentity identity)
+      : path_(std::move(path)), mode_(mode), size_(size), identity_(identity) {}
+  void set_identity(ObjectIdentity id) { identity_ = id; }
+
+ private:
+  std::string path_;
+  TargetMode mode_;
+  uint64_t size_;
+  ObjectIdentity identity_;
+};
+
+// One registered memory region as backends see it. The agent owns it; it stays valid (and its
+// memory registered) until every transfer using it has completed.
+struct MemoryRecord {
+  const std::byte* base = nullptr;
+  size_t length = 0;
+  uint64_t id = 0;
+  // Free for the backend's own use between register_memory() and deregister_memory()
+  // (e.g. an io_uring fixed-buffer index).
+  uint64_t backend_cookie = 0;
+};
+
+// One descriptor of a batch: `length` bytes between `mem` and `target` at `offset`.
+struct IoDesc {
+  std::byte* mem = nullptr;
+  uint64_t length = 0;
+  BackendTarget* target = nullptr;
+  uint64_t offset = 0;
+  const MemoryRecord* region = nullptr;  // the registration `mem` lies in
+};
+
+// A batch of descriptors handed to Backend::submit(). Implemented by the agent (and by
+// decorators that forward part of a batch).
+class IoBatch {
+ public:
+  virtual TransferOp op() const = 0;
+  virtual std::span<const IoDesc> descs() const = 0;
+  virtual bool cancel_requested() const = 0;
+  // Reports the outcome of descs()[index]: OK only when every byte moved. Must be called
+  // exactly once per descriptor, from any thread. After the last call the batch may be
+  // destroyed at once: the backend must not touch it again.
+  virtual void complete(size_t index, Status status) = 0;
+
+ protected:
+  ~IoBatch() = default;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual StorageClass storage_class() const = 0;
+
+  // Memory registration. The default accepts any region and does nothing.
+  virtual Status register_memory(MemoryRecord& region);
+  virtual void deregister_memory(MemoryRecord& region) noexcept;
+
+  // Opens one target. kRead on a missing object returns kNotFound.
+  virtual Result<std::unique_ptr<BackendTarget>> open(const TargetSpec& spec) = 0;
+  // Opens many; the result has one entry per spec, in order. The default loops over open().
+  virtual std::vector<Result<std::unique_ptr<BackendTarget>>> open_batch(
+      std::span<const TargetSpec> specs);
+  // Makes a kCreate target visible at its path in one step (atomically replacing any object
+  // there). A reader never sees a partially written object. At most once per target.
+  virtual Status publish(BackendTarget& target, const PublishOptions& options) = 0;
+
+  virtual Status make_dirs(std::string_view path) = 0;
+  virtual Result<ObjectInfo> stat(std::string_view path) = 0;
+  // Removes the object at `path`; with `if_identity`, only if it is still that object
+  // (kNotFound otherwise). Directories are removed only when empty.
+  virtual Status remove(std::string_view path, const ObjectIdentity* if_identity) = 0;
+  // Calls `fn` for each direct child of `dir` (kNotFound when `dir` does not exist); stops at
+  // and returns the first non-OK status from `fn`.
+  virtual Status list(std::string_view dir, const ListOptions& options,
+                      const std::function<Status(const ObjectInfo&)>& fn) = 0;
+  // Removes temporaries that unpublished kCreate targets left in `temp_dir` (a crashed
+  // process), never those of a live process; returns how many were removed. Temporaries of
+  // other hosts (a shared filesystem) are removed once older than `min_age_s`.
+  virtual Result<size_t> sweep_temporaries(std::string_view temp_dir, uint64_t min_age_s);
+  // Counts the temporaries in `temp_dir` (live or stale).
+  virtual Result<size_t> count_temporaries(std::string_view temp_dir);
+
+  // Starts every descriptor of `batch`; returns at once or after completing them inline.
+  // Each descriptor is completed exactly once (see IoBatch::complete).
+  virtual void submit(IoBatch& batch) = 0;
+  // Asks in-flight work of `batch` to stop early; descriptors not yet started complete with
+  // kCancelled. Optional: the default does nothing beyond what cancel_requested() achieves.
+  virtual void cancel(IoBatch& batch) noexcept;
+};
+
+// Forwards every call to an inner backend: the base of decorators (fault injection, metrics).
+class BackendWrapper : public Backend {
+ public:
+  explicit BackendWrapper(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+
+  std::string_view name() const override { return inner_->name(); }
+  StorageClass storage_class() const override { return inner_->storage_class(); }
+  Status register_memory(MemoryRecord& region) override { return inner_->register_memory(region); }
+  void deregister_memory(MemoryRecord& region) noexcept override {
+    inner_->deregister_memory(region);
+  }
+  Result<std::unique_ptr<BackendTarget>> open(const TargetSpec& spec) override {
+    return inner_->open(spec);
+  }
+  std::vector<Result<std::unique_ptr<BackendTarget>>> open_batch(
+      std::span<const TargetSpec> specs) override {
+    return inner_->open_batch(specs);
+  }
+  Status publish(BackendTarget& target, const PublishOptions& options) override {
+    return inner_->publish(target, options);
+  }
+  Status make_dirs(std::string_view path) override { return inner_->make_dirs(path); }
+  Result<ObjectInfo> stat(std::string_view path) override { return inner_->stat(path); }
+  Status remove(std::string_view path, const ObjectIdentity* if_identity) override {
+    return inner_->remove(path, if_identity);
+  }
+  Status list(std::string_view dir, const ListOptions& options,
+              const std::function<Status(const ObjectInfo&)>& fn) override {
+    return inner_->list(dir, options, fn);
+  }
+  Result<size_t> sweep_temporaries(std::string_view temp_dir, uint64_t min_age_s) override {
+    return inner_->sweep_temporaries(temp_dir, min_age_s);
+  }
+  Result<size_t> count_temporaries(std::string_view temp_dir) override {
+    return inner_->count_temporaries(temp_dir);
+  }
+  void submit(IoBatch& batch) override { inner_->submit(batch); }
+  void cancel(IoBatch& batch) noexcept override { inner_->cancel(batch); }
+
+ protected:
+  Backend& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+// Backend parameters, as strings (from a URI query, a config file or Python kwargs).
+using BackendParams = std::map<std::string, std::string, std::less<>>;
+
+using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const BackendParams&)>;
+
+// Named backend factories. `auto` selection tries the backends of one storage class in
+// descending priority and takes the first whose factory succeeds.
+// Thread-safety: add() needs external synchronization; lookups are const and concurrent.
+class BackendRegistry {
+ public:
+  struct Entry {
+    std::string name;
+    StorageClass storage_class;
+    int priority;  // higher is tried first by `auto`
+    BackendFactory factory;
+  };
+
+  // kAlreadyExists when `name` is taken.
+  Status add(std::string name, StorageClass storage_class, int priority, BackendFactory factory);
+  const Entry* find(std::string_view name) const;
+  // Entries of `storage_class`, highest priority first.
+  std::vector<const Entry*> candidates(StorageClass storage_class) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+// Parses an unsigned integer parameter; `fallback` when absent, kInvalidArgument when malformed.
+Result<uint64_t> param_u64(const BackendParams& params, std::string_view key, uint64_t fallback);
+Result<bool> param_bool(const BackendParams& params, std::string_view key, bool fallback);
+
+}  // namespace kvtier

@@ -1,0 +1,264 @@
+#include "kvtier/backends/fault/fault_backend.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <thread>
+
+#include "kvtier/core/clock.h"
+
+namespace kvtier {
+
+void FaultInjector::add(FaultRule rule) {
+  std::lock_guard lock(mu_);
+  rules_.push_back(Armed{std::move(rule)});
+}
+
+void FaultInjector::clear() {
+  std::lock_guard lock(mu_);
+  rules_.clear();
+  delay_ = std::chrono::milliseconds(0);
+}
+
+void FaultInjector::set_batch_delay(std::chrono::milliseconds delay) {
+  std::lock_guard lock(mu_);
+  delay_ = delay;
+}
+
+std::chrono::milliseconds FaultInjector::batch_delay() const {
+  std::lock_guard lock(mu_);
+  return delay_;
+}
+
+uint64_t FaultInjector::injected() const {
+  std::lock_guard lock(mu_);
+  return injected_;
+}
+
+int FaultInjector::check(FaultOp op, std::string_view path) {
+  std::lock_guard lock(mu_);
+  for (Armed& a : rules_) {
+    if (a.rule.op != op) continue;
+    if (!a.rule.path_contains.empty() &&
+        path.find(a.rule.path_contains) == std::string_view::npos) {
+      continue;
+    }
+    if (a.seen++ < a.rule.skip) continue;
+    if (a.failed >= a.rule.count) continue;
+    ++a.failed;
+    ++injected_;
+    return a.rule.error;
+  }
+  return 0;
+}
+
+namespace {
+
+// The descriptors of a parent batch that go on to the inner backend.
+class SubBatch final : public IoBatch {
+ public:
+  SubBatch(IoBatch& parent, std::vector<size_t> index)
+      : parent_(parent), index_(std::move(index)), remaining_(index_.size()) {
+    descs_.reserve(index_.size());
+    for (size_t i : index_)
+      descs_.push_back(parent.descs()[i]);
+  }
+
+  TransferOp op() const override { return parent_.op(); }
+  std::span<const IoDesc> descs() const override { return descs_; }
+  bool cancel_requested() const override { return parent_.cancel_requested(); }
+
+  void complete(size_t j, Status status) override {
+    IoBatch* parent = &parent_;
+    const size_t i = index_[j];
+    const bool last = remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+    // The parent is alive: descriptor i of it is not complete yet.
+    parent->complete(i, std::move(status));
+    if (last) delete this;
+  }
+
+ private:
+  IoBatch& parent_;
+  std::vector<size_t> index_;
+  std::vector<IoDesc> descs_;
+  std::atomic<size_t> remaining_;
+};
+
+class FaultBackend final : public BackendWrapper {
+ public:
+  FaultBackend(std::unique_ptr<Backend> inner, std::shared_ptr<FaultInjector> injector)
+      : BackendWrapper(std::move(inner)), injector_(std::move(injector)) {}
+
+  ~FaultBackend() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (delayer_.joinable()) delayer_.join();
+  }
+
+  Status register_memory(MemoryRecord& region) override {
+    if (int e = injector_->check(FaultOp::kRegister, {})) return errno_status(e, "register_memory");
+    return BackendWrapper::register_memory(region);
+  }
+
+  Result<std::unique_ptr<BackendTarget>> open(const TargetSpec& spec) override {
+    const FaultOp op = spec.mode == TargetMode::kRead ? FaultOp::kOpenRead : FaultOp::kOpenCreate;
+    if (int e = injector_->check(op, spec.path)) return errno_status(e, "open", spec.path);
+    return BackendWrapper::open(spec);
+  }
+
+  std::vector<Result<std::unique_ptr<BackendTarget>>> open_batch(
+      std::span<const TargetSpec> specs) override {
+    // Through open() one by one, so every spec meets the rules.
+    return Backend::open_batch(specs);
+  }
+
+  Status publish(BackendTarget& target, const PublishOptions& options) override {
+    if (int e = injector_->check(FaultOp::kPublish, target.path())) {
+      return errno_status(e, "publish", target.path());
+    }
+    return BackendWrapper::publish(target, options);
+  }
+
+  Status make_dirs(std::string_view path) override {
+    if (int e = injector_->check(FaultOp::kMakeDirs, path)) return errno_status(e, "mkdir", path);
+    return BackendWrapper::make_dirs(path);
+  }
+
+  Result<ObjectInfo> stat(std::string_view path) override {
+    if (int e = injector_->check(FaultOp::kStat, path)) return errno_status(e, "stat", path);
+    return BackendWrapper::stat(path);
+  }
+
+  Status remove(std::string_view path, const ObjectIdentity* if_identity) override {
+    if (int e = injector_->check(FaultOp::kRemove, path)) return errno_status(e, "unlink", path);
+    return BackendWrapper::remove(path, if_identity);
+  }
+
+  Status list(std::string_view dir, const ListOptions& options,
+              const std::function<Status(const ObjectInfo&)>& fn) override {
+    if (int e = injector_->check(FaultOp::kList, dir)) return errno_status(e, "list", dir);
+    return BackendWrapper::list(dir, options, fn);
+  }
+
+  void submit(IoBatch& batch) override {
+    const auto delay = injector_->batch_delay();
+    if (delay.count() > 0) {
+      start_delayer();
+      {
+        std::lock_guard lock(mu_);
+        delayed_.push_back(Delayed{
+            &batch, now_ns() + static_cast<uint64_t>(std::chrono::nanoseconds(delay).count())});
+      }
+      cv_.notify_all();
+      return;
+    }
+    forward(batch);
+  }
+
+  void cancel(IoBatch& /*batch*/) noexcept override {
+    // Delayed batches notice cancel_requested() when woken; forwarded ones through their
+    // sub-batch, which reports the parent's flag.
+    cv_.notify_all();
+  }
+
+ private:
+  struct Delayed {
+    IoBatch* batch;
+    uint64_t due_ns;
+  };
+
+  // Fails the descriptors the rules pick, hands the rest to the inner backend.
+  void forward(IoBatch& batch) {
+    const TransferOp op = batch.op();
+    const FaultOp fop = op == TransferOp::kRead ? FaultOp::kRead : FaultOp::kWrite;
+    const auto descs = batch.descs();
+    std::vector<size_t> pass;
+    std::vector<std::pair<size_t, Status>> failed;
+    for (size_t i = 0; i < descs.size(); ++i) {
+      const IoDesc& d = descs[i];
+      if (int e = injector_->check(fop, d.target->path())) {
+        failed.emplace_back(i, errno_status(e, op == TransferOp::kRead ? "preadv" : "pwritev",
+                                            d.target->path(), d.offset, d.length));
+      } else {
+        pass.push_back(i);
+      }
+    }
+    if (failed.empty()) {
+      inner().submit(batch);
+      return;
+    }
+    SubBatch* sub = pass.empty() ? nullptr : new SubBatch(batch, std::move(pass));
+    // While `sub` has work the parent stays alive; without it the last completion below may
+    // end the parent, so nothing touches it afterwards.
+    for (auto& [i, st] : failed)
+      batch.complete(i, std::move(st));
+    if (sub != nullptr) inner().submit(*sub);
+  }
+
+  void start_delayer() {
+    std::call_once(delayer_once_, [this] { delayer_ = std::thread([this] { delay_loop(); }); });
+  }
+
+  void delay_loop() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      if (delayed_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      const uint64_t now = now_ns();
+      std::vector<IoBatch*> due;
+      std::vector<IoBatch*> cancelled;
+      for (auto it = delayed_.begin(); it != delayed_.end();) {
+        if (it->batch->cancel_requested()) {
+          cancelled.push_back(it->batch);
+          it = delayed_.erase(it);
+        } else if (it->due_ns <= now) {
+          due.push_back(it->batch);
+          it = delayed_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (due.empty() && cancelled.empty()) {
+        uint64_t next = UINT64_MAX;
+        for (const Delayed& d : delayed_)
+          next = std::min(next, d.due_ns);
+        cv_.wait_for(lock, std::chrono::nanoseconds(next - now));
+        continue;
+      }
+      lock.unlock();
+      for (IoBatch* b : cancelled) {
+        const size_t n = b->descs().size();
+        for (size_t i = 0; i < n; ++i) {
+          b->complete(i, cancelled_error("cancelled while delayed by fault injection"));
+        }
+      }
+      for (IoBatch* b : due)
+        forward(*b);
+      lock.lock();
+    }
+  }
+
+  std::shared_ptr<FaultInjector> injector_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Delayed> delayed_;
+  bool stop_ = false;
+  std::once_flag delayer_once_;
+  std::thread delayer_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_fault_backend(std::unique_ptr<Backend> inner,
+                                            std::shared_ptr<FaultInjector> injector) {
+  return std::make_unique<FaultBackend>(std::move(inner), std::move(injector));
+}
+
+}  // namespace kvtier

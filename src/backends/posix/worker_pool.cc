@@ -1,0 +1,105 @@
+#include "worker_pool.h"
+
+#include <atomic>
+
+namespace kvtier::posix {
+
+WorkerPool::WorkerPool(size_t threads) {
+  threads_.reserve(threads);
+  for (size_t i = 0; i < threads; ++i)
+    threads_.emplace_back([this] { worker_loop(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_)
+    t.join();
+}
+
+void WorkerPool::schedule(const std::shared_ptr<PoolJob>& job, size_t parallelism) {
+  if (parallelism == 0) return;
+  if (parallelism > threads_.size()) parallelism = threads_.size();
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < parallelism; ++i)
+      queue_.push_back(job);
+  }
+  if (parallelism == 1) {
+    cv_.notify_one();
+  } else {
+    cv_.notify_all();
+  }
+}
+
+void WorkerPool::worker_loop() {
+  for (;;) {
+    std::shared_ptr<PoolJob> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    job->run();
+  }
+}
+
+namespace {
+
+class ForJob final : public PoolJob {
+ public:
+  ForJob(size_t n, const std::function<void(size_t)>& fn) : n_(n), fn_(fn) {}
+
+  void run() override {
+    for (;;) {
+      const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+      if (i >= n_) return;
+      fn_(i);
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+        std::lock_guard lock(mu_);
+        finished_ = true;
+        cv_.notify_all();
+      }
+    }
+  }
+
+  void wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return finished_; });
+  }
+
+ private:
+  const size_t n_;
+  const std::function<void(size_t)>& fn_;
+  std::atomic<size_t> next_{0};
+  std::atomic<size_t> done_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+void WorkerPool::parallel_for(size_t n, const std::function<void(size_t)>& fn) {
+  if (n == 0) return;
+  if (n == 1 || threads_.empty()) {
+    for (size_t i = 0; i < n; ++i)
+      fn(i);
+    return;
+  }
+  // The job is shared: a worker that picks it up after every item ran finds nothing to do,
+  // and the references it holds keep the (finished) job alive until it lets go. `fn` is only
+  // called for claimed items, all of which finish before wait() returns.
+  auto job = std::make_shared<ForJob>(n, fn);
+  schedule(job, n - 1);
+  job->run();
+  job->wait();
+}
+
+}  // namespace kvtier::posix

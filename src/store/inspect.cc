@@ -1,0 +1,175 @@
+#include "kvtier/store/inspect.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kvtier/backends/builtin.h"
+#include "kvtier/core/aligned_buffer.h"
+#include "object_io.h"
+#include "page_format.h"
+#include "routing.h"
+
+namespace kvtier {
+namespace {
+
+constexpr uint64_t kVerifyChunk = 4 << 20;
+constexpr uint64_t kMaxManifest = 1 << 20;
+
+Result<Agent> agent_for(const StoreLocation& loc) {
+  AgentConfig ac;
+  ac.backend = loc.backend;
+  ac.storage_class = loc.storage_class;
+  ac.params = loc.params;
+  ac.registry = &builtin_backends();
+  return Agent::create(ac);
+}
+
+struct PageEntry {
+  std::string path;
+  std::string namespace_id;
+  std::string name;
+  uint64_t size;
+};
+
+// Walks <base>/kvtier/<ns>/<xx>/<page> for every base, filling summaries and (optionally) the
+// list of pages.
+Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<PageEntry>* pages) {
+  for (const std::string& base : loc.bases) {
+    if (loc.storage_class == StorageClass::kFile) {
+      Result<ObjectInfo> b = agent.stat(base);
+      if (!b.ok()) return b.status();
+      if (!b->is_dir) return invalid_argument_error(fmt::format("'{}' is not a directory", base));
+    }
+    const std::string root = base + "/" + std::string(routing::kRootDir);
+    std::vector<std::string> ns_ids;
+    Status st = agent.list(root, ListOptions{}, [&](const ObjectInfo& e) {
+      if (e.is_dir && routing::is_page_name(e.name)) ns_ids.push_back(e.name);
+      return ok_status();
+    });
+    if (st.code() == StatusCode::kNotFound) continue;
+    KVTIER_RETURN_IF_ERROR(st);
+    std::sort(ns_ids.begin(), ns_ids.end());
+    for (const std::string& id : ns_ids) {
+      NamespaceSummary ns;
+      ns.id = id;
+      ns.dir = root + "/" + id;
+      Result<std::string> manifest = object_io::read_object(
+          agent, ns.dir + "/" + std::string(routing::kManifest), kMaxManifest);
+      if (manifest.ok()) ns.manifest_json = std::move(manifest).value();
+      KVTIER_ASSIGN_OR_RETURN(
+          ns.temp_files, agent.count_temporaries(ns.dir + "/" + std::string(routing::kTempDir)));
+      std::vector<std::string> fanouts;
+      KVTIER_RETURN_IF_ERROR(agent.list(ns.dir, ListOptions{}, [&](const ObjectInfo& e) {
+        if (e.is_dir && routing::is_fanout_name(e.name)) {
+          fanouts.push_back(e.name);
+        } else if (e.name != routing::kManifest && e.name != routing::kTempDir) {
+          ++ns.other_files;
+        }
+        return ok_status();
+      }));
+      std::sort(fanouts.begin(), fanouts.end());
+      for (const std::string& f : fanouts) {
+        const std::string dir = ns.dir + "/" + f;
+        st = agent.list(dir, ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
+          if (e.is_dir || !routing::is_page_name(e.name)) {
+            ++ns.other_files;
+            return ok_status();
+          }
+          ++ns.pages;
+          ns.bytes += e.size;
+          ns.payload_bytes += e.size > page::kHeaderBytes ? e.size - page::kHeaderBytes : 0;
+          if (pages) pages->push_back(PageEntry{dir + "/" + e.name, id, e.name, e.size});
+          return ok_status();
+        });
+        if (st.code() == StatusCode::kNotFound) continue;
+        KVTIER_RETURN_IF_ERROR(st);
+      }
+      inv->pages += ns.pages;
+      inv->bytes += ns.bytes;
+      inv->temp_files += ns.temp_files;
+      inv->namespaces.push_back(std::move(ns));
+    }
+  }
+  return ok_status();
+}
+
+// Reads [offset, offset+length) of `target` into `buf`.
+Status read_range(Agent& agent, const Target& target, std::byte* buf, uint64_t offset,
+                  uint64_t length) {
+  const MemDesc mem{buf, length};
+  const StorageDesc sto{&target, offset, length};
+  KVTIER_ASSIGN_OR_RETURN(Transfer x, agent.make_request(TransferOp::kRead, {&mem, 1}, {&sto, 1}));
+  KVTIER_RETURN_IF_ERROR(x.post());
+  x.wait();
+  return x.first_error();
+}
+
+Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
+  KVTIER_ASSIGN_OR_RETURN(Target t,
+                          agent.open_target(TargetSpec{p.path, TargetMode::kRead, 0, {}}));
+  if (t.size() < page::kHeaderBytes) {
+    return corrupt_error(fmt::format("{} bytes, shorter than a page header", t.size()));
+  }
+  KVTIER_RETURN_IF_ERROR(read_range(agent, t, buf.data(), 0, page::kHeaderBytes));
+  KVTIER_ASSIGN_OR_RETURN(
+      page::Header h,
+      page::decode(std::span<const std::byte, page::kHeaderBytes>(buf.data(), page::kHeaderBytes)));
+  if (h.namespace_id.hex() != p.namespace_id) {
+    return corrupt_error(
+        fmt::format("belongs to namespace {}, found in {}", h.namespace_id.hex(), p.namespace_id));
+  }
+  if (h.key_hash.hex() != p.name) {
+    return corrupt_error(
+        fmt::format("holds key hash {}, stored under {}", h.key_hash.hex(), p.name));
+  }
+  if (t.size() != page::kHeaderBytes + h.payload_bytes) {
+    return corrupt_error(fmt::format("{} bytes; its header says {}", t.size(),
+                                     page::kHeaderBytes + h.payload_bytes));
+  }
+  const uint64_t expect = h.payload_checksum;
+  Checksum64Stream sum;
+  for (uint64_t off = 0; off < h.payload_bytes; off += kVerifyChunk) {
+    const uint64_t n = std::min(kVerifyChunk, h.payload_bytes - off);
+    KVTIER_RETURN_IF_ERROR(read_range(agent, t, buf.data(), page::kHeaderBytes + off, n));
+    sum.update(buf.data(), n);
+  }
+  if (sum.digest() != expect) return corrupt_error("payload checksum mismatch");
+  return ok_status();
+}
+
+}  // namespace
+
+Result<Inventory> take_inventory(const StoreLocation& location) {
+  KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
+  Inventory inv;
+  KVTIER_RETURN_IF_ERROR(walk(agent, location, &inv, nullptr));
+  return inv;
+}
+
+Result<VerifyReport> verify_store(const StoreLocation& location, const VerifyProgress& progress) {
+  KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
+  Inventory inv;
+  std::vector<PageEntry> pages;
+  KVTIER_RETURN_IF_ERROR(walk(agent, location, &inv, &pages));
+  KVTIER_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(kVerifyChunk));
+  KVTIER_ASSIGN_OR_RETURN(Registration reg, agent.register_memory(buf.data(), buf.size()));
+  VerifyReport report;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    const PageEntry& p = pages[i];
+    ++report.pages;
+    Status st = verify_page(agent, p, buf);
+    if (st.ok()) {
+      ++report.intact;
+      report.bytes += p.size;
+    } else if (st.code() != StatusCode::kNotFound) {  // removed meanwhile: not a problem
+      report.problems.push_back(VerifyProblem{p.path, p.namespace_id, std::move(st)});
+    } else {
+      --report.pages;
+    }
+    if (progress) progress(i + 1, pages.size());
+  }
+  return report;
+}
+
+}  // namespace kvtier

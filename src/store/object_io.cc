@@ -1,0 +1,50 @@
+#include "object_io.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "kvtier/core/aligned_buffer.h"
+
+namespace kvtier::object_io {
+
+Status write_object(Agent& agent, const std::string& path, const std::string& temp_dir,
+                    std::string_view bytes) {
+  if (bytes.empty()) return invalid_argument_error("write_object: empty object");
+  KVTIER_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(bytes.size()));
+  std::memcpy(buf.data(), bytes.data(), bytes.size());
+  KVTIER_ASSIGN_OR_RETURN(Registration reg, agent.register_memory(buf.data(), buf.size()));
+  KVTIER_ASSIGN_OR_RETURN(Target target, agent.open_target(TargetSpec{path, TargetMode::kCreate,
+                                                                      bytes.size(), temp_dir}));
+  const MemDesc mem{buf.data(), bytes.size()};
+  const StorageDesc sto{&target, 0, bytes.size()};
+  KVTIER_ASSIGN_OR_RETURN(Transfer xfer,
+                          agent.make_request(TransferOp::kWrite, {&mem, 1}, {&sto, 1}));
+  KVTIER_RETURN_IF_ERROR(xfer.post());
+  xfer.wait();
+  KVTIER_RETURN_IF_ERROR(xfer.first_error());
+  return target.publish();
+}
+
+Result<std::string> read_object(Agent& agent, const std::string& path, uint64_t max_bytes) {
+  KVTIER_ASSIGN_OR_RETURN(Target target,
+                          agent.open_target(TargetSpec{path, TargetMode::kRead, 0, {}}));
+  const uint64_t size = target.size();
+  if (size > max_bytes) {
+    return invalid_argument_error(
+        fmt::format("'{}' is {} bytes, more than the {} expected", path, size, max_bytes));
+  }
+  if (size == 0) return std::string();
+  KVTIER_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(size));
+  KVTIER_ASSIGN_OR_RETURN(Registration reg, agent.register_memory(buf.data(), buf.size()));
+  const MemDesc mem{buf.data(), size};
+  const StorageDesc sto{&target, 0, size};
+  KVTIER_ASSIGN_OR_RETURN(Transfer xfer,
+                          agent.make_request(TransferOp::kRead, {&mem, 1}, {&sto, 1}));
+  KVTIER_RETURN_IF_ERROR(xfer.post());
+  xfer.wait();
+  KVTIER_RETURN_IF_ERROR(xfer.first_error());
+  return std::string(reinterpret_cast<const char*>(buf.data()), size);
+}
+
+}  // namespace kvtier::object_io

@@ -1,0 +1,123 @@
+#include "page_format.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cstring>
+
+namespace kvtier::page {
+namespace {
+
+constexpr size_t kOffVersion = 8;
+constexpr size_t kOffHeaderSize = 10;
+constexpr size_t kOffFlags = 12;
+constexpr size_t kOffNamespace = 16;
+constexpr size_t kOffKeyHash = 32;
+constexpr size_t kOffPayloadBytes = 48;
+constexpr size_t kOffPayloadChecksum = 56;
+constexpr size_t kOffKeyBytes = 64;
+constexpr size_t kOffPieceCount = 68;
+constexpr size_t kOffPieceBytes = 72;
+constexpr size_t kOffCreated = 80;
+constexpr size_t kOffHeaderChecksum = 120;
+constexpr size_t kOffKey = 128;
+static_assert(kOffKey + kMaxKeyBytes <= kHeaderBytes);
+
+// Little-endian stores/loads (x86 and arm64 are little-endian; memcpy keeps it alignment-safe).
+static_assert(std::endian::native == std::endian::little, "big-endian hosts need byte swaps");
+
+template <typename T>
+void put(std::byte* block, size_t off, T v) {
+  std::memcpy(block + off, &v, sizeof(T));
+}
+template <typename T>
+T get(const std::byte* block, size_t off) {
+  T v;
+  std::memcpy(&v, block + off, sizeof(T));
+  return v;
+}
+
+void put_hash(std::byte* block, size_t off, const Hash128& h) {
+  put(block, off, h.high);
+  put(block, off + 8, h.low);
+}
+Hash128 get_hash(const std::byte* block, size_t off) {
+  return Hash128{get<uint64_t>(block, off), get<uint64_t>(block, off + 8)};
+}
+
+uint64_t header_checksum(const std::byte* block, size_t key_bytes) {
+  Checksum64Stream s;
+  s.update(block, kOffHeaderChecksum);
+  s.update(block + kOffKey, key_bytes);
+  return s.digest();
+}
+
+}  // namespace
+
+void encode(const Header& h, std::span<std::byte, kHeaderBytes> out) noexcept {
+  std::byte* b = out.data();
+  std::memset(b, 0, kHeaderBytes);
+  std::memcpy(b, kMagic, sizeof(kMagic));
+  put<uint16_t>(b, kOffVersion, kVersion);
+  put<uint16_t>(b, kOffHeaderSize, static_cast<uint16_t>(kHeaderBytes));
+  put<uint32_t>(b, kOffFlags, 0);
+  put_hash(b, kOffNamespace, h.namespace_id);
+  put_hash(b, kOffKeyHash, h.key_hash);
+  put<uint64_t>(b, kOffPayloadBytes, h.payload_bytes);
+  put<uint64_t>(b, kOffPayloadChecksum, h.payload_checksum);
+  put<uint32_t>(b, kOffKeyBytes, static_cast<uint32_t>(h.key.size()));
+  put<uint32_t>(b, kOffPieceCount, h.piece_count);
+  put<uint64_t>(b, kOffPieceBytes, h.piece_bytes);
+  put<uint64_t>(b, kOffCreated, h.created_ns);
+  std::memcpy(b + kOffKey, h.key.data(), h.key.size());
+  put<uint64_t>(b, kOffHeaderChecksum, header_checksum(b, h.key.size()));
+}
+
+Result<Header> decode(std::span<const std::byte, kHeaderBytes> in) {
+  const std::byte* b = in.data();
+  if (std::memcmp(b, kMagic, sizeof(kMagic)) != 0) return corrupt_error("bad magic");
+  const auto version = get<uint16_t>(b, kOffVersion);
+  if (version != kVersion) {
+    return corrupt_error(fmt::format("format version {} (this build reads {})", version, kVersion));
+  }
+  if (get<uint16_t>(b, kOffHeaderSize) != kHeaderBytes) {
+    return corrupt_error(fmt::format("header size {}", get<uint16_t>(b, kOffHeaderSize)));
+  }
+  const auto key_bytes = get<uint32_t>(b, kOffKeyBytes);
+  if (key_bytes == 0 || key_bytes > kMaxKeyBytes) {
+    return corrupt_error(fmt::format("key length {}", key_bytes));
+  }
+  if (header_checksum(b, key_bytes) != get<uint64_t>(b, kOffHeaderChecksum)) {
+    return corrupt_error("header checksum mismatch");
+  }
+  Header h;
+  h.namespace_id = get_hash(b, kOffNamespace);
+  h.key_hash = get_hash(b, kOffKeyHash);
+  h.payload_bytes = get<uint64_t>(b, kOffPayloadBytes);
+  h.payload_checksum = get<uint64_t>(b, kOffPayloadChecksum);
+  h.piece_count = get<uint32_t>(b, kOffPieceCount);
+  h.piece_bytes = get<uint64_t>(b, kOffPieceBytes);
+  h.created_ns = get<uint64_t>(b, kOffCreated);
+  h.key = std::string_view(reinterpret_cast<const char*>(b + kOffKey), key_bytes);
+  if (hash128(h.key) != h.key_hash) return corrupt_error("key hash does not match the key");
+  return h;
+}
+
+Status check(const Header& h, const Expectation& e) {
+  if (h.namespace_id != e.namespace_id) {
+    return corrupt_error(
+        fmt::format("namespace {} (expected {})", h.namespace_id.hex(), e.namespace_id.hex()));
+  }
+  if (h.key != e.key) return corrupt_error("page holds another key");
+  if (h.payload_bytes != e.payload_bytes) {
+    return corrupt_error(
+        fmt::format("payload of {} bytes (expected {})", h.payload_bytes, e.payload_bytes));
+  }
+  if (h.piece_count != e.piece_count || h.piece_bytes != e.piece_bytes) {
+    return corrupt_error(fmt::format("layout {} pieces x {} bytes (expected {} x {})",
+                                     h.piece_count, h.piece_bytes, e.piece_count, e.piece_bytes));
+  }
+  return ok_status();
+}
+
+}  // namespace kvtier::page

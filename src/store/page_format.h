@@ -1,0 +1,83 @@
+// The on-disk page format, version 1 (docs/format.md is the description for humans).
+//
+// A page object is a 4096-byte header block followed by the payload:
+//
+//   offset size  field
+//   0      8     magic "KVTPAGE1"
+//   8      2     format version (1)
+//   10     2     header block size (4096) = payload offset
+//   12     4     flags (0)
+//   16     16    namespace id (XXH3-128 of the namespace's canonical form; high, low words)
+//   32     16    key hash (XXH3-128 of the key)
+//   48     8     payload bytes
+//   56     8     payload checksum (XXH3-64 of the payload)
+//   64     4     key bytes (1..1024)
+//   68     4     piece count
+//   72     8     piece bytes (0 when the pieces differ in size)
+//   80     8     created, ns since the Unix epoch
+//   88     32    reserved (0)
+//   120    8     header checksum (XXH3-64 of bytes 0..119 followed by the key)
+//   128    K     the key
+//   ...          zero padding to 4096
+//   4096   P     payload (the pieces back to back)
+//
+// All integers little-endian. The payload starts at a 4096-byte boundary so direct I/O can
+// read it straight into aligned memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "kvtier/core/checksum.h"
+#include "kvtier/core/status.h"
+
+namespace kvtier::page {
+
+inline constexpr size_t kHeaderBytes = 4096;
+inline constexpr size_t kMaxKeyBytes = 1024;
+inline constexpr char kMagic[8] = {'K', 'V', 'T', 'P', 'A', 'G', 'E', '1'};
+inline constexpr uint16_t kVersion = 1;
+
+struct Header {
+  Hash128 namespace_id;
+  Hash128 key_hash;
+  uint64_t payload_bytes = 0;
+  uint64_t payload_checksum = 0;
+  uint32_t piece_count = 0;
+  uint64_t piece_bytes = 0;
+  uint64_t created_ns = 0;
+  std::string_view key;  // points into the decoded block
+};
+
+// Writes a complete header block (all 4096 bytes) into `block`.
+// REQUIRES: 1 <= key.size() <= kMaxKeyBytes.
+void encode(const Header& h, std::span<std::byte, kHeaderBytes> block) noexcept;
+
+// Decodes and checks a block: magic, version, header size, key length, header checksum.
+// kCorrupt with the reason otherwise. The result's key points into `block`.
+Result<Header> decode(std::span<const std::byte, kHeaderBytes> block);
+
+// What a reader expects of a page; any difference is kCorrupt naming the field.
+struct Expectation {
+  Hash128 namespace_id;
+  std::string_view key;
+  uint64_t payload_bytes = 0;
+  uint32_t piece_count = 0;
+  uint64_t piece_bytes = 0;  // 0: pieces of differing sizes
+};
+Status check(const Header& h, const Expectation& e);
+
+// Piece bytes as recorded in a header: the common size, or 0 when they differ.
+template <typename Pieces>
+uint64_t uniform_piece_bytes(const Pieces& pieces) {
+  if (pieces.empty()) return 0;
+  const uint64_t first = pieces.front().size;
+  for (const auto& p : pieces) {
+    if (p.size != first) return 0;
+  }
+  return first;
+}
+
+}  // namespace kvtier::page

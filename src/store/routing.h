@@ -1,0 +1,59 @@
+// Key -> location. Keys are untrusted bytes and never appear in a path: a page lives at
+//
+//   <base>/kvtier/<namespace id, 32 hex>/<first 2 hex of the key hash>/<key hash, 32 hex>
+//
+// where the key hash is XXH3-128 of the key. With several base directories, a key's base is
+// chosen by rendezvous hashing over the base paths: stable across restarts, and adding a base
+// moves only the keys that land on it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/core/checksum.h"
+#include "kvtier/core/status.h"
+
+namespace kvtier::routing {
+
+inline constexpr std::string_view kRootDir = "kvtier";
+inline constexpr std::string_view kTempDir = "tmp";
+inline constexpr std::string_view kManifest = "namespace.json";
+
+// kInvalidArgument for empty keys and keys over page::kMaxKeyBytes.
+Status validate_key(std::string_view key);
+
+// True for a fan-out directory name ("00".."ff") and a page file name (32 hex digits).
+bool is_fanout_name(std::string_view name);
+bool is_page_name(std::string_view name);
+
+struct Route {
+  size_t base = 0;
+  Hash128 key_hash;
+  std::string path;
+};
+
+class Router {
+ public:
+  // `bases` are absolute, normalized directory paths (see uri.h).
+  Router(std::vector<std::string> bases, Hash128 namespace_id);
+
+  Route route(std::string_view key) const;
+  std::string page_path(size_t base, const Hash128& key_hash) const;
+
+  size_t base_count() const { return bases_.size(); }
+  const std::string& base(size_t i) const { return bases_[i]; }
+  const std::string& namespace_dir(size_t i) const { return ns_dirs_[i]; }
+  std::string temp_dir(size_t i) const;
+  std::string manifest_path(size_t i) const;
+
+ private:
+  size_t pick_base(const Hash128& key_hash) const;
+
+  std::vector<std::string> bases_;
+  std::vector<std::string> ns_dirs_;
+  std::vector<uint64_t> base_seeds_;
+};
+
+}  // namespace kvtier::routing

@@ -1,0 +1,144 @@
+#include "kvtier/store/uri.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+namespace kvtier {
+namespace {
+
+// %XX decoding for query values and paths.
+Result<std::string> percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size()) {
+      return invalid_argument_error(fmt::format("truncated %-escape in '{}'", s));
+    }
+    auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    const int hi = hex(s[i + 1]);
+    const int lo = hex(s[i + 2]);
+    if (hi < 0 || lo < 0) return invalid_argument_error(fmt::format("bad %-escape in '{}'", s));
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+Result<std::string> normalize_dir(std::string_view raw) {
+  if (raw.empty()) return invalid_argument_error("empty directory path");
+  if (raw.find('\0') != std::string_view::npos) {
+    return invalid_argument_error("directory path contains a NUL byte");
+  }
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(std::filesystem::path(raw), ec);
+  if (ec) return invalid_argument_error(fmt::format("bad path '{}': {}", raw, ec.message()));
+  std::string s = p.lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/')
+    s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+std::string StoreLocation::uri() const {
+  std::string s;
+  if (storage_class == StorageClass::kMemory) {
+    s = "mem://" + (bases.empty() ? std::string() : bases.front().substr(1));
+  } else {
+    s = "file://";
+    for (size_t i = 0; i < bases.size(); ++i)
+      s += (i ? "," : "") + bases[i];
+  }
+  char sep = '?';
+  if (backend != "auto") {
+    s += fmt::format("{}backend={}", sep, backend);
+    sep = '&';
+  }
+  for (const auto& [k, v] : params) {
+    s += fmt::format("{}{}={}", sep, k, v);
+    sep = '&';
+  }
+  return s;
+}
+
+Result<StoreLocation> parse_store_uri(std::string_view uri) {
+  if (uri.empty()) return invalid_argument_error("empty store location");
+  StoreLocation loc;
+  std::string_view rest = uri;
+  std::string_view scheme = "file";
+  if (const size_t p = uri.find("://"); p != std::string_view::npos) {
+    scheme = uri.substr(0, p);
+    rest = uri.substr(p + 3);
+  }
+  std::string_view query;
+  if (const size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view kv = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (kv.empty()) continue;
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      return invalid_argument_error(fmt::format("query parameter '{}' is not name=value", kv));
+    }
+    KVTIER_ASSIGN_OR_RETURN(std::string value, percent_decode(kv.substr(eq + 1)));
+    const std::string name(kv.substr(0, eq));
+    if (name == "backend") {
+      loc.backend = value.empty() ? "auto" : value;
+    } else {
+      loc.params[name] = std::move(value);
+    }
+  }
+
+  if (scheme == "file") {
+    loc.storage_class = StorageClass::kFile;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      KVTIER_ASSIGN_OR_RETURN(std::string raw, percent_decode(rest.substr(0, comma)));
+      if (!raw.empty()) {
+        KVTIER_ASSIGN_OR_RETURN(std::string dir, normalize_dir(raw));
+        if (std::find(loc.bases.begin(), loc.bases.end(), dir) != loc.bases.end()) {
+          return invalid_argument_error(fmt::format("directory '{}' is listed twice", dir));
+        }
+        loc.bases.push_back(std::move(dir));
+      }
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    if (loc.bases.empty()) {
+      return invalid_argument_error(fmt::format("'{}' names no directory", uri));
+    }
+    return loc;
+  }
+  if (scheme == "mem") {
+    loc.storage_class = StorageClass::kMemory;
+    KVTIER_ASSIGN_OR_RETURN(std::string name, percent_decode(rest));
+    if (name.empty()) name = "default";
+    if (name.find('/') != std::string::npos) {
+      return invalid_argument_error(fmt::format("mem:// name '{}' contains '/'", name));
+    }
+    loc.bases.push_back("/" + name);
+    if (loc.params.find("instance") == loc.params.end()) loc.params["instance"] = name;
+    return loc;
+  }
+  if (scheme == "s3") {
+    return unsupported_error("s3:// stores need the s3 backend, which this build does not have");
+  }
+  return invalid_argument_error(
+      fmt::format("unknown scheme '{}' in '{}' (use a path, file://, or mem://)", scheme, uri));
+}
+
+}  // namespace kvtier

@@ -1,0 +1,60 @@
+#include "kvtier/store/uri.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace kvtier {
+namespace {
+
+TEST(StoreUri, PlainPathAndFileUri) {
+  Result<StoreLocation> a = parse_store_uri("/var/cache/kv/");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->storage_class, StorageClass::kFile);
+  EXPECT_EQ(a->bases, std::vector<std::string>{"/var/cache/kv"});
+  EXPECT_EQ(a->backend, "auto");
+  Result<StoreLocation> b = parse_store_uri("file:///var/cache/kv");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->bases, a->bases);
+}
+
+TEST(StoreUri, RelativePathsBecomeAbsolute) {
+  Result<StoreLocation> a = parse_store_uri("data/../kv");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->bases[0], (std::filesystem::current_path() / "kv").string());
+}
+
+TEST(StoreUri, SeveralBasesAndParameters) {
+  Result<StoreLocation> a =
+      parse_store_uri("file:///mnt/a,/mnt/b?backend=posix&io_threads=16&x=a%20b");
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(a->bases, (std::vector<std::string>{"/mnt/a", "/mnt/b"}));
+  EXPECT_EQ(a->backend, "posix");
+  EXPECT_EQ(a->params.at("io_threads"), "16");
+  EXPECT_EQ(a->params.at("x"), "a b");
+  Result<StoreLocation> again = parse_store_uri(a->uri());
+  ASSERT_TRUE(again.ok()) << a->uri();
+  EXPECT_EQ(again->bases, a->bases);
+  EXPECT_EQ(again->backend, "posix");
+}
+
+TEST(StoreUri, Memory) {
+  Result<StoreLocation> a = parse_store_uri("mem://cache1");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->storage_class, StorageClass::kMemory);
+  EXPECT_EQ(a->params.at("instance"), "cache1");
+}
+
+TEST(StoreUri, Errors) {
+  EXPECT_EQ(parse_store_uri("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_store_uri("file://").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_store_uri("file:///a,/a").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_store_uri("gopher://x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_store_uri("file:///a?novalue").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_store_uri("file:///a%zz").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_store_uri("file:///a%2").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_store_uri("s3://bucket/prefix").status().code(), StatusCode::kUnsupported);
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,72 @@
+// Helpers shared by kvtier's tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kvtier/core/aligned_buffer.h"
+#include "kvtier/core/unique_fd.h"
+
+namespace kvtier::testing {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(std::string_view name) const { return path_ + "/" + std::string(name); }
+
+ private:
+  std::string path_;
+};
+
+// Descriptors this process holds (fails the test when /proc cannot be read).
+size_t open_fds();
+
+// Deterministic bytes: the same (seed, size) always gives the same content.
+void fill_pattern(void* data, size_t size, uint64_t seed);
+// Index of the first byte that differs from the pattern, or SIZE_MAX when all match.
+size_t find_pattern_mismatch(const void* data, size_t size, uint64_t seed);
+
+// An aligned, zero-filled buffer (fails the test on allocation failure).
+AlignedBuffer make_buffer(size_t size);
+
+// Every path under `dir` (files only), relative to it.
+std::vector<std::string> list_files(const std::string& dir);
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, std::string_view bytes);
+
+}  // namespace kvtier::testing
+
+// Status assertions that print the status and accept `<< more`:
+//   KVTIER_ASSERT_OK(store.put(...)) << "while writing page " << i;
+#define KVTIER_ASSERT_OK(expr)                                         \
+  switch (0)                                                           \
+  case 0:                                                              \
+  default:                                                             \
+    if (const ::kvtier::Status kvtier_st_ = (expr); kvtier_st_.ok()) { \
+    } else                                                             \
+      GTEST_FAIL() << #expr << ": " << kvtier_st_.to_string() << " "
+
+#define KVTIER_EXPECT_OK(expr)                                         \
+  switch (0)                                                           \
+  case 0:                                                              \
+  default:                                                             \
+    if (const ::kvtier::Status kvtier_st_ = (expr); kvtier_st_.ok()) { \
+    } else                                                             \
+      ADD_FAILURE() << #expr << ": " << kvtier_st_.to_string() << " "
+
+// `auto x = KVTIER_ASSERT_OK_AND_TAKE(result_expr);` is not possible with gtest's ASSERT
+// (it returns void), so tests use this two-step form:
+#define KVTIER_ASSERT_OK_AND_ASSIGN(lhs, expr)                     \
+  auto KVTIER_CONCAT_(kvtier_r_, __LINE__) = (expr);               \
+  ASSERT_TRUE(KVTIER_CONCAT_(kvtier_r_, __LINE__).ok())            \
+      << KVTIER_CONCAT_(kvtier_r_, __LINE__).status().to_string(); \
+  lhs = std::move(KVTIER_CONCAT_(kvtier_r_, __LINE__)).value()

@@ -1,0 +1,567 @@
+#include "kvtier/transfer/agent.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_set>
+
+#include "kvtier/core/thread_annotations.h"
+
+namespace kvtier {
+namespace detail {
+
+// A registered region and its lifecycle. `live` turns false when its Registration is released;
+// the backend deregistration waits until no posted transfer uses it.
+struct RegionState : MemoryRecord {
+  std::mutex mu;
+  std::condition_variable drained;
+  bool live KVTIER_GUARDED_BY(mu) = true;
+  uint64_t inflight KVTIER_GUARDED_BY(mu) = 0;
+};
+
+struct TargetState {
+  explicit TargetState(std::unique_ptr<BackendTarget> t) : impl(std::move(t)) {}
+  std::unique_ptr<BackendTarget> impl;
+  std::atomic<uint32_t> writes_inflight{0};
+  std::atomic<bool> published{false};
+};
+
+struct AgentCore {
+  // Declared first so it is destroyed last. Every handle holds a reference to the core, so
+  // the backend outlives every target and transfer it produced.
+  std::unique_ptr<Backend> backend;
+  BackendSelection selection;
+
+  // Serializes register_memory() calls, so the overlap check and the insertion are one step.
+  std::mutex register_mu;
+  mutable std::shared_mutex regions_mu;
+  std::map<const std::byte*, std::shared_ptr<RegionState>> regions KVTIER_GUARDED_BY(regions_mu);
+  std::atomic<uint64_t> next_region_id{1};
+
+  std::shared_ptr<RegionState> find_region(const std::byte* p, uint64_t len) const {
+    std::shared_lock lock(regions_mu);
+    auto it = regions.upper_bound(p);
+    if (it == regions.begin()) return nullptr;
+    --it;
+    const RegionState& r = *it->second;
+    const uint64_t off = static_cast<uint64_t>(p - r.base);
+    if (p < r.base || off > r.length || len > r.length - off) return nullptr;
+    return it->second;
+  }
+
+  bool overlaps_locked(const std::byte* p, size_t len) const KVTIER_REQUIRES(regions_mu) {
+    auto it = regions.lower_bound(p);
+    if (it != regions.end() && it->first < p + len) return true;
+    if (it != regions.begin()) {
+      --it;
+      if (it->first + it->second->length > p) return true;
+    }
+    return false;
+  }
+
+  void deregister(RegionState& region) noexcept {
+    {
+      std::unique_lock lock(regions_mu);
+      regions.erase(region.base);
+    }
+    {
+      std::unique_lock lock(region.mu);
+      region.live = false;
+      region.drained.wait(lock, [&] { return region.inflight == 0; });
+    }
+    backend->deregister_memory(region);
+  }
+};
+
+// One request: the descriptors, what keeps their memory and targets alive, and the results.
+struct TransferImpl final : IoBatch {
+  std::shared_ptr<AgentCore> core;
+  TransferOp op_ = TransferOp::kRead;
+  std::vector<IoDesc> descs_;
+  std::vector<std::shared_ptr<RegionState>> regions;  // distinct
+  std::vector<std::shared_ptr<TargetState>> targets;  // distinct
+  std::vector<Status> results;
+  std::atomic<size_t> remaining{0};
+  std::atomic<bool> cancel_flag{false};
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  TransferState state KVTIER_GUARDED_BY(mu) = TransferState::kPrepared;
+
+  TransferOp op() const override { return op_; }
+  std::span<const IoDesc> descs() const override { return descs_; }
+  bool cancel_requested() const override { return cancel_flag.load(std::memory_order_relaxed); }
+
+  void complete(size_t index, Status status) override {
+    results[index] = std::move(status);
+    if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
+  }
+
+  // Acquires the regions and targets for a post. On failure nothing stays acquired.
+  Status acquire() {
+    size_t acquired = 0;
+    Status st;
+    for (; acquired < regions.size(); ++acquired) {
+      RegionState& r = *regions[acquired];
+      std::lock_guard lock(r.mu);
+      if (!r.live) {
+        st = invalid_argument_error(fmt::format("memory region {} [{}, +{}) was deregistered", r.id,
+                                                fmt::ptr(r.base), r.length));
+        break;
+      }
+      ++r.inflight;
+    }
+    if (st.ok() && op_ == TransferOp::kWrite) {
+      for (const auto& t : targets) {
+        if (t->published.load()) {
+          st = invalid_argument_error(
+              fmt::format("target '{}' is already published", t->impl->path()));
+          break;
+        }
+      }
+    }
+    if (!st.ok()) {
+      release_regions(acquired);
+      return st;
+    }
+    if (op_ == TransferOp::kWrite) {
+      for (const auto& t : targets)
+        t->writes_inflight.fetch_add(1);
+    }
+    return ok_status();
+  }
+
+  void release_regions(size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+      RegionState& r = *regions[i];
+      std::lock_guard lock(r.mu);
+      if (--r.inflight == 0) r.drained.notify_all();
+    }
+  }
+
+  void finish() {
+    release_regions(regions.size());
+    if (op_ == TransferOp::kWrite) {
+      for (const auto& t : targets)
+        t->writes_inflight.fetch_sub(1);
+    }
+    // Notify under the lock: once it is released a waiter may destroy this object, and this
+    // thread touches nothing after the unlock.
+    std::lock_guard lock(mu);
+    state = TransferState::kDone;
+    cv.notify_all();
+  }
+
+  void wait_done() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return state != TransferState::kInFlight; });
+  }
+};
+
+}  // namespace detail
+
+using detail::AgentCore;
+using detail::RegionState;
+using detail::TargetState;
+using detail::TransferImpl;
+
+std::string BackendSelection::summary() const {
+  std::string s = chosen;
+  if (automatic) {
+    s += " (auto";
+    for (const std::string& r : rejected)
+      s += "; skipped " + r;
+    s += ")";
+  }
+  return s;
+}
+
+// ---- Registration ----
+
+Registration::Registration() noexcept = default;
+Registration::Registration(Registration&&) noexcept = default;
+Registration& Registration::operator=(Registration&& other) noexcept {
+  if (this != &other) {
+    reset();
+    core_ = std::move(other.core_);
+    regions_ = std::move(other.regions_);
+  }
+  return *this;
+}
+Registration::~Registration() {
+  reset();
+}
+
+void Registration::reset() noexcept {
+  for (auto& r : regions_)
+    core_->deregister(*r);
+  regions_.clear();
+  core_.reset();
+}
+
+// ---- Target ----
+
+Target::Target() noexcept = default;
+Target::Target(Target&&) noexcept = default;
+Target& Target::operator=(Target&& other) noexcept {
+  if (this != &other) {
+    reset();
+    core_ = std::move(other.core_);
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+Target::~Target() {
+  reset();
+}
+
+void Target::reset() noexcept {
+  state_.reset();  // before core_: the backend outlives the target
+  core_.reset();
+}
+
+const std::string& Target::path() const {
+  return state_->impl->path();
+}
+TargetMode Target::mode() const {
+  return state_->impl->mode();
+}
+uint64_t Target::size() const {
+  return state_->impl->size();
+}
+ObjectIdentity Target::identity() const {
+  return state_->impl->identity();
+}
+
+Status Target::publish(const PublishOptions& options) {
+  if (!state_) return invalid_argument_error("publish on an empty Target");
+  if (state_->impl->mode() != TargetMode::kCreate) {
+    return invalid_argument_error(
+        fmt::format("target '{}' was opened for reading; only kCreate targets publish", path()));
+  }
+  if (state_->writes_inflight.load() != 0) {
+    return invalid_argument_error(
+        fmt::format("target '{}' has a write in flight; wait for it before publishing", path()));
+  }
+  bool expected = false;
+  if (!state_->published.compare_exchange_strong(expected, true)) {
+    return invalid_argument_error(fmt::format("target '{}' is already published", path()));
+  }
+  Status st = core_->backend->publish(*state_->impl, options);
+  if (!st.ok()) state_->published.store(false);
+  return st;
+}
+
+// ---- Transfer ----
+
+Transfer::Transfer() noexcept = default;
+Transfer::Transfer(Transfer&&) noexcept = default;
+Transfer& Transfer::operator=(Transfer&& other) noexcept {
+  if (this != &other) {
+    if (impl_) {
+      cancel();
+      impl_->wait_done();
+    }
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+Transfer::~Transfer() {
+  if (impl_) {
+    cancel();
+    impl_->wait_done();
+  }
+}
+
+Status Transfer::post() {
+  if (!impl_) return invalid_argument_error("post on an empty Transfer");
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->state == TransferState::kInFlight) {
+      return invalid_argument_error("transfer is already in flight");
+    }
+    KVTIER_RETURN_IF_ERROR(impl_->acquire());
+    impl_->cancel_flag.store(false);
+    impl_->remaining.store(impl_->descs_.size());
+    impl_->state = TransferState::kInFlight;
+  }
+  if (impl_->descs_.empty()) {
+    impl_->finish();
+  } else {
+    impl_->core->backend->submit(*impl_);
+  }
+  return ok_status();
+}
+
+TransferState Transfer::state() const {
+  if (!impl_) return TransferState::kPrepared;
+  std::lock_guard lock(impl_->mu);
+  return impl_->state;
+}
+
+Status Transfer::wait(std::chrono::nanoseconds timeout) {
+  if (!impl_) return invalid_argument_error("wait on an empty Transfer");
+  std::unique_lock lock(impl_->mu);
+  if (impl_->state == TransferState::kPrepared) {
+    return invalid_argument_error("wait on a transfer that was never posted");
+  }
+  if (!impl_->cv.wait_for(lock, timeout,
+                          [&] { return impl_->state != TransferState::kInFlight; })) {
+    return timeout_error(
+        fmt::format("transfer of {} descriptors still in flight after {} ms", impl_->descs_.size(),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
+  }
+  return ok_status();
+}
+
+void Transfer::wait() {
+  if (impl_) impl_->wait_done();
+}
+
+void Transfer::cancel() noexcept {
+  if (!impl_) return;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->state != TransferState::kInFlight) return;
+    impl_->cancel_flag.store(true);
+  }
+  // The batch cannot finish-and-vanish under us: only this handle's owner destroys it, and it
+  // is busy here.
+  impl_->core->backend->cancel(*impl_);
+}
+
+std::span<const Status> Transfer::results() const {
+  if (!impl_) return {};
+  return impl_->results;
+}
+
+Status Transfer::first_error() const {
+  for (const Status& s : results()) {
+    if (!s.ok()) return s;
+  }
+  return ok_status();
+}
+
+size_t Transfer::size() const {
+  return impl_ ? impl_->descs_.size() : 0;
+}
+
+// ---- Agent ----
+
+Agent::Agent(std::shared_ptr<AgentCore> core) : core_(std::move(core)) {}
+Agent::Agent(Agent&&) noexcept = default;
+Agent& Agent::operator=(Agent&&) noexcept = default;
+Agent::~Agent() = default;
+
+Result<Agent> Agent::create(const AgentConfig& config) {
+  if (config.registry == nullptr) return invalid_argument_error("AgentConfig.registry is null");
+  BackendSelection selection;
+  std::unique_ptr<Backend> backend;
+  if (config.backend.empty() || config.backend == "auto") {
+    selection.automatic = true;
+    const auto candidates = config.registry->candidates(config.storage_class);
+    if (candidates.empty()) {
+      return unsupported_error(fmt::format("no backend is built for storage class {}",
+                                           storage_class_name(config.storage_class)));
+    }
+    for (const BackendRegistry::Entry* e : candidates) {
+      Result<std::unique_ptr<Backend>> made = e->factory(config.params);
+      if (made.ok()) {
+        backend = std::move(made).value();
+        break;
+      }
+      selection.rejected.push_back(fmt::format("{}: {}", e->name, made.status().to_string()));
+    }
+    if (!backend) {
+      return unavailable_error(
+          fmt::format("no {} backend could start: {}", storage_class_name(config.storage_class),
+                      fmt::join(selection.rejected, "; ")),
+          false);
+    }
+  } else {
+    const BackendRegistry::Entry* e = config.registry->find(config.backend);
+    if (e == nullptr) {
+      return invalid_argument_error(fmt::format("unknown backend '{}' (known: auto, {})",
+                                                config.backend,
+                                                fmt::join(config.registry->names(), ", ")));
+    }
+    Result<std::unique_ptr<Backend>> made = e->factory(config.params);
+    if (!made.ok()) return made.status().with_context(fmt::format("backend '{}'", e->name));
+    backend = std::move(made).value();
+  }
+  selection.chosen = std::string(backend->name());
+  if (config.decorate) backend = config.decorate(std::move(backend));
+  auto core = std::make_shared<AgentCore>();
+  core->backend = std::move(backend);
+  core->selection = std::move(selection);
+  return Agent(std::move(core));
+}
+
+const BackendSelection& Agent::selection() const {
+  return core_->selection;
+}
+std::string_view Agent::backend_name() const {
+  return core_->selection.chosen;
+}
+StorageClass Agent::storage_class() const {
+  return core_->backend->storage_class();
+}
+
+Result<Registration> Agent::register_memory(void* addr, size_t length) {
+  const MemoryRegion r{addr, length};
+  return register_memory(std::span<const MemoryRegion>(&r, 1));
+}
+
+Result<Registration> Agent::register_memory(std::span<const MemoryRegion> regions) {
+  if (regions.empty()) return invalid_argument_error("register_memory: no regions");
+  std::lock_guard reg_lock(core_->register_mu);
+  Registration out;
+  out.core_ = core_;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const auto* base = static_cast<const std::byte*>(regions[i].addr);
+    const size_t len = regions[i].length;
+    if (base == nullptr || len == 0) {
+      return invalid_argument_error(
+          fmt::format("register_memory: region {} is {} with length {}", i, fmt::ptr(base), len));
+    }
+    if (reinterpret_cast<uintptr_t>(base) > UINTPTR_MAX - len) {
+      return invalid_argument_error(
+          fmt::format("register_memory: region {} wraps the address space", i));
+    }
+    {
+      std::shared_lock lock(core_->regions_mu);
+      if (core_->overlaps_locked(base, len)) {
+        return invalid_argument_error(
+            fmt::format("register_memory: region {} [{}, +{}) overlaps a registered region", i,
+                        fmt::ptr(base), len));
+      }
+    }
+    auto rec = std::make_shared<RegionState>();
+    rec->base = base;
+    rec->length = len;
+    rec->id = core_->next_region_id.fetch_add(1);
+    KVTIER_RETURN_IF_ERROR(core_->backend->register_memory(*rec));
+    {
+      std::unique_lock lock(core_->regions_mu);
+      core_->regions.emplace(base, rec);
+    }
+    // From here `out` owns it: an early return above releases what was registered so far.
+    out.regions_.push_back(std::move(rec));
+  }
+  return out;
+}
+
+Status Agent::check_registered(const void* addr, size_t length) const {
+  if (addr == nullptr) return invalid_argument_error("memory address is null");
+  if (length == 0) return invalid_argument_error("memory length is zero");
+  if (!core_->find_region(static_cast<const std::byte*>(addr), length)) {
+    return invalid_argument_error(fmt::format(
+        "memory [{}, +{}) is not inside any registered region (register the pool first)",
+        fmt::ptr(addr), length));
+  }
+  return ok_status();
+}
+
+size_t Agent::registered_region_count() const {
+  std::shared_lock lock(core_->regions_mu);
+  return core_->regions.size();
+}
+
+Result<Target> Agent::open_target(const TargetSpec& spec) {
+  auto all = open_targets(std::span<const TargetSpec>(&spec, 1));
+  return std::move(all.front());
+}
+
+std::vector<Result<Target>> Agent::open_targets(std::span<const TargetSpec> specs) {
+  auto opened = core_->backend->open_batch(specs);
+  std::vector<Result<Target>> out;
+  out.reserve(opened.size());
+  for (auto& r : opened) {
+    if (!r.ok()) {
+      out.emplace_back(std::move(r).status());
+      continue;
+    }
+    Target t;
+    t.core_ = core_;
+    t.state_ = std::make_shared<TargetState>(std::move(r).value());
+    out.emplace_back(std::move(t));
+  }
+  return out;
+}
+
+Result<Transfer> Agent::make_request(TransferOp op, std::span<const MemDesc> mem,
+                                     std::span<const StorageDesc> storage) {
+  if (mem.size() != storage.size()) {
+    return invalid_argument_error(fmt::format(
+        "descriptor lists differ in length: {} memory, {} storage", mem.size(), storage.size()));
+  }
+  auto impl = std::make_unique<TransferImpl>();
+  impl->core = core_;
+  impl->op_ = op;
+  impl->descs_.reserve(mem.size());
+  impl->results.resize(mem.size());
+  std::unordered_set<const RegionState*> seen_regions;
+  std::unordered_set<const TargetState*> seen_targets;
+  for (size_t i = 0; i < mem.size(); ++i) {
+    const MemDesc& m = mem[i];
+    const StorageDesc& s = storage[i];
+    auto bad = [&](std::string why) {
+      return invalid_argument_error(fmt::format("descriptor {}: {}", i, why));
+    };
+    if (m.length == 0 || m.length != s.length) {
+      return bad(fmt::format("lengths must be equal and non-zero (memory {}, storage {})", m.length,
+                             s.length));
+    }
+    if (s.target == nullptr || !s.target->valid()) return bad("no target");
+    if (s.target->core_ != core_) return bad("target belongs to another agent");
+    const std::shared_ptr<TargetState>& ts = s.target->state_;
+    if (s.offset > UINT64_MAX - s.length) return bad("storage offset + length overflows");
+    if (op == TransferOp::kWrite && ts->impl->mode() != TargetMode::kCreate) {
+      return bad(fmt::format("target '{}' was opened for reading", ts->impl->path()));
+    }
+    if (op == TransferOp::kRead && ts->impl->mode() == TargetMode::kRead &&
+        s.offset + s.length > ts->impl->size()) {
+      return bad(fmt::format("[{}, +{}) is beyond the end of '{}' (size {})", s.offset, s.length,
+                             ts->impl->path(), ts->impl->size()));
+    }
+    auto region = core_->find_region(static_cast<const std::byte*>(m.addr), m.length);
+    if (!region) {
+      return bad(fmt::format("memory [{}, +{}) is not inside any registered region",
+                             fmt::ptr(m.addr), m.length));
+    }
+    impl->descs_.push_back(
+        IoDesc{static_cast<std::byte*>(m.addr), m.length, ts->impl.get(), s.offset, region.get()});
+    if (seen_regions.insert(region.get()).second) impl->regions.push_back(std::move(region));
+    if (seen_targets.insert(ts.get()).second) impl->targets.push_back(ts);
+  }
+  Transfer t;
+  t.impl_ = std::move(impl);
+  return t;
+}
+
+Status Agent::make_dirs(std::string_view path) {
+  return core_->backend->make_dirs(path);
+}
+Result<ObjectInfo> Agent::stat(std::string_view path) {
+  return core_->backend->stat(path);
+}
+Status Agent::remove(std::string_view path, const ObjectIdentity* if_identity) {
+  return core_->backend->remove(path, if_identity);
+}
+Status Agent::list(std::string_view dir, const ListOptions& options,
+                   const std::function<Status(const ObjectInfo&)>& fn) {
+  return core_->backend->list(dir, options, fn);
+}
+Result<size_t> Agent::sweep_temporaries(std::string_view temp_dir, uint64_t min_age_s) {
+  return core_->backend->sweep_temporaries(temp_dir, min_age_s);
+}
+Result<size_t> Agent::count_temporaries(std::string_view temp_dir) {
+  return core_->backend->count_temporaries(temp_dir);
+}
+
+}  // namespace kvtier

@@ -1,0 +1,506 @@
+// The transfer agent: backend selection, registration, descriptor validation, request
+// lifecycle (post, wait, cancel, destruction in flight) and ownership of everything opened.
+#include "kvtier/transfer/agent.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "kvtier/backends/builtin.h"
+#include "kvtier/backends/dram/dram_backend.h"
+#include "kvtier/backends/fault/fault_backend.h"
+#include "kvtier/backends/posix/posix_backend.h"
+#include "src/testing/test_util.h"
+
+namespace kvtier {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::open_fds;
+
+Agent make_agent(std::string backend = "posix", std::shared_ptr<FaultInjector> faults = nullptr) {
+  AgentConfig c;
+  c.backend = std::move(backend);
+  c.registry = &builtin_backends();
+  if (faults) {
+    c.decorate = [faults](std::unique_ptr<Backend> b) {
+      return make_fault_backend(std::move(b), faults);
+    };
+  }
+  Result<Agent> a = Agent::create(c);
+  EXPECT_TRUE(a.ok()) << a.status().to_string();
+  return std::move(a).value();
+}
+
+// Writes `bytes` of `buf` to a new object at `path` and publishes it.
+Status write_object(Agent& agent, const std::string& path, void* buf, uint64_t bytes) {
+  KVTIER_ASSIGN_OR_RETURN(Target t, agent.open_target({path, TargetMode::kCreate, bytes, {}}));
+  MemDesc m{buf, bytes};
+  StorageDesc s{&t, 0, bytes};
+  KVTIER_ASSIGN_OR_RETURN(Transfer x, agent.make_request(TransferOp::kWrite, {&m, 1}, {&s, 1}));
+  KVTIER_RETURN_IF_ERROR(x.post());
+  x.wait();
+  KVTIER_RETURN_IF_ERROR(x.first_error());
+  return t.publish();
+}
+
+// ---- selection ----
+
+Result<std::unique_ptr<Backend>> failing_factory(const BackendParams&) {
+  return unavailable_error("io_uring_setup: Operation not permitted", false);
+}
+
+TEST(AgentSelection, AutoTakesTheHighestPriorityThatStartsAndReportsSkips) {
+  BackendRegistry reg;
+  KVTIER_ASSERT_OK(reg.add("posix", StorageClass::kFile, 10, create_posix_backend));
+  KVTIER_ASSERT_OK(reg.add("fancy", StorageClass::kFile, 20, failing_factory));
+  KVTIER_ASSERT_OK(reg.add("dram", StorageClass::kMemory, 10, create_dram_backend));
+  AgentConfig c;
+  c.registry = &reg;
+  KVTIER_ASSERT_OK_AND_ASSIGN(Agent a, Agent::create(c));
+  EXPECT_EQ(a.backend_name(), "posix");
+  EXPECT_TRUE(a.selection().automatic);
+  ASSERT_EQ(a.selection().rejected.size(), 1u);
+  EXPECT_NE(a.selection().rejected[0].find("fancy"), std::string::npos);
+  EXPECT_NE(a.selection().summary().find("Operation not permitted"), std::string::npos);
+}
+
+TEST(AgentSelection, AutoFailsWhenNothingStarts) {
+  BackendRegistry reg;
+  KVTIER_ASSERT_OK(reg.add("fancy", StorageClass::kFile, 20, failing_factory));
+  AgentConfig c;
+  c.registry = &reg;
+  Result<Agent> a = Agent::create(c);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("fancy"), std::string::npos);
+}
+
+TEST(AgentSelection, ExplicitNameIsHonouredAndUnknownNamesListTheKnownOnes) {
+  AgentConfig c;
+  c.registry = &builtin_backends();
+  c.backend = "dram";
+  KVTIER_ASSERT_OK_AND_ASSIGN(Agent a, Agent::create(c));
+  EXPECT_EQ(a.backend_name(), "dram");
+  EXPECT_FALSE(a.selection().automatic);
+
+  c.backend = "nixl";
+  Result<Agent> bad = Agent::create(c);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("posix"), std::string::npos);
+}
+
+TEST(AgentSelection, BadParametersAreReported) {
+  AgentConfig c;
+  c.registry = &builtin_backends();
+  c.backend = "posix";
+  c.params["io_threads"] = "many";
+  Result<Agent> a = Agent::create(c);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("io_threads"), std::string::npos);
+}
+
+TEST(BackendRegistry, RejectsDuplicatesAndReservedNames) {
+  BackendRegistry reg;
+  KVTIER_ASSERT_OK(reg.add("posix", StorageClass::kFile, 10, create_posix_backend));
+  EXPECT_EQ(reg.add("posix", StorageClass::kFile, 1, create_posix_backend).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(reg.add("auto", StorageClass::kFile, 1, create_posix_backend).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// ---- registration ----
+
+TEST(AgentRegistration, RegistersOnceAndDeregistersOnDestruction) {
+  Agent a = make_agent();
+  AlignedBuffer buf = testing::make_buffer(1 << 20);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(Registration r, a.register_memory(buf.data(), buf.size()));
+    EXPECT_TRUE(r.valid());
+    EXPECT_EQ(a.registered_region_count(), 1u);
+    KVTIER_EXPECT_OK(a.check_registered(buf.data() + 100, 1000));
+    Registration moved = std::move(r);
+    EXPECT_EQ(a.registered_region_count(), 1u);
+  }
+  EXPECT_EQ(a.registered_region_count(), 0u);
+  EXPECT_EQ(a.check_registered(buf.data(), 10).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(AgentRegistration, RejectsNullEmptyAndOverlappingRegions) {
+  Agent a = make_agent();
+  AlignedBuffer buf = testing::make_buffer(8192);
+  EXPECT_EQ(a.register_memory(nullptr, 10).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.register_memory(buf.data(), 0).status().code(), StatusCode::kInvalidArgument);
+  KVTIER_ASSERT_OK_AND_ASSIGN(Registration r, a.register_memory(buf.data() + 4096, 4096));
+  EXPECT_EQ(a.register_memory(buf.data(), 4097).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.register_memory(buf.data() + 8191, 1).status().code(), StatusCode::kInvalidArgument);
+  // Adjacent is fine.
+  KVTIER_ASSERT_OK_AND_ASSIGN(Registration r2, a.register_memory(buf.data(), 4096));
+  EXPECT_EQ(a.registered_region_count(), 2u);
+  // Overlap inside one call: the whole call fails and leaves nothing registered.
+  r.reset();
+  r2.reset();
+  const MemoryRegion both[] = {{buf.data(), 4096}, {buf.data() + 1000, 10}};
+  EXPECT_EQ(a.register_memory(both).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.registered_region_count(), 0u);
+}
+
+TEST(AgentRegistration, CheckRegisteredRejectsRangesThatStraddleTheEnd) {
+  Agent a = make_agent();
+  AlignedBuffer buf = testing::make_buffer(8192);
+  KVTIER_ASSERT_OK_AND_ASSIGN(Registration r, a.register_memory(buf.data(), 4096));
+  KVTIER_EXPECT_OK(a.check_registered(buf.data(), 4096));
+  EXPECT_EQ(a.check_registered(buf.data() + 1, 4096).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.check_registered(buf.data() + 4096, 1).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(AgentRegistration, FailedBackendRegistrationLeavesNothingRegistered) {
+  auto faults = std::make_shared<FaultInjector>();
+  faults->add(FaultRule{.op = FaultOp::kRegister, .error = ENOMEM, .skip = 1});
+  Agent a = make_agent("posix", faults);
+  AlignedBuffer buf = testing::make_buffer(8192);
+  const MemoryRegion two[] = {{buf.data(), 4096}, {buf.data() + 4096, 4096}};
+  Result<Registration> r = a.register_memory(two);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(a.registered_region_count(), 0u);
+}
+
+// ---- descriptors ----
+
+class AgentRequest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    agent_ = std::make_unique<Agent>(make_agent());
+    buf_ = testing::make_buffer(64 * 1024);
+    auto r = agent_->register_memory(buf_.data(), buf_.size());
+    ASSERT_TRUE(r.ok());
+    reg_ = std::move(r).value();
+    testing::fill_pattern(buf_.data(), 16384, 1);
+    KVTIER_ASSERT_OK(write_object(*agent_, dir_.file("obj"), buf_.data(), 16384));
+    auto t = agent_->open_target({dir_.file("obj"), TargetMode::kRead, 0, {}});
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    target_ = std::move(t).value();
+  }
+
+  Status make(TransferOp op, MemDesc m, StorageDesc s) {
+    return agent_->make_request(op, {&m, 1}, {&s, 1}).status();
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<Agent> agent_;
+  AlignedBuffer buf_;
+  Registration reg_;
+  Target target_;
+};
+
+TEST_F(AgentRequest, ValidDescriptorsReadBackWhatWasWritten) {
+  std::byte* dst = buf_.data() + 32768;
+  MemDesc m[2] = {{dst, 4096}, {dst + 4096, 12288}};
+  StorageDesc s[2] = {{&target_, 0, 4096}, {&target_, 4096, 12288}};
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x, agent_->make_request(TransferOp::kRead, m, s));
+  EXPECT_EQ(x.state(), TransferState::kPrepared);
+  KVTIER_ASSERT_OK(x.post());
+  KVTIER_ASSERT_OK(x.wait(10s));
+  EXPECT_EQ(x.state(), TransferState::kDone);
+  ASSERT_EQ(x.results().size(), 2u);
+  KVTIER_EXPECT_OK(x.results()[0]);
+  KVTIER_EXPECT_OK(x.results()[1]);
+  EXPECT_EQ(testing::find_pattern_mismatch(dst, 16384, 1), SIZE_MAX);
+}
+
+TEST_F(AgentRequest, RejectsUnregisteredAndStraddlingMemory) {
+  AlignedBuffer other = testing::make_buffer(4096);
+  EXPECT_EQ(make(TransferOp::kRead, {other.data(), 4096}, {&target_, 0, 4096}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      make(TransferOp::kRead, {buf_.data() + buf_.size() - 100, 200}, {&target_, 0, 200}).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(make(TransferOp::kRead, {nullptr, 10}, {&target_, 0, 10}).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(AgentRequest, RejectsReadsBeyondTheObjectAndWritesToReadTargets) {
+  Status beyond = make(TransferOp::kRead, {buf_.data(), 4096}, {&target_, 16000, 4096});
+  EXPECT_EQ(beyond.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(beyond.message().find("beyond the end"), std::string::npos) << beyond.message();
+  EXPECT_EQ(make(TransferOp::kWrite, {buf_.data(), 10}, {&target_, 0, 10}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(make(TransferOp::kRead, {buf_.data(), 10}, {&target_, UINT64_MAX - 5, 10}).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(AgentRequest, RejectsMismatchedListsLengthsAndMissingTargets) {
+  MemDesc m[2] = {{buf_.data(), 10}, {buf_.data() + 10, 10}};
+  StorageDesc s[1] = {{&target_, 0, 10}};
+  EXPECT_EQ(agent_->make_request(TransferOp::kRead, m, s).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(make(TransferOp::kRead, {buf_.data(), 10}, {&target_, 0, 20}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(make(TransferOp::kRead, {buf_.data(), 0}, {&target_, 0, 0}).code(),
+            StatusCode::kInvalidArgument);
+  Target empty;
+  EXPECT_EQ(make(TransferOp::kRead, {buf_.data(), 10}, {&empty, 0, 10}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(make(TransferOp::kRead, {buf_.data(), 10}, {nullptr, 0, 10}).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(AgentRequest, RejectsTargetsOfAnotherAgent) {
+  Agent other = make_agent();
+  KVTIER_ASSERT_OK_AND_ASSIGN(Target t,
+                              other.open_target({dir_.file("obj"), TargetMode::kRead, 0, {}}));
+  Status st = make(TransferOp::kRead, {buf_.data(), 10}, {&t, 0, 10});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("another agent"), std::string::npos);
+}
+
+TEST_F(AgentRequest, EmptyRequestCompletesAtOnce) {
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x, agent_->make_request(TransferOp::kRead, {}, {}));
+  KVTIER_ASSERT_OK(x.post());
+  KVTIER_EXPECT_OK(x.wait(1s));
+  EXPECT_TRUE(x.results().empty());
+}
+
+TEST_F(AgentRequest, DoneRequestCanBePostedAgain) {
+  MemDesc m{buf_.data() + 32768, 100};
+  StorageDesc s{&target_, 0, 100};
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x,
+                              agent_->make_request(TransferOp::kRead, {&m, 1}, {&s, 1}));
+  for (int i = 0; i < 3; ++i) {
+    std::memset(buf_.data() + 32768, 0, 100);
+    KVTIER_ASSERT_OK(x.post());
+    x.wait();
+    KVTIER_EXPECT_OK(x.first_error());
+    EXPECT_EQ(std::memcmp(buf_.data() + 32768, buf_.data(), 100), 0);
+  }
+}
+
+TEST_F(AgentRequest, WaitOnAnUnpostedRequestIsAnError) {
+  MemDesc m{buf_.data(), 100};
+  StorageDesc s{&target_, 0, 100};
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x,
+                              agent_->make_request(TransferOp::kRead, {&m, 1}, {&s, 1}));
+  EXPECT_EQ(x.wait(1ms).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(AgentRequest, PostAfterTheRegistrationIsReleasedFails) {
+  MemDesc m{buf_.data(), 100};
+  StorageDesc s{&target_, 0, 100};
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x,
+                              agent_->make_request(TransferOp::kRead, {&m, 1}, {&s, 1}));
+  reg_.reset();
+  Status st = x.post();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("deregistered"), std::string::npos);
+}
+
+TEST_F(AgentRequest, TransferKeepsItsTargetOpenAfterTheHandleIsGone) {
+  const size_t with_target = open_fds();
+  MemDesc m{buf_.data() + 32768, 16384};
+  StorageDesc s{&target_, 0, 16384};
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x,
+                              agent_->make_request(TransferOp::kRead, {&m, 1}, {&s, 1}));
+  target_.reset();
+  EXPECT_EQ(open_fds(), with_target);  // still held by the request
+  KVTIER_ASSERT_OK(x.post());
+  x.wait();
+  KVTIER_EXPECT_OK(x.first_error());
+  EXPECT_EQ(testing::find_pattern_mismatch(buf_.data() + 32768, 16384, 1), SIZE_MAX);
+  x = Transfer();
+  EXPECT_EQ(open_fds(), with_target - 1);
+}
+
+// ---- in flight: delays, cancel, destruction ----
+
+class AgentInFlight : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    faults_ = std::make_shared<FaultInjector>();
+    agent_ = std::make_unique<Agent>(make_agent("posix", faults_));
+    buf_ = testing::make_buffer(1 << 20);
+    auto r = agent_->register_memory(buf_.data(), buf_.size());
+    ASSERT_TRUE(r.ok());
+    reg_ = std::move(r).value();
+    KVTIER_ASSERT_OK(write_object(*agent_, dir_.file("obj"), buf_.data(), 4096));
+    auto t = agent_->open_target({dir_.file("obj"), TargetMode::kRead, 0, {}});
+    ASSERT_TRUE(t.ok());
+    target_ = std::move(t).value();
+  }
+
+  Transfer delayed_read(std::chrono::milliseconds delay) {
+    faults_->set_batch_delay(delay);
+    MemDesc m{buf_.data(), 4096};
+    StorageDesc s{&target_, 0, 4096};
+    Result<Transfer> x = agent_->make_request(TransferOp::kRead, {&m, 1}, {&s, 1});
+    EXPECT_TRUE(x.ok());
+    EXPECT_TRUE(x->post().ok());
+    return std::move(x).value();
+  }
+
+  testing::TempDir dir_;
+  std::shared_ptr<FaultInjector> faults_;
+  std::unique_ptr<Agent> agent_;
+  AlignedBuffer buf_;
+  Registration reg_;
+  Target target_;
+};
+
+TEST_F(AgentInFlight, WaitTimesOutWithoutBusyPollingThenCompletes) {
+  Transfer x = delayed_read(300ms);
+  EXPECT_EQ(x.state(), TransferState::kInFlight);
+  const std::clock_t cpu0 = std::clock();
+  Status st = x.wait(50ms);
+  const double cpu_s = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  EXPECT_EQ(st.code(), StatusCode::kTimeout);
+  EXPECT_LT(cpu_s, 0.03) << "waiting burned CPU";
+  KVTIER_ASSERT_OK(x.wait(10s));
+  KVTIER_EXPECT_OK(x.first_error());
+}
+
+TEST_F(AgentInFlight, PostWhileInFlightIsRejected) {
+  Transfer x = delayed_read(200ms);
+  EXPECT_EQ(x.post().code(), StatusCode::kInvalidArgument);
+  x.wait();
+}
+
+TEST_F(AgentInFlight, CancelCompletesPendingDescriptorsAsCancelled) {
+  const size_t before = open_fds();
+  Transfer x = delayed_read(10s);
+  x.cancel();
+  KVTIER_ASSERT_OK(x.wait(5s));
+  ASSERT_EQ(x.results().size(), 1u);
+  EXPECT_EQ(x.results()[0].code(), StatusCode::kCancelled);
+  x = Transfer();
+  EXPECT_EQ(open_fds(), before);
+}
+
+TEST_F(AgentInFlight, DestroyingAnInFlightRequestCancelsAndDrains) {
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    Transfer x = delayed_read(10s);
+    EXPECT_EQ(x.state(), TransferState::kInFlight);
+  }  // must neither hang for 10 s nor leave the backend writing into freed state
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  // The agent still works afterwards.
+  faults_->set_batch_delay(0ms);
+  Transfer y = delayed_read(0ms);
+  y.wait();
+  KVTIER_EXPECT_OK(y.first_error());
+}
+
+TEST_F(AgentInFlight, DeregistrationWaitsForTransfersUsingTheMemory) {
+  Transfer x = delayed_read(300ms);
+  std::atomic<bool> released{false};
+  std::thread t([&] {
+    reg_.reset();
+    released = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(released.load()) << "deregistered while a transfer was using the memory";
+  x.wait();
+  t.join();
+  EXPECT_TRUE(released.load());
+  KVTIER_EXPECT_OK(x.first_error());
+}
+
+TEST_F(AgentInFlight, PublishWhileAWriteIsInFlightIsRejected) {
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      Target t, agent_->open_target({dir_.file("new"), TargetMode::kCreate, 4096, {}}));
+  faults_->set_batch_delay(300ms);
+  MemDesc m{buf_.data(), 4096};
+  StorageDesc s{&t, 0, 4096};
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x,
+                              agent_->make_request(TransferOp::kWrite, {&m, 1}, {&s, 1}));
+  KVTIER_ASSERT_OK(x.post());
+  EXPECT_EQ(t.publish().code(), StatusCode::kInvalidArgument);
+  x.wait();
+  KVTIER_EXPECT_OK(x.first_error());
+  KVTIER_EXPECT_OK(t.publish());
+  EXPECT_EQ(t.publish().code(), StatusCode::kInvalidArgument);  // twice
+  EXPECT_EQ(x.post().code(), StatusCode::kInvalidArgument);     // write after publish
+}
+
+TEST_F(AgentInFlight, ConcurrentRequestsFromManyThreads) {
+  faults_->set_batch_delay(0ms);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        MemDesc m{buf_.data() + 8192 + t * 4096, 4096};
+        StorageDesc s{&target_, 0, 4096};
+        auto x = agent_->make_request(TransferOp::kRead, {&m, 1}, {&s, 1});
+        if (!x.ok() || !x->post().ok()) {
+          ++failures;
+          continue;
+        }
+        x->wait();
+        if (!x->first_error().ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// ---- ownership: fd accounting on every agent path ----
+
+TEST(AgentOwnership, NoDescriptorOutlivesItsHandle) {
+  testing::TempDir dir;
+  Agent a = make_agent();
+  AlignedBuffer buf = testing::make_buffer(1 << 16);
+  const size_t base = open_fds();
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(Registration r, a.register_memory(buf.data(), buf.size()));
+    EXPECT_EQ(open_fds(), base) << "register";
+    for (int i = 0; i < 20; ++i) {
+      KVTIER_ASSERT_OK(write_object(a, dir.file(std::to_string(i)), buf.data(), 4096));
+    }
+    EXPECT_EQ(open_fds(), base) << "write + publish";
+    {
+      std::vector<TargetSpec> specs;
+      for (int i = 0; i < 20; ++i)
+        specs.push_back({dir.file(std::to_string(i)), TargetMode::kRead, 0, {}});
+      specs.push_back({dir.file("missing"), TargetMode::kRead, 0, {}});
+      auto targets = a.open_targets(specs);
+      EXPECT_EQ(open_fds(), base + 20) << "open_targets";
+      EXPECT_EQ(targets.back().status().code(), StatusCode::kNotFound);
+    }
+    EXPECT_EQ(open_fds(), base) << "targets released";
+    {
+      KVTIER_ASSERT_OK_AND_ASSIGN(Target t,
+                                  a.open_target({dir.file("x"), TargetMode::kCreate, 10, {}}));
+      EXPECT_EQ(open_fds(), base + 1);
+    }
+    EXPECT_EQ(open_fds(), base) << "unpublished create";
+    EXPECT_FALSE(std::filesystem::exists(dir.file("x")));
+  }
+  EXPECT_EQ(open_fds(), base) << "deregister";
+}
+
+TEST(AgentOwnership, HandlesMayOutliveTheAgentObject) {
+  testing::TempDir dir;
+  AlignedBuffer buf = testing::make_buffer(4096);
+  Registration r;
+  Target t;
+  {
+    Agent a = make_agent();
+    KVTIER_ASSERT_OK_AND_ASSIGN(r, a.register_memory(buf.data(), buf.size()));
+    KVTIER_ASSERT_OK_AND_ASSIGN(t, a.open_target({dir.file("y"), TargetMode::kCreate, 4096, {}}));
+  }
+  // The backend lives on in the handles: publishing and releasing still work.
+  KVTIER_EXPECT_OK(t.publish());
+  t.reset();
+  r.reset();
+  EXPECT_TRUE(std::filesystem::exists(dir.file("y")));
+}
+
+}  // namespace
+}  // namespace kvtier

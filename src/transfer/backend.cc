@@ -1,0 +1,107 @@
+#include "kvtier/transfer/backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+namespace kvtier {
+
+std::string_view transfer_op_name(TransferOp op) {
+  return op == TransferOp::kRead ? "read" : "write";
+}
+
+std::string_view storage_class_name(StorageClass c) {
+  switch (c) {
+    case StorageClass::kFile:
+      return "FILE";
+    case StorageClass::kMemory:
+      return "MEM";
+    case StorageClass::kObject:
+      return "OBJ";
+  }
+  return "?";
+}
+
+Status Backend::register_memory(MemoryRecord& /*region*/) {
+  return ok_status();
+}
+void Backend::deregister_memory(MemoryRecord& /*region*/) noexcept {}
+void Backend::cancel(IoBatch& /*batch*/) noexcept {}
+
+std::vector<Result<std::unique_ptr<BackendTarget>>> Backend::open_batch(
+    std::span<const TargetSpec> specs) {
+  std::vector<Result<std::unique_ptr<BackendTarget>>> out;
+  out.reserve(specs.size());
+  for (const TargetSpec& spec : specs)
+    out.push_back(open(spec));
+  return out;
+}
+
+Result<size_t> Backend::sweep_temporaries(std::string_view /*temp_dir*/, uint64_t /*min_age_s*/) {
+  return size_t{0};
+}
+Result<size_t> Backend::count_temporaries(std::string_view /*temp_dir*/) {
+  return size_t{0};
+}
+
+Status BackendRegistry::add(std::string name, StorageClass storage_class, int priority,
+                            BackendFactory factory) {
+  if (name.empty() || name == "auto") {
+    return invalid_argument_error(fmt::format("backend name '{}' is reserved", name));
+  }
+  if (find(name) != nullptr) {
+    return already_exists_error(fmt::format("backend '{}' is already registered", name));
+  }
+  entries_.push_back(Entry{std::move(name), storage_class, priority, std::move(factory)});
+  return ok_status();
+}
+
+const BackendRegistry::Entry* BackendRegistry::find(std::string_view name) const {
+  for (const Entry& e : entries_) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+std::vector<const BackendRegistry::Entry*> BackendRegistry::candidates(
+    StorageClass storage_class) const {
+  std::vector<const Entry*> out;
+  for (const Entry& e : entries_) {
+    if (e.storage_class == storage_class) out.push_back(&e);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Entry* a, const Entry* b) { return a->priority > b->priority; });
+  return out;
+}
+
+std::vector<std::string> BackendRegistry::names() const {
+  std::vector<std::string> out;
+  for (const Entry& e : entries_)
+    out.push_back(e.name);
+  return out;
+}
+
+Result<uint64_t> param_u64(const BackendParams& params, std::string_view key, uint64_t fallback) {
+  auto it = params.find(key);
+  if (it == params.end() || it->second.empty()) return fallback;
+  const std::string& s = it->second;
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) {
+    return invalid_argument_error(
+        fmt::format("parameter {}='{}' is not an unsigned integer", key, s));
+  }
+  return v;
+}
+
+Result<bool> param_bool(const BackendParams& params, std::string_view key, bool fallback) {
+  auto it = params.find(key);
+  if (it == params.end() || it->second.empty()) return fallback;
+  const std::string& s = it->second;
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  return invalid_argument_error(fmt::format("parameter {}='{}' is not a boolean", key, s));
+}
+
+}  // namespace kvtier

@@ -1,0 +1,380 @@
+// kvtier bench: write N pages, read them back, verify every byte.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "kvtier/core/aligned_buffer.h"
+#include "kvtier/core/clock.h"
+#include "kvtier/core/unique_fd.h"
+#include "kvtier/store/store.h"
+
+namespace kvtier::cli {
+namespace {
+
+struct Shape {
+  std::string name;
+  uint64_t piece_bytes;
+  uint32_t pieces;
+  uint32_t page_tokens;
+  uint64_t page_bytes() const { return piece_bytes * pieces; }
+};
+
+Shape shape_for(const BenchOptions& o) {
+  if (o.page_bytes != 0) return Shape{fmt::format("{}B", o.page_bytes), o.page_bytes, 1, 0};
+  if (o.model == "qwen2.5-72b-tp8") return Shape{o.model, 1310720, 2, 64};
+  if (o.model == "deepseek-v3") return Shape{o.model, 4497408, 1, 64};
+  return Shape{"llama3-8b", 4194304, 2, 64};
+}
+
+// Bytes 0..15 of each piece carry (page, piece, run) so a page returned for the wrong key is
+// caught; the rest is a fixed pattern per pool slot, compared byte for byte.
+constexpr size_t kStampBytes = 16;
+
+void stamp(std::byte* piece, uint64_t piece_bytes, uint64_t page, uint64_t index, uint64_t run) {
+  uint64_t words[2] = {page, (run << 16) ^ index};
+  std::memcpy(piece, words, std::min<uint64_t>(kStampBytes, piece_bytes));
+}
+
+void fill_reference(std::byte* p, size_t n, uint64_t seed) {
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    std::memcpy(p + i, &s, 8);
+  }
+  for (; i < n; ++i)
+    p[i] = static_cast<std::byte>(s >> (8 * (i % 8)));
+}
+
+struct Percentiles {
+  double p50 = 0, p90 = 0, p99 = 0, max = 0;
+};
+
+Percentiles percentiles(std::vector<double> v) {
+  Percentiles p;
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+    return v[i];
+  };
+  p.p50 = at(0.50);
+  p.p90 = at(0.90);
+  p.p99 = at(0.99);
+  p.max = v.back();
+  return p;
+}
+
+struct PhaseResult {
+  double busy_s = 0;  // the busiest thread's time inside store calls
+  std::vector<double> latency_ms;
+  uint64_t ok_pages = 0;
+  uint64_t misses = 0;
+  uint64_t corrupt = 0;
+  uint64_t errors = 0;
+  uint64_t wrong_bytes = 0;  // pages returned OK whose bytes differ (must stay 0)
+  std::string first_error;
+};
+
+class Bench {
+ public:
+  Bench(const BenchOptions& o, Store& store, const Shape& shape)
+      : o_(o), store_(store), shape_(shape), run_(now_ns() & 0xffffffffffffull) {}
+
+  Status prepare() {
+    const uint64_t page = shape_.page_bytes();
+    const uint64_t slots = o_.batch;
+    KVTIER_ASSIGN_OR_RETURN(reference_, AlignedBuffer::allocate(slots * page, 4096, false));
+    for (uint64_t j = 0; j < slots; ++j)
+      fill_reference(reference_.data() + j * page, page, j + 1);
+    // One pool slice per client thread, filled (so touched) before it is registered.
+    KVTIER_ASSIGN_OR_RETURN(pool_, AlignedBuffer::allocate(o_.threads * slots * page, 4096, false));
+    for (uint64_t t = 0; t < o_.threads; ++t) {
+      std::memcpy(pool_.data() + t * slots * page, reference_.data(), slots * page);
+    }
+    KVTIER_ASSIGN_OR_RETURN(registration_, store_.register_memory(pool_.data(), pool_.size()));
+    for (uint64_t i = 0; i < o_.pages; ++i)
+      keys_.push_back(fmt::format("kvtier-bench-{:016x}", i));
+    return ok_status();
+  }
+
+  PhaseResult run(TransferOp op, Progress& progress) {
+    PhaseResult total;
+    std::mutex mu;
+    std::atomic<uint64_t> next{0}, done{0};
+    const uint64_t batches = (o_.pages + o_.batch - 1) / o_.batch;
+    auto worker = [&](uint64_t t) {
+      PhaseResult mine;
+      std::vector<std::string_view> keys;
+      std::vector<ConstBuffer> in;
+      std::vector<MutableBuffer> out;
+      for (uint64_t b; (b = next.fetch_add(1)) < batches;) {
+        const uint64_t first = b * o_.batch;
+        const uint64_t n = std::min(o_.batch, o_.pages - first);
+        keys.assign(keys_.begin() + first, keys_.begin() + first + n);
+        in.clear();
+        out.clear();
+        for (uint64_t j = 0; j < n; ++j) {
+          for (uint32_t p = 0; p < shape_.pieces; ++p) {
+            std::byte* piece = piece_ptr(t, j, p);
+            if (op == TransferOp::kWrite) {
+              stamp(piece, shape_.piece_bytes, first + j, p, run_);
+              in.push_back(ConstBuffer{piece, shape_.piece_bytes});
+            } else {
+              out.push_back(MutableBuffer{piece, shape_.piece_bytes});
+            }
+          }
+        }
+        const Stopwatch sw;
+        BatchResult r =
+            op == TransferOp::kWrite ? store_.batch_put(keys, in) : store_.batch_get(keys, out);
+        const double s = sw.elapsed_s();
+        mine.busy_s += s;
+        mine.latency_ms.push_back(s * 1e3);
+        if (!r.status.ok()) {
+          mine.errors += n;
+          if (mine.first_error.empty()) mine.first_error = r.status.to_string();
+        }
+        for (uint64_t j = 0; j < r.pages.size(); ++j) {
+          const Status& st = r.pages[j];
+          if (st.ok()) {
+            ++mine.ok_pages;
+            if (op == TransferOp::kRead && !page_intact(t, j, first + j)) ++mine.wrong_bytes;
+          } else if (st.code() == StatusCode::kNotFound) {
+            ++mine.misses;
+          } else if (st.code() == StatusCode::kCorrupt) {
+            ++mine.corrupt;
+          } else {
+            ++mine.errors;
+            if (mine.first_error.empty()) mine.first_error = st.to_string();
+          }
+        }
+        progress.update(done.fetch_add(n) + n);
+      }
+      std::lock_guard lock(mu);
+      total.busy_s = std::max(total.busy_s, mine.busy_s);
+      total.latency_ms.insert(total.latency_ms.end(), mine.latency_ms.begin(),
+                              mine.latency_ms.end());
+      total.ok_pages += mine.ok_pages;
+      total.misses += mine.misses;
+      total.corrupt += mine.corrupt;
+      total.errors += mine.errors;
+      total.wrong_bytes += mine.wrong_bytes;
+      if (total.first_error.empty()) total.first_error = mine.first_error;
+    };
+    std::vector<std::thread> threads;
+    for (uint64_t t = 1; t < o_.threads; ++t)
+      threads.emplace_back(worker, t);
+    worker(0);
+    for (auto& th : threads)
+      th.join();
+    progress.finish();
+    return total;
+  }
+
+  // The kernel's first write into each pool page is far slower than later ones on some
+  // machines: read one batch into every slot, untimed, as a serving engine's pool would be.
+  void warm_up() {
+    const uint64_t n = std::min(o_.batch, o_.pages);
+    std::vector<std::string_view> keys(keys_.begin(), keys_.begin() + n);
+    for (uint64_t t = 0; t < o_.threads; ++t) {
+      std::vector<MutableBuffer> out;
+      for (uint64_t j = 0; j < n; ++j) {
+        for (uint32_t p = 0; p < shape_.pieces; ++p) {
+          out.push_back(MutableBuffer{piece_ptr(t, j, p), shape_.piece_bytes});
+        }
+      }
+      (void)store_.batch_get(keys, out);
+    }
+  }
+
+ private:
+  std::byte* piece_ptr(uint64_t thread, uint64_t slot, uint32_t piece) {
+    return pool_.data() + (thread * o_.batch + slot) * shape_.page_bytes() +
+           piece * shape_.piece_bytes;
+  }
+
+  bool page_intact(uint64_t thread, uint64_t slot, uint64_t page) {
+    for (uint32_t p = 0; p < shape_.pieces; ++p) {
+      std::byte* got = piece_ptr(thread, slot, p);
+      const std::byte* ref =
+          reference_.data() + slot * shape_.page_bytes() + p * shape_.piece_bytes;
+      alignas(8) std::byte expect[kStampBytes];
+      std::memcpy(expect, ref, kStampBytes > shape_.piece_bytes ? shape_.piece_bytes : kStampBytes);
+      stamp(expect, shape_.piece_bytes, page, p, run_);
+      const uint64_t s = std::min<uint64_t>(kStampBytes, shape_.piece_bytes);
+      if (std::memcmp(got, expect, s) != 0) return false;
+      if (std::memcmp(got + s, ref + s, shape_.piece_bytes - s) != 0) return false;
+    }
+    return true;
+  }
+
+  const BenchOptions& o_;
+  Store& store_;
+  const Shape shape_;
+  const uint64_t run_;
+  AlignedBuffer reference_;
+  AlignedBuffer pool_;
+  Registration registration_;  // after pool_: released first
+  std::vector<std::string> keys_;
+};
+
+nlohmann::json phase_json(const PhaseResult& r, uint64_t bytes, uint64_t pages) {
+  const Percentiles p = percentiles(r.latency_ms);
+  return {{"gbps", r.busy_s > 0 ? static_cast<double>(bytes) / r.busy_s / 1e9 : 0.0},
+          {"pages_per_s", r.busy_s > 0 ? static_cast<double>(pages) / r.busy_s : 0.0},
+          {"seconds", r.busy_s},
+          {"batch_latency_ms", {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"max", p.max}}},
+          {"ok_pages", r.ok_pages},
+          {"misses", r.misses},
+          {"corrupt", r.corrupt},
+          {"errors", r.errors}};
+}
+
+std::string human_bytes(uint64_t b) {
+  if (b >= (1ull << 30) && b % (1ull << 20) == 0)
+    return fmt::format("{:.2f} GiB", b / double(1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.2f} MiB", b / double(1ull << 20));
+  if (b >= 1024) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{} B", b);
+}
+
+}  // namespace
+
+std::string default_bench_dir() {
+  const char* tmp = std::getenv("TMPDIR");
+  if (tmp != nullptr && *tmp != '\0') return std::string(tmp) + "/kvtier-bench";
+  return "kvtier-bench";
+}
+
+int run_bench(const BenchOptions& o) {
+  const Shape shape = shape_for(o);
+  const std::string where = !o.uri.empty() ? o.uri : !o.dir.empty() ? o.dir : default_bench_dir();
+  Result<StoreLocation> loc = parse_store_uri(where);
+  if (!loc.ok()) {
+    fmt::print(stderr, "kvtier bench: {}\n", loc.status().to_string());
+    return kExitUsage;
+  }
+  if (o.io_threads != 0) loc->params["io_threads"] = std::to_string(o.io_threads);
+  const uint64_t pool_bytes = (o.threads + 1) * o.batch * shape.page_bytes();
+  if (pool_bytes > (uint64_t{64} << 30)) {
+    fmt::print(stderr, "kvtier bench: the host pool would need {}; lower --batch or --threads\n",
+               human_bytes(pool_bytes));
+    return kExitUsage;
+  }
+
+  const size_t fds_before = count_open_fds().value_or(0);
+  size_t fds_during = 0;
+  nlohmann::json out;
+  PhaseResult wr, rd;
+  std::string backend, selection, uri;
+  {
+    StoreConfig cfg;
+    cfg.location = *loc;
+    cfg.backend = o.backend;
+    cfg.fsync = o.fsync;
+    cfg.ns.model = "kvtier-bench:" + shape.name;
+    cfg.ns.dtype = "bfloat16";
+    cfg.ns.layout = "page_first";
+    cfg.ns.page_tokens = shape.page_tokens;
+    cfg.ns.piece_bytes = shape.piece_bytes;
+    cfg.ns.pieces_per_page = shape.pieces;
+    Result<std::unique_ptr<Store>> store = Store::open(cfg);
+    if (!store.ok()) {
+      fmt::print(stderr, "kvtier bench: cannot open the store at {}: {}\n", where,
+                 store.status().to_string());
+      return kExitUsage;
+    }
+    backend = (*store)->backend_selection().chosen;
+    selection = (*store)->backend_selection().summary();
+    uri = cfg.location.uri();
+    Bench bench(o, **store, shape);
+    if (Status st = bench.prepare(); !st.ok()) {
+      fmt::print(stderr, "kvtier bench: {}\n", st.to_string());
+      return kExitUsage;
+    }
+    const bool bars = !o.json && ::isatty(STDERR_FILENO);
+    {
+      Progress p("write", o.pages, bars);
+      wr = bench.run(TransferOp::kWrite, p);
+    }
+    fds_during = count_open_fds().value_or(0);
+    bench.warm_up();
+    {
+      Progress p("read ", o.pages, bars);
+      rd = bench.run(TransferOp::kRead, p);
+    }
+    if (!o.keep) {
+      if (Status st = (*store)->clear(); !st.ok()) {
+        fmt::print(stderr, "kvtier bench: clearing the bench pages failed: {}\n", st.to_string());
+      }
+    }
+  }
+  const size_t fds_after = count_open_fds().value_or(0);
+
+  const uint64_t bytes = o.pages * shape.page_bytes();
+  const bool verified = wr.ok_pages == o.pages && rd.ok_pages == o.pages && rd.wrong_bytes == 0;
+  out = {{"write_gbps", phase_json(wr, bytes, o.pages)["gbps"]},
+         {"read_gbps", phase_json(rd, bytes, o.pages)["gbps"]},
+         {"write", phase_json(wr, bytes, o.pages)},
+         {"read", phase_json(rd, bytes, o.pages)},
+         {"pages", o.pages},
+         {"page_bytes", shape.page_bytes()},
+         {"pieces_per_page", shape.pieces},
+         {"shape", shape.name},
+         {"batch", o.batch},
+         {"threads", o.threads},
+         {"verified", verified},
+         {"wrong_bytes_pages", rd.wrong_bytes},
+         {"fds_before", fds_before},
+         {"fds_during", fds_during},
+         {"fds_after", fds_after},
+         {"backend", backend},
+         {"backend_selection", selection},
+         {"uri", uri},
+         {"fsync", o.fsync},
+         {"kept", o.keep}};
+  if (o.json) {
+    fmt::print("{}\n", out.dump());
+  } else {
+    auto line = [&](const char* name, const PhaseResult& r) {
+      const Percentiles p = percentiles(r.latency_ms);
+      const double gbps = r.busy_s > 0 ? bytes / r.busy_s / 1e9 : 0;
+      const double pps = r.busy_s > 0 ? o.pages / r.busy_s : 0;
+      fmt::print(
+          "  {:<6} {:7.2f} GB/s  {:9.1f} pages/s   batch ms p50 {:.2f}  p90 {:.2f}  p99 {:.2f}  "
+          "max {:.2f}\n",
+          name, gbps, pps, p.p50, p.p90, p.p99, p.max);
+      if (r.misses + r.corrupt + r.errors > 0) {
+        fmt::print("         {} misses, {} corrupt, {} errors{}{}\n", r.misses, r.corrupt, r.errors,
+                   r.first_error.empty() ? "" : "; first: ", r.first_error);
+      }
+    };
+    fmt::print("kvtier bench: {} pages of {} ({} x {} B, {}), batch {}, {} thread{}\n", o.pages,
+               human_bytes(shape.page_bytes()), shape.pieces, shape.piece_bytes, shape.name,
+               o.batch, o.threads, o.threads == 1 ? "" : "s");
+    fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
+    line("write", wr);
+    line("read", rd);
+    fmt::print("  verified {}  ({} of {} pages byte-exact{})\n", verified ? "yes" : "NO",
+               rd.ok_pages - rd.wrong_bytes, o.pages,
+               rd.wrong_bytes ? fmt::format(", {} with WRONG BYTES", rd.wrong_bytes) : "");
+    fmt::print("  fds    before {}  during {}  after {}\n", fds_before, fds_during, fds_after);
+    fmt::print("  pages  {}\n",
+               o.keep ? "kept (kvtier stat / kvtier verify " + where + ")" : "cleared");
+  }
+  return verified ? kExitOk : kExitFailed;
+}
+
+}  // namespace kvtier::cli

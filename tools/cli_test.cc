@@ -1,0 +1,130 @@
+// The `kvtier` CLI end to end: bench, stat and verify as a user runs them.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "src/testing/test_util.h"
+
+namespace {
+
+struct CliRun {
+  int exit_code;
+  std::string out;
+};
+
+CliRun run(const std::string& args) {
+  const std::string cmd = std::string(KVTIER_CLI) + " " + args + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0)
+    out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+nlohmann::json json_of(const CliRun& r) {
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.out;
+  return j;
+}
+
+TEST(Cli, BenchVerifiesReportsAndClearsAfterItself) {
+  kvtier::testing::TempDir dir;
+  CliRun r = run("bench --dir " + dir.path() + " --page-bytes 70272 --pages 40 --batch 16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = json_of(r);
+  for (const char* k : {"write_gbps", "read_gbps", "pages", "page_bytes", "verified", "fds_before",
+                        "fds_after", "backend"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_EQ(j["verified"], true);
+  EXPECT_EQ(j["pages"], 40);
+  EXPECT_EQ(j["page_bytes"], 70272);
+  EXPECT_EQ(j["backend"], "posix");
+  EXPECT_EQ(j["fds_before"], j["fds_after"]);
+  EXPECT_GT(j["read_gbps"].get<double>(), 0.0);
+  nlohmann::json s = json_of(run("stat " + dir.path() + " --json"));
+  EXPECT_EQ(s["pages"], 0) << "pages were not cleared";
+}
+
+TEST(Cli, KeptPagesShowInStatAndVerifyFindsCorruption) {
+  kvtier::testing::TempDir dir;
+  ASSERT_EQ(run("bench --dir " + dir.path() +
+                " --model qwen2.5-72b-tp8 --pages 6 --batch 4 --keep --json")
+                .exit_code,
+            0);
+  nlohmann::json s = json_of(run("stat " + dir.path() + " --json"));
+  EXPECT_EQ(s["pages"], 6);
+  EXPECT_EQ(s["temp_files"], 0);
+  ASSERT_EQ(s["namespaces"].size(), 1u);
+  EXPECT_EQ(s["namespaces"][0]["manifest"]["model"], "kvtier-bench:qwen2.5-72b-tp8");
+  EXPECT_EQ(s["namespaces"][0]["manifest"]["pieces_per_page"], 2);
+
+  CliRun ok = run("verify " + dir.path() + " --json");
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_EQ(json_of(ok)["intact"], 6);
+
+  // Damage one page.
+  std::string victim;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+    if (e.is_regular_file() && e.path().filename().string().size() == 32) victim = e.path();
+  }
+  ASSERT_FALSE(victim.empty());
+  std::string bytes = kvtier::testing::read_file(victim);
+  bytes[bytes.size() / 2] ^= 0x20;
+  kvtier::testing::write_file(victim, bytes);
+  CliRun bad = run("verify " + dir.path() + " --json");
+  EXPECT_EQ(bad.exit_code, 1) << bad.out;
+  nlohmann::json v = json_of(bad);
+  ASSERT_EQ(v["corrupt"].size(), 1u);
+  EXPECT_EQ(v["corrupt"][0]["path"], victim);
+  EXPECT_EQ(v["intact"], 5);
+  // Text mode lists it too.
+  CliRun text = run("verify " + dir.path());
+  EXPECT_EQ(text.exit_code, 1);
+  EXPECT_NE(text.out.find("CORRUPT " + victim), std::string::npos) << text.out;
+}
+
+TEST(Cli, BenchOnMemoryAndOtherShapes) {
+  kvtier::testing::TempDir dir;
+  CliRun r = run("bench --dir " + dir.path() +
+                 " --backend dram --model deepseek-v3 --pages 5 --batch 2 --threads 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = json_of(r);
+  EXPECT_EQ(j["backend"], "dram");
+  EXPECT_EQ(j["page_bytes"], 4497408);
+  EXPECT_EQ(j["verified"], true);
+}
+
+TEST(Cli, TextOutputNamesTheEssentials) {
+  kvtier::testing::TempDir dir;
+  CliRun r = run("bench --dir " + dir.path() + " --page-bytes 4096 --pages 8 --batch 4");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* s : {"GB/s", "pages/s", "p99", "verified yes", "fds", "backend posix"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  }
+}
+
+TEST(Cli, UsageAndOpenErrorsExitTwo) {
+  kvtier::testing::TempDir dir;
+  EXPECT_EQ(run("").exit_code, 2);
+  EXPECT_EQ(run("bench --pages 0").exit_code, 2);
+  EXPECT_EQ(run("bench --model gpt-5").exit_code, 2);
+  EXPECT_EQ(run("bench --dir /x --uri /y").exit_code, 2);
+  EXPECT_EQ(run("verify " + dir.file("missing")).exit_code, 2);
+  EXPECT_EQ(run("stat " + dir.file("missing")).exit_code, 2);
+  EXPECT_EQ(run("stat gopher://x").exit_code, 2);
+  EXPECT_EQ(run("bench --uri s3://bucket/x").exit_code, 2);
+  EXPECT_EQ(run("--help").exit_code, 0);
+  EXPECT_EQ(run("bench --help").exit_code, 0);
+}
+
+}  // namespace

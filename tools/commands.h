@@ -1,0 +1,60 @@
+// The `kvtier` CLI's commands: thin layers over the library.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace kvtier::cli {
+
+// Exit codes shared by every command.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;  // ran, and found a problem (corrupt pages, bad bytes)
+inline constexpr int kExitUsage = 2;   // bad arguments, or the store could not be opened
+
+struct BenchOptions {
+  std::string dir;    // --dir
+  std::string uri;    // --uri
+  std::string model;  // --model
+  uint64_t page_bytes = 0;
+  uint64_t pages = 128;
+  uint64_t batch = 32;
+  uint64_t threads = 1;
+  std::string backend;
+  uint64_t io_threads = 0;
+  bool fsync = false;
+  bool keep = false;
+  bool json = false;
+};
+
+int run_bench(const BenchOptions& options);
+
+struct InspectOptions {
+  std::string location;
+  bool json = false;
+};
+
+int run_stat(const InspectOptions& options);
+int run_verify(const InspectOptions& options);
+
+// The default store location of `kvtier bench`: $TMPDIR/kvtier-bench, or ./kvtier-bench when
+// TMPDIR is unset.
+std::string default_bench_dir();
+
+// A progress line on stderr, drawn only when stderr is a terminal.
+class Progress {
+ public:
+  Progress(std::string label, uint64_t total, bool enabled);
+  ~Progress();
+  void update(uint64_t done);
+  void finish();
+
+ private:
+  std::string label_;
+  uint64_t total_;
+  bool enabled_;
+  bool drawn_ = false;
+  int last_permille_ = -1;
+};
+
+}  // namespace kvtier::cli

@@ -1,0 +1,150 @@
+// kvtier stat / kvtier verify, and the progress line.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "kvtier/store/inspect.h"
+
+namespace kvtier::cli {
+namespace {
+
+Result<StoreLocation> location_of(const std::string& where, const char* command) {
+  Result<StoreLocation> loc = parse_store_uri(where);
+  if (!loc.ok()) fmt::print(stderr, "kvtier {}: {}\n", command, loc.status().to_string());
+  return loc;
+}
+
+nlohmann::json manifest_of(const NamespaceSummary& ns) {
+  if (ns.manifest_json.empty()) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(ns.manifest_json, nullptr, false);
+  return j.is_discarded() ? nlohmann::json(nullptr) : j;
+}
+
+std::string describe(const nlohmann::json& m) {
+  if (!m.is_object()) return "(no description)";
+  auto str = [&](const char* k) {
+    return m.contains(k) && m[k].is_string() ? m[k].get<std::string>() : std::string("?");
+  };
+  auto num = [&](const char* k) {
+    return m.contains(k) && m[k].is_number() ? m[k].get<uint64_t>() : uint64_t{0};
+  };
+  std::string tp = "tp replicated";
+  if (m.contains("tp") && m["tp"].is_array()) {
+    tp = fmt::format("tp {}/{}", m["tp"][0].get<uint64_t>(), m["tp"][1].get<uint64_t>());
+  }
+  std::string geometry = num("piece_bytes") != 0
+                             ? fmt::format("{} x {} B", num("pieces_per_page"), num("piece_bytes"))
+                             : "any size";
+  return fmt::format("{} {} {} p{} {} {}", str("model"), str("dtype"), str("layout"),
+                     num("page_tokens"), geometry, tp);
+}
+
+}  // namespace
+
+Progress::Progress(std::string label, uint64_t total, bool enabled)
+    : label_(std::move(label)), total_(total), enabled_(enabled && total > 0) {}
+
+Progress::~Progress() {
+  finish();
+}
+
+void Progress::update(uint64_t done) {
+  if (!enabled_) return;
+  const int permille = static_cast<int>(done * 1000 / total_);
+  if (permille == last_permille_) return;
+  last_permille_ = permille;
+  constexpr int kWidth = 40;
+  const int filled = permille * kWidth / 1000;
+  fmt::print(stderr, "\r{} [{}{}] {}/{}", label_, std::string(filled, '#'),
+             std::string(kWidth - filled, ' '), done, total_);
+  drawn_ = true;
+}
+
+void Progress::finish() {
+  if (drawn_) fmt::print(stderr, "\r{}\r", std::string(label_.size() + 60, ' '));
+  drawn_ = false;
+}
+
+int run_stat(const InspectOptions& o) {
+  Result<StoreLocation> loc = location_of(o.location, "stat");
+  if (!loc.ok()) return kExitUsage;
+  Result<Inventory> inv = take_inventory(*loc);
+  if (!inv.ok()) {
+    fmt::print(stderr, "kvtier stat: {}\n", inv.status().to_string());
+    return kExitUsage;
+  }
+  if (o.json) {
+    nlohmann::json namespaces = nlohmann::json::array();
+    for (const NamespaceSummary& ns : inv->namespaces) {
+      namespaces.push_back({{"id", ns.id},
+                            {"dir", ns.dir},
+                            {"pages", ns.pages},
+                            {"bytes", ns.bytes},
+                            {"payload_bytes", ns.payload_bytes},
+                            {"temp_files", ns.temp_files},
+                            {"other_files", ns.other_files},
+                            {"manifest", manifest_of(ns)}});
+    }
+    nlohmann::json j = {{"uri", loc->uri()},
+                        {"pages", inv->pages},
+                        {"bytes", inv->bytes},
+                        {"temp_files", inv->temp_files},
+                        {"namespaces", namespaces}};
+    fmt::print("{}\n", j.dump());
+    return kExitOk;
+  }
+  fmt::print("{}: {} pages, {} bytes, {} namespaces, {} temporary files\n", loc->uri(), inv->pages,
+             inv->bytes, inv->namespaces.size(), inv->temp_files);
+  for (const NamespaceSummary& ns : inv->namespaces) {
+    fmt::print("  {}  {:>8} pages {:>14} bytes  {}{}{}\n", ns.id.substr(0, 12), ns.pages, ns.bytes,
+               describe(manifest_of(ns)),
+               ns.temp_files ? fmt::format("  ({} temporaries)", ns.temp_files) : "",
+               ns.other_files ? fmt::format("  ({} foreign files)", ns.other_files) : "");
+  }
+  return kExitOk;
+}
+
+int run_verify(const InspectOptions& o) {
+  Result<StoreLocation> loc = location_of(o.location, "verify");
+  if (!loc.ok()) return kExitUsage;
+  Result<VerifyReport> report = invalid_argument_error("not run");
+  {
+    // The total is known once the pages are listed: the bar starts with the first page.
+    std::unique_ptr<Progress> bar;
+    report = verify_store(*loc, [&](uint64_t done, uint64_t total) {
+      if (!bar)
+        bar = std::make_unique<Progress>("verify", total, !o.json && ::isatty(STDERR_FILENO));
+      bar->update(done);
+    });
+  }
+  if (!report.ok()) {
+    fmt::print(stderr, "kvtier verify: {}\n", report.status().to_string());
+    return kExitUsage;
+  }
+  const bool ok = report->problems.empty();
+  if (o.json) {
+    nlohmann::json corrupt = nlohmann::json::array();
+    for (const VerifyProblem& p : report->problems) {
+      corrupt.push_back({{"path", p.path},
+                         {"namespace", p.namespace_id},
+                         {"code", std::string(status_code_name(p.status.code()))},
+                         {"error", std::string(p.status.message())}});
+    }
+    nlohmann::json j = {{"uri", loc->uri()},        {"pages", report->pages},
+                        {"intact", report->intact}, {"bytes", report->bytes},
+                        {"corrupt", corrupt},       {"ok", ok}};
+    fmt::print("{}\n", j.dump());
+  } else {
+    for (const VerifyProblem& p : report->problems) {
+      fmt::print("CORRUPT {}: {}\n", p.path, p.status.message());
+    }
+    fmt::print("{}: {} pages checked, {} intact, {} corrupt\n", loc->uri(), report->pages,
+               report->intact, report->problems.size());
+  }
+  return ok ? kExitOk : kExitFailed;
+}
+
+}  // namespace kvtier::cli
