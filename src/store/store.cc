@@ -287,6 +287,48 @@ struct Store::Impl {
     return out;
   }
 
+  // One valid page of a window, and what is opened for it.
+  template <typename Buffer>
+  struct PageWork {
+    size_t page;  // index in the window
+    routing::Route route;
+    uint64_t payload;
+    std::span<const Buffer> pieces;
+    Target target;
+    bool header_only = false;  // reads: the object's size does not fit the buffers
+  };
+
+  // Validates every page of a window: invalid pages get their status in `out`, valid ones
+  // come back routed.
+  template <typename Buffer>
+  std::vector<PageWork<Buffer>> plan(std::span<const std::string_view> keys,
+                                     std::span<const Buffer> pieces, size_t k,
+                                     std::span<Status> out) {
+    std::vector<PageWork<Buffer>> work;
+    work.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto page_pieces = pieces.subspan(i * k, k);
+      uint64_t payload = 0;
+      Status st = validate_page(keys[i], page_pieces, &payload);
+      if (!st.ok()) {
+        bump(counters.invalid_requests);
+        out[i] = std::move(st);
+        continue;
+      }
+      work.push_back(PageWork<Buffer>{i, router.route(keys[i]), payload, page_pieces, {}});
+    }
+    return work;
+  }
+
+  // The first failure among a page's `count` descriptors starting at `first`, or OK.
+  static Status page_result(const Transfer& xfer, size_t first, size_t count) {
+    const auto results = xfer.results();
+    for (size_t d = first; d < first + count; ++d) {
+      if (!results[d].ok()) return results[d];
+    }
+    return ok_status();
+  }
+
   void put_window(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,
                   size_t k, std::span<Status> out);
   void get_window(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
@@ -314,32 +356,11 @@ Status Store::Impl::open_namespace() {
 
 void Store::Impl::put_window(std::span<const std::string_view> keys,
                              std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out) {
-  const size_t n = keys.size();
-
-  struct Work {
-    size_t page;
-    routing::Route route;
-    uint64_t payload;
-    std::span<const ConstBuffer> pieces;
-    Target target;
-  };
-  std::vector<Work> work;
-  work.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const auto page_pieces = pieces.subspan(i * k, k);
-    uint64_t payload = 0;
-    Status st = validate_page(keys[i], page_pieces, &payload);
-    if (!st.ok()) {
-      bump(counters.invalid_requests);
-      out[i] = std::move(st);
-      continue;
-    }
-    work.push_back(Work{i, router.route(keys[i]), payload, page_pieces, {}});
-  }
+  auto work = plan(keys, pieces, k, out);
 
   Result<HeaderPool::Lease> lease = headers.acquire(work.size());
   if (!lease.ok()) {
-    for (const Work& w : work)
+    for (const auto& w : work)
       out[w.page] = lease.status();
     bump(counters.put_failures, work.size());
     return;
@@ -363,7 +384,7 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
 
   std::vector<TargetSpec> specs;
   specs.reserve(work.size());
-  for (const Work& w : work) {
+  for (const auto& w : work) {
     specs.push_back(TargetSpec{w.route.path, TargetMode::kCreate, kHeaderBytes + w.payload,
                                router.temp_dir(w.route.base)});
   }
@@ -401,15 +422,7 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
   for (size_t w = 0; w < work.size(); ++w) {
     if (first_desc[w] == SIZE_MAX) continue;
     Status st = batch_error;
-    if (st.ok()) {
-      const auto results = xfer->results();
-      for (size_t d = first_desc[w]; d < first_desc[w] + 1 + work[w].pieces.size(); ++d) {
-        if (!results[d].ok()) {
-          st = results[d];
-          break;
-        }
-      }
-    }
+    if (st.ok()) st = page_result(*xfer, first_desc[w], 1 + work[w].pieces.size());
     if (st.ok()) st = work[w].target.publish(PublishOptions{.durable = config.fsync});
     out[work[w].page] = std::move(st);
   }
@@ -428,40 +441,18 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
 void Store::Impl::get_window(std::span<const std::string_view> keys,
                              std::span<const MutableBuffer> pieces, size_t k,
                              std::span<Status> out) {
-  const size_t n = keys.size();
-
-  struct Work {
-    size_t page;
-    routing::Route route;
-    uint64_t payload;
-    std::span<const MutableBuffer> pieces;
-    Target target;
-    bool header_only;  // the object's size does not fit the buffers: read the header to tell
-  };
-  std::vector<Work> work;
-  work.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const auto page_pieces = pieces.subspan(i * k, k);
-    uint64_t payload = 0;
-    Status st = validate_page(keys[i], page_pieces, &payload);
-    if (!st.ok()) {
-      bump(counters.invalid_requests);
-      out[i] = std::move(st);
-      continue;
-    }
-    work.push_back(Work{i, router.route(keys[i]), payload, page_pieces, {}, false});
-  }
+  auto work = plan(keys, pieces, k, out);
 
   std::vector<TargetSpec> specs;
   specs.reserve(work.size());
-  for (const Work& w : work)
+  for (const auto& w : work)
     specs.push_back(TargetSpec{w.route.path, TargetMode::kRead, 0, {}});
   std::vector<Result<Target>> opened = agent.open_targets(specs);
 
-  std::vector<Work*> reading;
+  std::vector<PageWork<MutableBuffer>*> reading;
   reading.reserve(work.size());
   for (size_t w = 0; w < work.size(); ++w) {
-    Work& wk = work[w];
+    auto& wk = work[w];
     if (!opened[w].ok()) {
       out[wk.page] = std::move(opened[w]).status();
       continue;
@@ -484,7 +475,7 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
   std::vector<size_t> first_desc(reading.size());
   if (batch_error.ok()) {
     for (size_t r = 0; r < reading.size(); ++r) {
-      Work& wk = *reading[r];
+      auto& wk = *reading[r];
       first_desc[r] = mem.size();
       mem.push_back(MemDesc{lease->block(r).data(), kHeaderBytes});
       sto.push_back(StorageDesc{&wk.target, 0, kHeaderBytes});
@@ -508,19 +499,10 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
   }
 
   for (size_t r = 0; r < reading.size(); ++r) {
-    Work& wk = *reading[r];
+    auto& wk = *reading[r];
     Status& st = out[wk.page];
     st = batch_error;
-    const size_t descs = wk.header_only ? 1 : 1 + wk.pieces.size();
-    if (st.ok()) {
-      const auto results = xfer->results();
-      for (size_t d = first_desc[r]; d < first_desc[r] + descs; ++d) {
-        if (!results[d].ok()) {
-          st = results[d];
-          break;
-        }
-      }
-    }
+    if (st.ok()) st = page_result(*xfer, first_desc[r], wk.header_only ? 1 : 1 + wk.pieces.size());
     if (!st.ok()) continue;
     Result<page::Header> h = page::decode(lease->block(r));
     if (!h.ok()) {
@@ -552,8 +534,7 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
     }
   }
 
-  for (size_t i = 0; i < n; ++i) {
-    const Status& st = out[i];
+  for (const Status& st : out) {
     switch (st.code()) {
       case StatusCode::kOk:
         break;
@@ -568,7 +549,7 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
         break;
     }
   }
-  for (Work& wk : work) {
+  for (auto& wk : work) {
     const Status& st = out[wk.page];
     if (st.ok()) {
       bump(counters.get_hits);
