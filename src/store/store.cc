@@ -333,6 +333,9 @@ struct Store::Impl {
                   size_t k, std::span<Status> out);
   void get_window(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
                   size_t k, std::span<Status> out);
+  // Checks a page whose descriptors all completed: header, then payload checksum.
+  Status verify_page(const PageWork<MutableBuffer>& wk, std::string_view key,
+                     std::span<const std::byte, kHeaderBytes> block) const;
   Status open_namespace();
 };
 
@@ -365,22 +368,6 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
     bump(counters.put_failures, work.size());
     return;
   }
-  const uint64_t created = wall_ns();
-  for (size_t w = 0; w < work.size(); ++w) {
-    Checksum64Stream sum;
-    for (const ConstBuffer& p : work[w].pieces)
-      sum.update(p.data, p.size);
-    page::Header h;
-    h.namespace_id = ns_id;
-    h.key_hash = work[w].route.key_hash;
-    h.payload_bytes = work[w].payload;
-    h.payload_checksum = sum.digest();
-    h.piece_count = static_cast<uint32_t>(work[w].pieces.size());
-    h.piece_bytes = page::uniform_piece_bytes(work[w].pieces);
-    h.created_ns = created;
-    h.key = keys[work[w].page];
-    page::encode(h, lease->block(w));
-  }
 
   std::vector<TargetSpec> specs;
   specs.reserve(work.size());
@@ -390,52 +377,108 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
   }
   std::vector<Result<Target>> opened = agent.open_targets(specs);
 
-  std::vector<MemDesc> mem;
-  std::vector<StorageDesc> sto;
-  std::vector<size_t> first_desc(work.size(), SIZE_MAX);
-  for (size_t w = 0; w < work.size(); ++w) {
-    if (!opened[w].ok()) {
-      out[work[w].page] = std::move(opened[w]).status();
-      continue;
+  // Pages go out in chunks that grow from 1 MiB to 16 MiB: while the backend writes one
+  // chunk, this thread checksums the next, so checksumming overlaps the copy.
+  struct Chunk {
+    std::vector<size_t> pages;  // indexes into `work`
+    std::vector<size_t> first_desc;
+    Result<Transfer> xfer = Transfer();
+    Status error;  // the chunk's request could not be made or posted
+  };
+  std::vector<Chunk> chunks;
+  const uint64_t created = wall_ns();
+  uint64_t chunk_target = 1 << 20;
+  size_t next = 0;
+  while (next < work.size()) {
+    Chunk& c = chunks.emplace_back();
+    uint64_t bytes = 0;
+    std::vector<MemDesc> mem;
+    std::vector<StorageDesc> sto;
+    for (; next < work.size() && (c.pages.empty() || bytes < chunk_target); ++next) {
+      auto& w = work[next];
+      if (!opened[next].ok()) {
+        out[w.page] = std::move(opened[next]).status();
+        continue;
+      }
+      w.target = std::move(opened[next]).value();
+      Checksum64Stream sum;
+      for (const ConstBuffer& p : w.pieces)
+        sum.update(p.data, p.size);
+      page::Header h;
+      h.namespace_id = ns_id;
+      h.key_hash = w.route.key_hash;
+      h.payload_bytes = w.payload;
+      h.payload_checksum = sum.digest();
+      h.piece_count = static_cast<uint32_t>(w.pieces.size());
+      h.piece_bytes = page::uniform_piece_bytes(w.pieces);
+      h.created_ns = created;
+      h.key = keys[w.page];
+      page::encode(h, lease->block(next));
+
+      c.pages.push_back(next);
+      c.first_desc.push_back(mem.size());
+      mem.push_back(MemDesc{lease->block(next).data(), kHeaderBytes});
+      sto.push_back(StorageDesc{&w.target, 0, kHeaderBytes});
+      uint64_t off = kHeaderBytes;
+      for (const ConstBuffer& p : w.pieces) {
+        mem.push_back(MemDesc{const_cast<void*>(p.data), p.size});
+        sto.push_back(StorageDesc{&w.target, off, p.size});
+        off += p.size;
+      }
+      bytes += w.payload;
     }
-    work[w].target = std::move(opened[w]).value();
-    first_desc[w] = mem.size();
-    mem.push_back(MemDesc{lease->block(w).data(), kHeaderBytes});
-    sto.push_back(StorageDesc{&work[w].target, 0, kHeaderBytes});
-    uint64_t off = kHeaderBytes;
-    for (const ConstBuffer& p : work[w].pieces) {
-      mem.push_back(MemDesc{const_cast<void*>(p.data), p.size});
-      sto.push_back(StorageDesc{&work[w].target, off, p.size});
-      off += p.size;
-    }
+    chunk_target = std::min<uint64_t>(chunk_target * 2, 16 << 20);
+    if (mem.empty()) continue;
+    c.xfer = agent.make_request(TransferOp::kWrite, mem, sto);
+    c.error = c.xfer.ok() ? c.xfer->post() : c.xfer.status();
   }
 
-  Status batch_error;
-  Result<Transfer> xfer = agent.make_request(TransferOp::kWrite, mem, sto);
-  if (!xfer.ok()) {
-    batch_error = xfer.status();
-  } else if (!mem.empty()) {
-    batch_error = xfer->post();
-    if (batch_error.ok()) xfer->wait();
-  }
-
-  for (size_t w = 0; w < work.size(); ++w) {
-    if (first_desc[w] == SIZE_MAX) continue;
-    Status st = batch_error;
-    if (st.ok()) st = page_result(*xfer, first_desc[w], 1 + work[w].pieces.size());
-    if (st.ok()) st = work[w].target.publish(PublishOptions{.durable = config.fsync});
-    out[work[w].page] = std::move(st);
-  }
-
-  for (size_t w = 0; w < work.size(); ++w) {
-    if (out[work[w].page].ok()) {
-      bump(counters.put_pages);
-      bump(counters.put_bytes, work[w].payload);
+  for (Chunk& c : chunks) {
+    if (c.error.ok() && c.xfer->valid()) c.xfer->wait();
+    for (size_t i = 0; i < c.pages.size(); ++i) {
+      auto& w = work[c.pages[i]];
+      Status st = c.error;
+      if (st.ok()) st = page_result(*c.xfer, c.first_desc[i], 1 + w.pieces.size());
+      if (st.ok()) st = w.target.publish(PublishOptions{.durable = config.fsync});
+      if (st.ok()) {
+        bump(counters.put_pages);
+        bump(counters.put_bytes, w.payload);
+      }
+      out[w.page] = std::move(st);
     }
   }
   for (const Status& s : out) {
     if (!s.ok()) bump(counters.put_failures);
   }
+}
+
+Status Store::Impl::verify_page(const PageWork<MutableBuffer>& wk, std::string_view key,
+                                std::span<const std::byte, kHeaderBytes> block) const {
+  Result<page::Header> h = page::decode(block);
+  if (!h.ok()) return h.status();
+  const page::Expectation expect{ns_id, key, wk.payload, static_cast<uint32_t>(wk.pieces.size()),
+                                 page::uniform_piece_bytes(wk.pieces)};
+  Status st = page::check(*h, expect);
+  if (!st.ok()) {
+    if (h->namespace_id == ns_id && h->key == key &&
+        wk.target.size() == kHeaderBytes + h->payload_bytes) {
+      // An intact page of this key, asked for with buffers of another size or layout: the
+      // caller's mistake, not damage. Not data, not dropped.
+      return invalid_argument_error(fmt::format(
+          "stored page is {} bytes in {} pieces; the buffers hold {} bytes in {} pieces",
+          h->payload_bytes, h->piece_count, wk.payload, wk.pieces.size()));
+    }
+    return st;
+  }
+  if (wk.header_only) {
+    return corrupt_error(fmt::format("object is {} bytes; its header says {}", wk.target.size(),
+                                     kHeaderBytes + h->payload_bytes));
+  }
+  Checksum64Stream sum;
+  for (const MutableBuffer& p : wk.pieces)
+    sum.update(p.data, p.size);
+  if (sum.digest() != h->payload_checksum) return corrupt_error("payload checksum mismatch");
+  return ok_status();
 }
 
 void Store::Impl::get_window(std::span<const std::string_view> keys,
@@ -473,28 +516,51 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
   std::vector<MemDesc> mem;
   std::vector<StorageDesc> sto;
   std::vector<size_t> first_desc(reading.size());
+  std::vector<uint32_t> desc_page;  // descriptor -> index in `reading`
   if (batch_error.ok()) {
     for (size_t r = 0; r < reading.size(); ++r) {
       auto& wk = *reading[r];
       first_desc[r] = mem.size();
       mem.push_back(MemDesc{lease->block(r).data(), kHeaderBytes});
       sto.push_back(StorageDesc{&wk.target, 0, kHeaderBytes});
-      if (wk.header_only) continue;
-      uint64_t off = kHeaderBytes;
-      for (const MutableBuffer& p : wk.pieces) {
-        mem.push_back(MemDesc{p.data, p.size});
-        sto.push_back(StorageDesc{&wk.target, off, p.size});
-        off += p.size;
+      if (!wk.header_only) {
+        uint64_t off = kHeaderBytes;
+        for (const MutableBuffer& p : wk.pieces) {
+          mem.push_back(MemDesc{p.data, p.size});
+          sto.push_back(StorageDesc{&wk.target, off, p.size});
+          off += p.size;
+        }
       }
+      desc_page.resize(mem.size(), static_cast<uint32_t>(r));
     }
   }
+
+  // Each page is verified by the thread that completes its last descriptor, while its bytes
+  // are still in that core's cache, and in parallel with the other pages' reads.
+  std::vector<Status> verdicts(reading.size());
+  auto pending = std::make_unique<std::atomic<uint32_t>[]>(reading.size());
+  auto failed = std::make_unique<std::atomic<bool>[]>(reading.size());
+  for (size_t r = 0; r < reading.size(); ++r) {
+    const auto& wk = *reading[r];
+    pending[r].store(wk.header_only ? 1 : 1 + static_cast<uint32_t>(wk.pieces.size()));
+    failed[r].store(false);
+  }
+  TransferCallbacks callbacks;
+  callbacks.on_descriptor = [&](size_t d, const Status& st) {
+    const uint32_t r = desc_page[d];
+    if (!st.ok()) failed[r].store(true, std::memory_order_relaxed);
+    if (pending[r].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (failed[r].load(std::memory_order_relaxed)) return;  // the failure is the page's status
+    verdicts[r] = verify_page(*reading[r], keys[reading[r]->page], lease->block(r));
+  };
+
   Result<Transfer> xfer = Transfer();
   if (batch_error.ok()) {
     xfer = agent.make_request(TransferOp::kRead, mem, sto);
     batch_error = xfer.status();
   }
   if (batch_error.ok() && !mem.empty()) {
-    batch_error = xfer->post();
+    batch_error = xfer->post(std::move(callbacks));
     if (batch_error.ok()) xfer->wait();
   }
 
@@ -503,32 +569,7 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
     Status& st = out[wk.page];
     st = batch_error;
     if (st.ok()) st = page_result(*xfer, first_desc[r], wk.header_only ? 1 : 1 + wk.pieces.size());
-    if (!st.ok()) continue;
-    Result<page::Header> h = page::decode(lease->block(r));
-    if (!h.ok()) {
-      st = h.status();
-    } else {
-      const page::Expectation expect{ns_id, keys[wk.page], wk.payload,
-                                     static_cast<uint32_t>(wk.pieces.size()),
-                                     page::uniform_piece_bytes(wk.pieces)};
-      st = page::check(*h, expect);
-      if (!st.ok() && h->namespace_id == ns_id && h->key == keys[wk.page] &&
-          wk.target.size() == kHeaderBytes + h->payload_bytes) {
-        // An intact page of this key, asked for with buffers of another size or layout: the
-        // caller's mistake, not damage. Not data, not dropped.
-        st = invalid_argument_error(fmt::format(
-            "stored page is {} bytes in {} pieces; the buffers hold {} bytes in {} pieces",
-            h->payload_bytes, h->piece_count, wk.payload, wk.pieces.size()));
-      } else if (st.ok() && wk.header_only) {
-        st = corrupt_error(fmt::format("'{}' is {} bytes; its header says {}", wk.route.path,
-                                       wk.target.size(), kHeaderBytes + h->payload_bytes));
-      } else if (st.ok()) {
-        Checksum64Stream sum;
-        for (const MutableBuffer& p : wk.pieces)
-          sum.update(p.data, p.size);
-        if (sum.digest() != h->payload_checksum) st = corrupt_error("payload checksum mismatch");
-      }
-    }
+    if (st.ok()) st = std::move(verdicts[r]);
     if (st.code() == StatusCode::kCorrupt) {
       st = st.with_context(fmt::format("page '{}'", wk.route.path));
     }

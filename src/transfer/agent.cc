@@ -88,6 +88,7 @@ struct TransferImpl final : IoBatch {
   std::vector<Status> results;
   std::atomic<size_t> remaining{0};
   std::atomic<bool> cancel_flag{false};
+  TransferCallbacks callbacks;  // set before each post, read by completing threads
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -99,6 +100,7 @@ struct TransferImpl final : IoBatch {
 
   void complete(size_t index, Status status) override {
     results[index] = std::move(status);
+    if (callbacks.on_descriptor) callbacks.on_descriptor(index, results[index]);
     if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
   }
 
@@ -145,6 +147,7 @@ struct TransferImpl final : IoBatch {
   }
 
   void finish() {
+    if (callbacks.on_done) callbacks.on_done();
     release_regions(regions.size());
     if (op_ == TransferOp::kWrite) {
       for (const auto& t : targets)
@@ -278,7 +281,7 @@ Transfer::~Transfer() {
   }
 }
 
-Status Transfer::post() {
+Status Transfer::post(TransferCallbacks callbacks) {
   if (!impl_) return invalid_argument_error("post on an empty Transfer");
   {
     std::lock_guard lock(impl_->mu);
@@ -286,6 +289,7 @@ Status Transfer::post() {
       return invalid_argument_error("transfer is already in flight");
     }
     KVTIER_RETURN_IF_ERROR(impl_->acquire());
+    impl_->callbacks = std::move(callbacks);
     impl_->cancel_flag.store(false);
     impl_->remaining.store(impl_->descs_.size());
     impl_->state = TransferState::kInFlight;

@@ -214,6 +214,44 @@ TEST_F(AgentRequest, ValidDescriptorsReadBackWhatWasWritten) {
   EXPECT_EQ(testing::find_pattern_mismatch(dst, 16384, 1), SIZE_MAX);
 }
 
+TEST_F(AgentRequest, CallbacksReportEveryDescriptorThenTheEndBeforeWaitReturns) {
+  constexpr size_t kDescs = 16;
+  std::vector<MemDesc> m;
+  std::vector<StorageDesc> s;
+  for (size_t i = 0; i < kDescs; ++i) {
+    m.push_back({buf_.data() + 32768 + i * 1024, 1024});
+    s.push_back({&target_, i * 1024, 1024});
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x, agent_->make_request(TransferOp::kRead, m, s));
+  std::vector<std::atomic<int>> seen(kDescs);
+  std::atomic<int> done_calls{0};
+  std::atomic<bool> all_seen_at_done{false};
+  TransferCallbacks cb;
+  cb.on_descriptor = [&](size_t i, const Status& st) {
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    // The bytes of a completed descriptor are in memory when it is reported.
+    EXPECT_EQ(std::memcmp(buf_.data() + 32768 + i * 1024, buf_.data() + i * 1024, 1024), 0);
+    ++seen[i];
+  };
+  cb.on_done = [&] {
+    bool all = true;
+    for (auto& v : seen)
+      all = all && v.load() == 1;
+    all_seen_at_done = all;
+    ++done_calls;
+  };
+  KVTIER_ASSERT_OK(x.post(std::move(cb)));
+  x.wait();
+  EXPECT_EQ(done_calls.load(), 1);
+  EXPECT_TRUE(all_seen_at_done.load());
+  for (auto& v : seen)
+    EXPECT_EQ(v.load(), 1);
+  // A second post without callbacks calls none of the old ones.
+  KVTIER_ASSERT_OK(x.post());
+  x.wait();
+  EXPECT_EQ(done_calls.load(), 1);
+}
+
 TEST_F(AgentRequest, RejectsUnregisteredAndStraddlingMemory) {
   AlignedBuffer other = testing::make_buffer(4096);
   EXPECT_EQ(make(TransferOp::kRead, {other.data(), 4096}, {&target_, 0, 4096}).code(),

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -133,6 +134,19 @@ struct StorageDesc {
 
 enum class TransferState : uint8_t { kPrepared, kInFlight, kDone };
 
+// Notifications of a posted transfer. They run on the thread that completed the work (a
+// backend thread, or the poster's own when a backend completes inline), so they must be
+// quick, must not block on other transfers, and must not post, wait on, cancel or destroy the
+// transfer that calls them.
+struct TransferCallbacks {
+  // After descriptor `index` completed with `status` (also in results() afterwards). Calls
+  // for different descriptors may run concurrently on different threads.
+  std::function<void(size_t index, const Status& status)> on_descriptor;
+  // Once, after the last descriptor's on_descriptor and before the transfer reports done:
+  // wait() returns only after it has returned.
+  std::function<void()> on_done;
+};
+
 class Transfer {
  public:
   Transfer() noexcept;
@@ -147,7 +161,7 @@ class Transfer {
 
   // Starts the transfer. Allowed when prepared or done (a done transfer runs again with fresh
   // results). kInvalidArgument when in flight or when a registration it uses was released.
-  Status post();
+  Status post(TransferCallbacks callbacks = {});
   // Non-blocking.
   TransferState state() const;
   bool done() const { return state() == TransferState::kDone; }
