@@ -1,5 +1,6 @@
 // kvtier bench: write N pages, read them back, verify every byte.
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,8 +77,17 @@ Percentiles percentiles(std::vector<double> v) {
   return p;
 }
 
+// CPU seconds this process has used (all threads, user and system).
+double process_cpu_s() {
+  struct rusage ru;
+  if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  auto s = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec * 1e-6; };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
 struct PhaseResult {
   double busy_s = 0;  // the busiest thread's time inside store calls
+  double cpu_s = 0;   // process CPU time inside store calls (the bench's own checks excluded)
   std::vector<double> latency_ms;
   uint64_t ok_pages = 0;
   uint64_t misses = 0;
@@ -136,10 +146,12 @@ class Bench {
             }
           }
         }
+        const double cpu0 = process_cpu_s();
         const Stopwatch sw;
         BatchResult r =
             op == TransferOp::kWrite ? store_.batch_put(keys, in) : store_.batch_get(keys, out);
         const double s = sw.elapsed_s();
+        mine.cpu_s += process_cpu_s() - cpu0;
         mine.busy_s += s;
         mine.latency_ms.push_back(s * 1e3);
         if (!r.status.ok()) {
@@ -164,6 +176,9 @@ class Bench {
       }
       std::lock_guard lock(mu);
       total.busy_s = std::max(total.busy_s, mine.busy_s);
+      // With several client threads the calls overlap and count each other's CPU: exact for
+      // one thread, an upper bound otherwise.
+      total.cpu_s += mine.cpu_s;
       total.latency_ms.insert(total.latency_ms.end(), mine.latency_ms.begin(),
                               mine.latency_ms.end());
       total.ok_pages += mine.ok_pages;
@@ -235,6 +250,8 @@ nlohmann::json phase_json(const PhaseResult& r, uint64_t bytes, uint64_t pages) 
   return {{"gbps", r.busy_s > 0 ? static_cast<double>(bytes) / r.busy_s / 1e9 : 0.0},
           {"pages_per_s", r.busy_s > 0 ? static_cast<double>(pages) / r.busy_s : 0.0},
           {"seconds", r.busy_s},
+          {"cpu_s", r.cpu_s},
+          {"cpu_s_per_gb", bytes > 0 ? r.cpu_s / (static_cast<double>(bytes) / 1e9) : 0.0},
           {"batch_latency_ms", {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"max", p.max}}},
           {"ok_pages", r.ok_pages},
           {"misses", r.misses},
@@ -279,11 +296,18 @@ int run_bench(const BenchOptions& o) {
   nlohmann::json out;
   PhaseResult wr, rd;
   std::string backend, selection, uri;
+  StoreStats store_stats;
   {
     StoreConfig cfg;
     cfg.location = *loc;
     cfg.backend = o.backend;
     cfg.fsync = o.fsync;
+    Result<DirectIo> dio = parse_direct_io(o.direct_io);
+    if (!dio.ok()) {
+      fmt::print(stderr, "kvtier bench: {}\n", dio.status().to_string());
+      return kExitUsage;
+    }
+    cfg.direct_io = *dio;
     cfg.ns.model = "kvtier-bench:" + shape.name;
     cfg.ns.dtype = "bfloat16";
     cfg.ns.layout = "page_first";
@@ -315,6 +339,7 @@ int run_bench(const BenchOptions& o) {
       Progress p("read ", o.pages, bars);
       rd = bench.run(TransferOp::kRead, p);
     }
+    store_stats = (*store)->stats();
     if (!o.keep) {
       if (Status st = (*store)->clear(); !st.ok()) {
         fmt::print(stderr, "kvtier bench: clearing the bench pages failed: {}\n", st.to_string());
@@ -344,6 +369,10 @@ int run_bench(const BenchOptions& o) {
          {"backend_selection", selection},
          {"uri", uri},
          {"fsync", o.fsync},
+         {"direct_io", store_stats.direct_io},
+         {"direct_pages", store_stats.direct_pages},
+         {"staged_pages", store_stats.staged_pages},
+         {"direct_fallback_pages", store_stats.direct_fallback_pages},
          {"kept", o.keep}};
   if (o.json) {
     fmt::print("{}\n", out.dump());
@@ -356,6 +385,9 @@ int run_bench(const BenchOptions& o) {
           "  {:<6} {:7.2f} GB/s  {:9.1f} pages/s   batch ms p50 {:.2f}  p90 {:.2f}  p99 {:.2f}  "
           "max {:.2f}\n",
           name, gbps, pps, p.p50, p.p90, p.p99, p.max);
+      if (r.cpu_s > 0) {
+        fmt::print("         {:.2f} CPU s/GB\n", r.cpu_s / (static_cast<double>(bytes) / 1e9));
+      }
       if (r.misses + r.corrupt + r.errors > 0) {
         fmt::print("         {} misses, {} corrupt, {} errors{}{}\n", r.misses, r.corrupt, r.errors,
                    r.first_error.empty() ? "" : "; first: ", r.first_error);
@@ -365,6 +397,11 @@ int run_bench(const BenchOptions& o) {
                human_bytes(shape.page_bytes()), shape.pieces, shape.piece_bytes, shape.name,
                o.batch, o.threads, o.threads == 1 ? "" : "s");
     fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
+    if (o.direct_io != "off") {
+      fmt::print("  direct I/O {}: {} pages in place, {} staged, {} buffered\n",
+                 store_stats.direct_io, store_stats.direct_pages, store_stats.staged_pages,
+                 store_stats.direct_fallback_pages);
+    }
     line("write", wr);
     line("read", rd);
     fmt::print("  verified {}  ({} of {} pages byte-exact{})\n", verified ? "yes" : "NO",

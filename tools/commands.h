@@ -22,6 +22,7 @@ struct BenchOptions {
   uint64_t threads = 1;
   std::string backend;
   uint64_t io_threads = 0;
+  std::string direct_io = "off";
   bool fsync = false;
   bool keep = false;
   bool json = false;

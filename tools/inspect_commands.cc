@@ -83,7 +83,6 @@ int run_stat(const InspectOptions& o) {
                             {"dir", ns.dir},
                             {"pages", ns.pages},
                             {"bytes", ns.bytes},
-                            {"payload_bytes", ns.payload_bytes},
                             {"temp_files", ns.temp_files},
                             {"other_files", ns.other_files},
                             {"manifest", manifest_of(ns)}});

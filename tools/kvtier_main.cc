@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "posix", "dram"}));
   b->add_option("--io-threads", bench.io_threads, "Backend I/O threads (0: automatic)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{64}));
+  b->add_option("--direct-io", bench.direct_io,
+                "Direct I/O: off, auto (aligned pages only) or on (unaligned pages staged)")
+      ->check(CLI::IsMember({"off", "auto", "on"}))
+      ->capture_default_str();
   b->add_flag("--fsync", bench.fsync, "Make every page durable before a put returns");
   b->add_flag("--keep", bench.keep, "Keep the pages (for kvtier stat/verify) instead of clearing");
   b->add_flag("--json", bench.json, "Print one JSON object");

@@ -78,7 +78,6 @@ Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<
           }
           ++ns.pages;
           ns.bytes += e.size;
-          ns.payload_bytes += e.size > page::kHeaderBytes ? e.size - page::kHeaderBytes : 0;
           if (pages) pages->push_back(PageEntry{dir + "/" + e.name, id, e.name, e.size});
           return ok_status();
         });
@@ -123,9 +122,9 @@ Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
     return corrupt_error(
         fmt::format("holds key hash {}, stored under {}", h.key_hash.hex(), p.name));
   }
-  if (t.size() != page::kHeaderBytes + h.payload_bytes) {
-    return corrupt_error(fmt::format("{} bytes; its header says {}", t.size(),
-                                     page::kHeaderBytes + h.payload_bytes));
+  if (t.size() != page::object_bytes(h.payload_bytes)) {
+    return corrupt_error(
+        fmt::format("{} bytes; its header says {}", t.size(), page::object_bytes(h.payload_bytes)));
   }
   const uint64_t expect = h.payload_checksum;
   Checksum64Stream sum;

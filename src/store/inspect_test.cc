@@ -30,14 +30,15 @@ TEST(Inspect, InventoryCountsPagesBytesNamespacesAndTemporaries) {
   KVTIER_ASSERT_OK_AND_ASSIGN(Inventory inv, take_inventory(loc));
   ASSERT_EQ(inv.namespaces.size(), 2u);
   EXPECT_EQ(inv.pages, 8u);
-  EXPECT_EQ(inv.bytes, 5 * (page::kHeaderBytes + 10000) + 3 * (page::kHeaderBytes + 1000));
+  EXPECT_EQ(inv.bytes, 5 * page::object_bytes(10000) + 3 * page::object_bytes(1000));
+  EXPECT_EQ(page::object_bytes(10000), 4096u + 12288u) << "padded to 4096-byte blocks";
   EXPECT_EQ(inv.temp_files, 1u);
   for (const NamespaceSummary& ns : inv.namespaces) {
     const auto j = nlohmann::json::parse(ns.manifest_json);
     if (ns.id == a->namespace_id().hex()) {
       EXPECT_EQ(j["model"], "model-a");
       EXPECT_EQ(ns.pages, 5u);
-      EXPECT_EQ(ns.payload_bytes, 50000u);
+      EXPECT_EQ(ns.bytes, 5 * page::object_bytes(10000));
     } else {
       EXPECT_EQ(ns.id, b->namespace_id().hex());
       EXPECT_EQ(j["model"], "model-b");

@@ -20,9 +20,10 @@
 //   128    K     the key
 //   ...          zero padding to 4096
 //   4096   P     payload (the pieces back to back)
+//   ...          zero padding to the next multiple of 4096
 //
-// All integers little-endian. The payload starts at a 4096-byte boundary so direct I/O can
-// read it straight into aligned memory.
+// All integers little-endian. The payload starts, and the object ends, on a 4096-byte
+// boundary, so direct I/O can move any page (70,272-byte ones included) in aligned blocks.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +37,13 @@
 namespace kvtier::page {
 
 inline constexpr size_t kHeaderBytes = 4096;
+// Objects are padded to a multiple of this.
+inline constexpr size_t kBlockBytes = 4096;
+
+// The size of the object that stores a payload of `payload_bytes`.
+constexpr uint64_t object_bytes(uint64_t payload_bytes) {
+  return kHeaderBytes + (payload_bytes + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+}
 inline constexpr size_t kMaxKeyBytes = 1024;
 inline constexpr char kMagic[8] = {'K', 'V', 'T', 'P', 'A', 'G', 'E', '1'};
 inline constexpr uint16_t kVersion = 1;

@@ -1,151 +1,39 @@
 #include "kvtier/store/store.h"
 
 #include <fmt/format.h>
-#include <sys/resource.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
-#include "kvtier/core/thread_annotations.h"
 #include "object_io.h"
 #include "page_format.h"
+#include "pools.h"
 #include "routing.h"
 
 namespace kvtier {
 namespace {
 
+using page::kBlockBytes;
 using page::kHeaderBytes;
-
-// Header blocks for in-flight pages: registered once, in chunks, and reused.
-class HeaderPool {
- public:
-  static constexpr size_t kBlocksPerChunk = 64;
-
-  explicit HeaderPool(Agent& agent) : agent_(agent) {}
-
-  // Blocks go back to the pool when the lease is destroyed.
-  class Lease {
-   public:
-    Lease() = default;
-    Lease(Lease&& o) noexcept
-        : pool_(std::exchange(o.pool_, nullptr)), blocks_(std::move(o.blocks_)) {}
-    Lease& operator=(Lease&&) = delete;
-    ~Lease() {
-      if (pool_ != nullptr) pool_->release(blocks_);
-    }
-    std::span<std::byte, kHeaderBytes> block(size_t i) const {
-      return std::span<std::byte, kHeaderBytes>(blocks_[i], kHeaderBytes);
-    }
-
-   private:
-    friend class HeaderPool;
-    HeaderPool* pool_ = nullptr;
-    std::vector<std::byte*> blocks_;
-  };
-
-  Result<Lease> acquire(size_t n) {
-    Lease lease;
-    if (n == 0) return lease;
-    std::lock_guard lock(mu_);
-    while (free_.size() < n)
-      KVTIER_RETURN_IF_ERROR(grow());
-    lease.blocks_.assign(free_.end() - static_cast<ptrdiff_t>(n), free_.end());
-    free_.resize(free_.size() - n);
-    lease.pool_ = this;
-    return lease;
-  }
-
- private:
-  struct Chunk {
-    AlignedBuffer memory;
-    Registration registration;  // declared after memory: released first
-  };
-
-  Status grow() KVTIER_REQUIRES(mu_) {
-    auto chunk = std::make_unique<Chunk>();
-    KVTIER_ASSIGN_OR_RETURN(chunk->memory, AlignedBuffer::allocate(kBlocksPerChunk * kHeaderBytes));
-    KVTIER_ASSIGN_OR_RETURN(chunk->registration,
-                            agent_.register_memory(chunk->memory.data(), chunk->memory.size()));
-    for (size_t i = 0; i < kBlocksPerChunk; ++i) {
-      free_.push_back(chunk->memory.data() + i * kHeaderBytes);
-    }
-    chunks_.push_back(std::move(chunk));
-    return ok_status();
-  }
-
-  void release(const std::vector<std::byte*>& blocks) {
-    std::lock_guard lock(mu_);
-    free_.insert(free_.end(), blocks.begin(), blocks.end());
-  }
-
-  Agent& agent_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Chunk>> chunks_ KVTIER_GUARDED_BY(mu_);
-  std::vector<std::byte*> free_ KVTIER_GUARDED_BY(mu_);
-};
+using page::object_bytes;
+using pools::HeaderPool;
+using pools::ObjectBudget;
+using pools::StagingPool;
 
 struct Counters {
   std::atomic<uint64_t> put_pages{0}, put_bytes{0}, put_failures{0};
   std::atomic<uint64_t> get_hits{0}, get_bytes{0}, get_misses{0}, get_corrupt{0}, get_failures{0};
   std::atomic<uint64_t> corrupt_dropped{0}, exists_queries{0}, removes{0}, cleared{0},
       invalid_requests{0}, temps_swept{0};
+  std::atomic<uint64_t> direct_pages{0}, staged_pages{0}, direct_fallback_pages{0};
 };
 
 void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
   c.fetch_add(n, std::memory_order_relaxed);
-}
-
-// A counting semaphore over open objects (descriptors, on FILE backends), shared by every call
-// on the store: however many batches run at once, the store never holds more than `capacity`
-// objects open, so a large batch cannot exhaust the process's descriptor table.
-class ObjectBudget {
- public:
-  explicit ObjectBudget(size_t capacity) : capacity_(capacity), available_(capacity) {}
-
-  size_t capacity() const { return capacity_; }
-
-  // Takes `n` <= capacity() permits, waiting until they are free.
-  void acquire(size_t n) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return available_ >= n; });
-    available_ -= n;
-  }
-  void release(size_t n) {
-    {
-      std::lock_guard lock(mu_);
-      available_ += n;
-    }
-    cv_.notify_all();
-  }
-
-  class Permits {
-   public:
-    Permits(ObjectBudget& b, size_t n) : budget_(b), n_(n) { budget_.acquire(n_); }
-    ~Permits() { budget_.release(n_); }
-    Permits(const Permits&) = delete;
-    Permits& operator=(const Permits&) = delete;
-
-   private:
-    ObjectBudget& budget_;
-    size_t n_;
-  };
-
- private:
-  const size_t capacity_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t available_ KVTIER_GUARDED_BY(mu_);
-};
-
-size_t default_open_objects() {
-  struct rlimit rl;
-  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 1024;
-  return std::clamp<size_t>(static_cast<size_t>(rl.rlim_cur) / 4, 8, 1024);
 }
 
 std::string manifest_json(const NamespaceSpec& ns, const Hash128& id) {
@@ -171,7 +59,33 @@ std::string manifest_json(const NamespaceSpec& ns, const Hash128& id) {
   return j.dump(2) + "\n";
 }
 
+// How one page moves between memory and storage.
+enum class PageIo : uint8_t {
+  kBuffered,  // through the page cache
+  kDirect,    // direct I/O in place (memory and size aligned)
+  kStaged,    // direct I/O through an aligned staging buffer
+};
+
 }  // namespace
+
+std::string_view direct_io_name(DirectIo mode) {
+  switch (mode) {
+    case DirectIo::kOff:
+      return "off";
+    case DirectIo::kAuto:
+      return "auto";
+    case DirectIo::kOn:
+      return "on";
+  }
+  return "?";
+}
+
+Result<DirectIo> parse_direct_io(std::string_view text) {
+  if (text == "off") return DirectIo::kOff;
+  if (text == "auto") return DirectIo::kAuto;
+  if (text == "on") return DirectIo::kOn;
+  return invalid_argument_error(fmt::format("direct I/O mode '{}' (use off, auto or on)", text));
+}
 
 size_t BatchResult::ok_count() const {
   size_t n = 0;
@@ -194,15 +108,40 @@ struct Store::Impl {
         router(std::move(r)),
         ns_id(config.ns.id()),
         headers(agent),
-        budget(config.max_open_objects != 0 ? config.max_open_objects : default_open_objects()) {}
+        staging(agent, config.staging_bytes),
+        budget(config.max_open_objects != 0 ? config.max_open_objects
+                                            : ObjectBudget::default_capacity()),
+        dio(router.base_count()) {}
 
   StoreConfig config;
   Agent agent;
   routing::Router router;
   Hash128 ns_id;
   HeaderPool headers;  // after agent: its registrations go first
+  StagingPool staging;
   ObjectBudget budget;
   Counters counters;
+  // kBlockBytes of zeros, registered: the source of every object's tail padding.
+  AlignedBuffer zeros;
+  Registration zeros_registration;
+  // Per base directory: its direct I/O alignment, when direct I/O is on and possible there.
+  std::vector<std::optional<DirectIoAlignment>> dio;
+  std::string dio_summary = "off";
+
+  // One valid page of a window, and what is opened for it.
+  template <typename Buffer>
+  struct PageWork {
+    size_t page;  // index in the window
+    routing::Route route;
+    uint64_t payload;
+    std::span<const Buffer> pieces;
+    Target target;
+    bool header_only = false;  // reads: the object's size does not fit the buffers
+    PageIo io = PageIo::kBuffered;
+    StagingPool::Lease staging;  // kStaged
+    size_t first_desc = 0;
+    size_t desc_count = 0;
+  };
 
   // Checks one page's key and memory. Page-level caller errors come back here.
   template <typename Buffer>
@@ -228,9 +167,7 @@ struct Store::Impl {
       }
       KVTIER_RETURN_IF_ERROR(
           agent.check_registered(b.data, b.size).with_context(fmt::format("piece {}", p)));
-      if (b.size > UINT64_MAX - kHeaderBytes - total) {
-        return invalid_argument_error("page size overflows");
-      }
+      if (b.size > UINT64_MAX / 2 - total) return invalid_argument_error("page size overflows");
       total += b.size;
     }
     if (total == 0) return invalid_argument_error("page has no pieces; pages are never empty");
@@ -255,6 +192,75 @@ struct Store::Impl {
     }
     *per_page = pieces.size() / keys.size();
     return ok_status();
+  }
+
+  // Picks buffered, direct or staged I/O for a page (see DirectIo).
+  template <typename Buffer>
+  void choose_io(PageWork<Buffer>& w) {
+    w.io = PageIo::kBuffered;
+    if (config.direct_io == DirectIo::kOff) return;
+    const std::optional<DirectIoAlignment>& a = dio[w.route.base];
+    if (!a) return;  // the filesystem cannot: the reason is in stats().direct_io
+    bool aligned = true;
+    for (const Buffer& p : w.pieces) {
+      aligned = aligned && reinterpret_cast<uintptr_t>(p.data) % a->memory == 0 &&
+                p.size % a->offset == 0;
+    }
+    if (aligned) {
+      w.io = PageIo::kDirect;
+      return;
+    }
+    if (config.direct_io == DirectIo::kOn) {
+      w.staging = staging.acquire(object_bytes(w.payload) - kHeaderBytes);
+      if (w.staging) {
+        w.io = PageIo::kStaged;
+        return;
+      }
+    }
+    bump(counters.direct_fallback_pages);
+  }
+
+  // Validates every page of a window: invalid pages get their status in `out`, valid ones
+  // come back routed, with their I/O mode chosen.
+  template <typename Buffer>
+  std::vector<PageWork<Buffer>> plan(std::span<const std::string_view> keys,
+                                     std::span<const Buffer> pieces, size_t k,
+                                     std::span<Status> out) {
+    std::vector<PageWork<Buffer>> work;
+    work.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto page_pieces = pieces.subspan(i * k, k);
+      uint64_t payload = 0;
+      Status st = validate_page(keys[i], page_pieces, &payload);
+      if (!st.ok()) {
+        bump(counters.invalid_requests);
+        out[i] = std::move(st);
+        continue;
+      }
+      PageWork<Buffer>& w = work.emplace_back();
+      w.page = i;
+      w.route = router.route(keys[i]);
+      w.payload = payload;
+      w.pieces = page_pieces;
+      choose_io(w);
+    }
+    return work;
+  }
+
+  // The first failure among a page's descriptors, or OK.
+  template <typename Buffer>
+  static Status page_result(const Transfer& xfer, const PageWork<Buffer>& w) {
+    const auto results = xfer.results();
+    for (size_t d = w.first_desc; d < w.first_desc + w.desc_count; ++d) {
+      if (!results[d].ok()) return results[d];
+    }
+    return ok_status();
+  }
+
+  template <typename Buffer>
+  void count_io(const PageWork<Buffer>& w) {
+    if (w.io == PageIo::kDirect) bump(counters.direct_pages);
+    if (w.io == PageIo::kStaged) bump(counters.staged_pages);
   }
 
   // Removes a corrupt object if it is still the one that was read.
@@ -287,72 +293,60 @@ struct Store::Impl {
     return out;
   }
 
-  // One valid page of a window, and what is opened for it.
-  template <typename Buffer>
-  struct PageWork {
-    size_t page;  // index in the window
-    routing::Route route;
-    uint64_t payload;
-    std::span<const Buffer> pieces;
-    Target target;
-    bool header_only = false;  // reads: the object's size does not fit the buffers
-  };
-
-  // Validates every page of a window: invalid pages get their status in `out`, valid ones
-  // come back routed.
-  template <typename Buffer>
-  std::vector<PageWork<Buffer>> plan(std::span<const std::string_view> keys,
-                                     std::span<const Buffer> pieces, size_t k,
-                                     std::span<Status> out) {
-    std::vector<PageWork<Buffer>> work;
-    work.reserve(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      const auto page_pieces = pieces.subspan(i * k, k);
-      uint64_t payload = 0;
-      Status st = validate_page(keys[i], page_pieces, &payload);
-      if (!st.ok()) {
-        bump(counters.invalid_requests);
-        out[i] = std::move(st);
-        continue;
-      }
-      work.push_back(PageWork<Buffer>{i, router.route(keys[i]), payload, page_pieces, {}});
-    }
-    return work;
-  }
-
-  // The first failure among a page's `count` descriptors starting at `first`, or OK.
-  static Status page_result(const Transfer& xfer, size_t first, size_t count) {
-    const auto results = xfer.results();
-    for (size_t d = first; d < first + count; ++d) {
-      if (!results[d].ok()) return results[d];
-    }
-    return ok_status();
-  }
-
   void put_window(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,
                   size_t k, std::span<Status> out);
   void get_window(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
                   size_t k, std::span<Status> out);
-  // Checks a page whose descriptors all completed: header, then payload checksum.
-  Status verify_page(const PageWork<MutableBuffer>& wk, std::string_view key,
+  // Checks a page whose descriptors all completed: header, then payload checksum; a staged
+  // page is copied out to the caller's pieces once it checks out.
+  Status verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
                      std::span<const std::byte, kHeaderBytes> block) const;
   Status open_namespace();
 };
 
 Status Store::Impl::open_namespace() {
+  KVTIER_ASSIGN_OR_RETURN(zeros, AlignedBuffer::allocate(kBlockBytes));
+  KVTIER_ASSIGN_OR_RETURN(zeros_registration, agent.register_memory(zeros.data(), zeros.size()));
   const std::string manifest = manifest_json(config.ns, ns_id);
+  std::string dio_reason;
+  std::optional<DirectIoAlignment> dio_seen;
   for (size_t b = 0; b < router.base_count(); ++b) {
-    KVTIER_RETURN_IF_ERROR(agent.make_dirs(router.temp_dir(b)));
+    const std::string temp_dir = router.temp_dir(b);
+    KVTIER_RETURN_IF_ERROR(agent.make_dirs(temp_dir));
     const std::string path = router.manifest_path(b);
     Result<ObjectInfo> existing = agent.stat(path);
     if (existing.status().code() == StatusCode::kNotFound) {
-      KVTIER_RETURN_IF_ERROR(object_io::write_object(agent, path, router.temp_dir(b), manifest));
+      KVTIER_RETURN_IF_ERROR(object_io::write_object(agent, path, temp_dir, manifest));
     } else if (!existing.ok()) {
       return existing.status();
     }
     KVTIER_ASSIGN_OR_RETURN(size_t swept,
-                            agent.sweep_temporaries(router.temp_dir(b), config.stale_temp_age_s));
+                            agent.sweep_temporaries(temp_dir, config.stale_temp_age_s));
     bump(counters.temps_swept, swept);
+
+    if (config.direct_io == DirectIo::kOff) continue;
+    Result<DirectIoAlignment> a = agent.probe_direct_io(temp_dir);
+    if (a.ok() && (a->memory > kBlockBytes || a->offset > kBlockBytes)) {
+      a = unsupported_error(
+          fmt::format("{}: direct I/O alignment {}/{} exceeds the page format's {}-byte blocks",
+                      temp_dir, a->memory, a->offset, kBlockBytes));
+    }
+    if (a.ok()) {
+      dio[b] = *a;
+      dio_seen = *a;
+    } else if (dio_reason.empty()) {
+      dio_reason = std::string(a.status().message());
+    }
+  }
+  if (config.direct_io != DirectIo::kOff) {
+    if (!dio_seen) {
+      dio_summary = "off: " + dio_reason;
+    } else {
+      dio_summary =
+          fmt::format("{} ({}-byte memory, {}-byte offset alignment){}",
+                      direct_io_name(config.direct_io), dio_seen->memory, dio_seen->offset,
+                      dio_reason.empty() ? "" : "; some bases buffered: " + dio_reason);
+    }
   }
   return ok_status();
 }
@@ -372,8 +366,13 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
   std::vector<TargetSpec> specs;
   specs.reserve(work.size());
   for (const auto& w : work) {
-    specs.push_back(TargetSpec{w.route.path, TargetMode::kCreate, kHeaderBytes + w.payload,
-                               router.temp_dir(w.route.base)});
+    TargetSpec spec;
+    spec.path = w.route.path;
+    spec.mode = TargetMode::kCreate;
+    spec.size_hint = object_bytes(w.payload);
+    spec.temp_dir = router.temp_dir(w.route.base);
+    spec.direct = w.io != PageIo::kBuffered;
+    specs.push_back(std::move(spec));
   }
   std::vector<Result<Target>> opened = agent.open_targets(specs);
 
@@ -381,7 +380,6 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
   // chunk, this thread checksums the next, so checksumming overlaps the copy.
   struct Chunk {
     std::vector<size_t> pages;  // indexes into `work`
-    std::vector<size_t> first_desc;
     Result<Transfer> xfer = Transfer();
     Status error;  // the chunk's request could not be made or posted
   };
@@ -401,9 +399,20 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
         continue;
       }
       w.target = std::move(opened[next]).value();
+      const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
       Checksum64Stream sum;
-      for (const ConstBuffer& p : w.pieces)
-        sum.update(p.data, p.size);
+      if (w.io == PageIo::kStaged) {
+        std::byte* dst = w.staging.data();
+        for (const ConstBuffer& p : w.pieces) {
+          std::memcpy(dst, p.data, p.size);
+          dst += p.size;
+        }
+        std::memset(dst, 0, padded - w.payload);
+        sum.update(w.staging.data(), w.payload);
+      } else {
+        for (const ConstBuffer& p : w.pieces)
+          sum.update(p.data, p.size);
+      }
       page::Header h;
       h.namespace_id = ns_id;
       h.key_hash = w.route.key_hash;
@@ -416,15 +425,25 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
       page::encode(h, lease->block(next));
 
       c.pages.push_back(next);
-      c.first_desc.push_back(mem.size());
+      w.first_desc = mem.size();
       mem.push_back(MemDesc{lease->block(next).data(), kHeaderBytes});
       sto.push_back(StorageDesc{&w.target, 0, kHeaderBytes});
-      uint64_t off = kHeaderBytes;
-      for (const ConstBuffer& p : w.pieces) {
-        mem.push_back(MemDesc{const_cast<void*>(p.data), p.size});
-        sto.push_back(StorageDesc{&w.target, off, p.size});
-        off += p.size;
+      if (w.io == PageIo::kStaged) {
+        mem.push_back(MemDesc{w.staging.data(), padded});
+        sto.push_back(StorageDesc{&w.target, kHeaderBytes, padded});
+      } else {
+        uint64_t off = kHeaderBytes;
+        for (const ConstBuffer& p : w.pieces) {
+          mem.push_back(MemDesc{const_cast<void*>(p.data), p.size});
+          sto.push_back(StorageDesc{&w.target, off, p.size});
+          off += p.size;
+        }
+        if (padded > w.payload) {
+          mem.push_back(MemDesc{zeros.data(), padded - w.payload});
+          sto.push_back(StorageDesc{&w.target, off, padded - w.payload});
+        }
       }
+      w.desc_count = mem.size() - w.first_desc;
       bytes += w.payload;
     }
     chunk_target = std::min<uint64_t>(chunk_target * 2, 16 << 20);
@@ -435,14 +454,15 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
 
   for (Chunk& c : chunks) {
     if (c.error.ok() && c.xfer->valid()) c.xfer->wait();
-    for (size_t i = 0; i < c.pages.size(); ++i) {
-      auto& w = work[c.pages[i]];
+    for (size_t i : c.pages) {
+      auto& w = work[i];
       Status st = c.error;
-      if (st.ok()) st = page_result(*c.xfer, c.first_desc[i], 1 + w.pieces.size());
+      if (st.ok()) st = page_result(*c.xfer, w);
       if (st.ok()) st = w.target.publish(PublishOptions{.durable = config.fsync});
       if (st.ok()) {
         bump(counters.put_pages);
         bump(counters.put_bytes, w.payload);
+        count_io(w);
       }
       out[w.page] = std::move(st);
     }
@@ -452,30 +472,41 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
   }
 }
 
-Status Store::Impl::verify_page(const PageWork<MutableBuffer>& wk, std::string_view key,
+Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
                                 std::span<const std::byte, kHeaderBytes> block) const {
   Result<page::Header> h = page::decode(block);
   if (!h.ok()) return h.status();
-  const page::Expectation expect{ns_id, key, wk.payload, static_cast<uint32_t>(wk.pieces.size()),
-                                 page::uniform_piece_bytes(wk.pieces)};
+  const page::Expectation expect{ns_id, key, w.payload, static_cast<uint32_t>(w.pieces.size()),
+                                 page::uniform_piece_bytes(w.pieces)};
   Status st = page::check(*h, expect);
   if (!st.ok()) {
     if (h->namespace_id == ns_id && h->key == key &&
-        wk.target.size() == kHeaderBytes + h->payload_bytes) {
+        w.target.size() == object_bytes(h->payload_bytes)) {
       // An intact page of this key, asked for with buffers of another size or layout: the
       // caller's mistake, not damage. Not data, not dropped.
       return invalid_argument_error(fmt::format(
           "stored page is {} bytes in {} pieces; the buffers hold {} bytes in {} pieces",
-          h->payload_bytes, h->piece_count, wk.payload, wk.pieces.size()));
+          h->payload_bytes, h->piece_count, w.payload, w.pieces.size()));
     }
     return st;
   }
-  if (wk.header_only) {
-    return corrupt_error(fmt::format("object is {} bytes; its header says {}", wk.target.size(),
-                                     kHeaderBytes + h->payload_bytes));
+  if (w.header_only) {
+    return corrupt_error(fmt::format("object is {} bytes; its header says {}", w.target.size(),
+                                     object_bytes(h->payload_bytes)));
+  }
+  if (w.io == PageIo::kStaged) {
+    if (checksum64(w.staging.data(), w.payload) != h->payload_checksum) {
+      return corrupt_error("payload checksum mismatch");
+    }
+    const std::byte* src = w.staging.data();
+    for (const MutableBuffer& p : w.pieces) {
+      std::memcpy(p.data, src, p.size);
+      src += p.size;
+    }
+    return ok_status();
   }
   Checksum64Stream sum;
-  for (const MutableBuffer& p : wk.pieces)
+  for (const MutableBuffer& p : w.pieces)
     sum.update(p.data, p.size);
   if (sum.digest() != h->payload_checksum) return corrupt_error("payload checksum mismatch");
   return ok_status();
@@ -488,49 +519,59 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
 
   std::vector<TargetSpec> specs;
   specs.reserve(work.size());
-  for (const auto& w : work)
-    specs.push_back(TargetSpec{w.route.path, TargetMode::kRead, 0, {}});
+  for (const auto& w : work) {
+    TargetSpec spec;
+    spec.path = w.route.path;
+    spec.direct = w.io != PageIo::kBuffered;
+    specs.push_back(std::move(spec));
+  }
   std::vector<Result<Target>> opened = agent.open_targets(specs);
 
   std::vector<PageWork<MutableBuffer>*> reading;
   reading.reserve(work.size());
-  for (size_t w = 0; w < work.size(); ++w) {
-    auto& wk = work[w];
-    if (!opened[w].ok()) {
-      out[wk.page] = std::move(opened[w]).status();
+  for (size_t i = 0; i < work.size(); ++i) {
+    auto& w = work[i];
+    if (!opened[i].ok()) {
+      out[w.page] = std::move(opened[i]).status();
       continue;
     }
-    wk.target = std::move(opened[w]).value();
-    const uint64_t size = wk.target.size();
+    w.target = std::move(opened[i]).value();
+    const uint64_t size = w.target.size();
     if (size < kHeaderBytes) {
-      out[wk.page] = corrupt_error(
-          fmt::format("'{}' is {} bytes, shorter than a page header", wk.route.path, size));
+      out[w.page] = corrupt_error(
+          fmt::format("'{}' is {} bytes, shorter than a page header", w.route.path, size));
       continue;
     }
-    wk.header_only = size != kHeaderBytes + wk.payload;
-    reading.push_back(&wk);
+    w.header_only = size != object_bytes(w.payload);
+    reading.push_back(&w);
   }
 
   Result<HeaderPool::Lease> lease = headers.acquire(reading.size());
   Status batch_error = lease.status();
   std::vector<MemDesc> mem;
   std::vector<StorageDesc> sto;
-  std::vector<size_t> first_desc(reading.size());
   std::vector<uint32_t> desc_page;  // descriptor -> index in `reading`
   if (batch_error.ok()) {
     for (size_t r = 0; r < reading.size(); ++r) {
-      auto& wk = *reading[r];
-      first_desc[r] = mem.size();
+      auto& w = *reading[r];
+      w.first_desc = mem.size();
       mem.push_back(MemDesc{lease->block(r).data(), kHeaderBytes});
-      sto.push_back(StorageDesc{&wk.target, 0, kHeaderBytes});
-      if (!wk.header_only) {
+      sto.push_back(StorageDesc{&w.target, 0, kHeaderBytes});
+      if (w.header_only) {
+        // Only the header: it tells a caller error from damage.
+      } else if (w.io == PageIo::kStaged) {
+        const uint64_t n = align_up(w.payload, dio[w.route.base]->offset);
+        mem.push_back(MemDesc{w.staging.data(), n});
+        sto.push_back(StorageDesc{&w.target, kHeaderBytes, n});
+      } else {
         uint64_t off = kHeaderBytes;
-        for (const MutableBuffer& p : wk.pieces) {
+        for (const MutableBuffer& p : w.pieces) {
           mem.push_back(MemDesc{p.data, p.size});
-          sto.push_back(StorageDesc{&wk.target, off, p.size});
+          sto.push_back(StorageDesc{&w.target, off, p.size});
           off += p.size;
         }
       }
+      w.desc_count = mem.size() - w.first_desc;
       desc_page.resize(mem.size(), static_cast<uint32_t>(r));
     }
   }
@@ -541,8 +582,7 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
   auto pending = std::make_unique<std::atomic<uint32_t>[]>(reading.size());
   auto failed = std::make_unique<std::atomic<bool>[]>(reading.size());
   for (size_t r = 0; r < reading.size(); ++r) {
-    const auto& wk = *reading[r];
-    pending[r].store(wk.header_only ? 1 : 1 + static_cast<uint32_t>(wk.pieces.size()));
+    pending[r].store(static_cast<uint32_t>(reading[r]->desc_count));
     failed[r].store(false);
   }
   TransferCallbacks callbacks;
@@ -565,13 +605,13 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
   }
 
   for (size_t r = 0; r < reading.size(); ++r) {
-    auto& wk = *reading[r];
-    Status& st = out[wk.page];
+    auto& w = *reading[r];
+    Status& st = out[w.page];
     st = batch_error;
-    if (st.ok()) st = page_result(*xfer, first_desc[r], wk.header_only ? 1 : 1 + wk.pieces.size());
+    if (st.ok()) st = page_result(*xfer, w);
     if (st.ok()) st = std::move(verdicts[r]);
     if (st.code() == StatusCode::kCorrupt) {
-      st = st.with_context(fmt::format("page '{}'", wk.route.path));
+      st = st.with_context(fmt::format("page '{}'", w.route.path));
     }
   }
 
@@ -590,15 +630,16 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
         break;
     }
   }
-  for (auto& wk : work) {
-    const Status& st = out[wk.page];
+  for (auto& w : work) {
+    const Status& st = out[w.page];
     if (st.ok()) {
       bump(counters.get_hits);
-      bump(counters.get_bytes, wk.payload);
-    } else if (st.code() == StatusCode::kCorrupt && wk.target.valid()) {
-      const ObjectIdentity id = wk.target.identity();
-      wk.target.reset();
-      drop(wk.route.path, id);
+      bump(counters.get_bytes, w.payload);
+      count_io(w);
+    } else if (st.code() == StatusCode::kCorrupt && w.target.valid()) {
+      const ObjectIdentity id = w.target.identity();
+      w.target.reset();
+      drop(w.route.path, id);
     }
   }
 }
@@ -743,6 +784,10 @@ StoreStats Store::stats() const {
   s.cleared = v(c.cleared);
   s.invalid_requests = v(c.invalid_requests);
   s.temps_swept = v(c.temps_swept);
+  s.direct_io = impl_->dio_summary;
+  s.direct_pages = v(c.direct_pages);
+  s.staged_pages = v(c.staged_pages);
+  s.direct_fallback_pages = v(c.direct_fallback_pages);
   return s;
 }
 

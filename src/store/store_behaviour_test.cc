@@ -20,11 +20,16 @@ class StoreBehaviour : public ::testing::TestWithParam<StoreCase> {
  protected:
   void SetUp() override {
     loc_ = testing::location_for(GetParam(), dir_);
-    store_ = testing::open_store(loc_, testing::test_namespace());
+    store_ = open_other(testing::test_namespace());
     ASSERT_NE(store_, nullptr);
+    if (GetParam().direct_io != DirectIo::kOff && store_->stats().direct_io.starts_with("off")) {
+      GTEST_SKIP() << "no direct I/O under " << dir_.path() << ": " << store_->stats().direct_io;
+    }
   }
 
-  std::unique_ptr<Store> open_other(NamespaceSpec ns) { return testing::open_store(loc_, ns); }
+  std::unique_ptr<Store> open_other(NamespaceSpec ns) {
+    return testing::open_store(loc_, std::move(ns), nullptr, GetParam().direct_io);
+  }
 
   testing::TempDir dir_;
   StoreLocation loc_;
@@ -280,6 +285,10 @@ INSTANTIATE_TEST_SUITE_P(
                       StoreCase{"posix_three_dirs", "posix", "", 3},
                       StoreCase{"posix_short_io", "posix", "&max_io_bytes=1000", 1},
                       StoreCase{"posix_named_temps", "posix", "&use_tmpfile=0", 1},
+                      StoreCase{"posix_direct_on", "posix", "", 1, DirectIo::kOn},
+                      StoreCase{"posix_direct_auto", "posix", "", 2, DirectIo::kAuto},
+                      StoreCase{"posix_direct_short_io", "posix", "&max_io_bytes=5000", 1,
+                                DirectIo::kOn},
                       StoreCase{"dram", "dram", "", 1}),
     testing::case_name);
 

@@ -31,6 +31,7 @@ struct StoreCase {
   std::string backend;  // "posix", "dram"
   std::string query;    // extra URI parameters
   int bases = 1;        // base directories
+  DirectIo direct_io = DirectIo::kOff;
 };
 
 inline void PrintTo(const StoreCase& c, std::ostream* os) {
@@ -67,10 +68,12 @@ inline std::unique_ptr<Store> open_store(StoreConfig cfg) {
 }
 
 inline std::unique_ptr<Store> open_store(const StoreLocation& loc, NamespaceSpec ns,
-                                         std::shared_ptr<FaultInjector> faults = nullptr) {
+                                         std::shared_ptr<FaultInjector> faults = nullptr,
+                                         DirectIo direct_io = DirectIo::kOff) {
   StoreConfig cfg;
   cfg.location = loc;
   cfg.ns = std::move(ns);
+  cfg.direct_io = direct_io;
   if (faults) {
     cfg.decorate = [faults](std::unique_ptr<Backend> b) {
       return make_fault_backend(std::move(b), faults);

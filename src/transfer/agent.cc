@@ -533,6 +533,15 @@ Result<Transfer> Agent::make_request(TransferOp op, std::span<const MemDesc> mem
       return bad(fmt::format("[{}, +{}) is beyond the end of '{}' (size {})", s.offset, s.length,
                              ts->impl->path(), ts->impl->size()));
     }
+    if (const auto& a = ts->impl->direct()) {
+      if (reinterpret_cast<uintptr_t>(m.addr) % a->memory != 0 || s.offset % a->offset != 0 ||
+          s.length % a->offset != 0) {
+        return bad(fmt::format(
+            "direct I/O on '{}' needs memory aligned to {} and offset/length to {} (memory {}, "
+            "offset {}, length {})",
+            ts->impl->path(), a->memory, a->offset, fmt::ptr(m.addr), s.offset, s.length));
+      }
+    }
     auto region = core_->find_region(static_cast<const std::byte*>(m.addr), m.length);
     if (!region) {
       return bad(fmt::format("memory [{}, +{}) is not inside any registered region",
@@ -566,6 +575,9 @@ Result<size_t> Agent::sweep_temporaries(std::string_view temp_dir, uint64_t min_
 }
 Result<size_t> Agent::count_temporaries(std::string_view temp_dir) {
   return core_->backend->count_temporaries(temp_dir);
+}
+Result<DirectIoAlignment> Agent::probe_direct_io(std::string_view dir) {
+  return core_->backend->probe_direct_io(dir);
 }
 
 }  // namespace kvtier

@@ -273,6 +273,33 @@ TEST_F(AgentRequest, RejectsReadsBeyondTheObjectAndWritesToReadTargets) {
             StatusCode::kInvalidArgument);
 }
 
+TEST_F(AgentRequest, DirectTargetsRejectMisalignedDescriptors) {
+  TargetSpec spec{dir_.file("obj"), TargetMode::kRead, 0, {}};
+  spec.direct = true;
+  Result<Target> t = agent_->open_target(spec);
+  if (!t.ok() && t.status().code() == StatusCode::kUnsupported) {
+    GTEST_SKIP() << t.status().to_string();
+  }
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  KVTIER_EXPECT_OK(make(TransferOp::kRead, {buf_.data(), 4096}, {&*t, 4096, 4096}));
+  Status mem = make(TransferOp::kRead, {buf_.data() + 1, 4096}, {&*t, 0, 4096});
+  EXPECT_EQ(mem.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mem.message().find("direct I/O"), std::string::npos) << mem.message();
+  EXPECT_EQ(make(TransferOp::kRead, {buf_.data(), 4096}, {&*t, 1, 4096}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(make(TransferOp::kRead, {buf_.data(), 1000}, {&*t, 0, 1000}).code(),
+            StatusCode::kInvalidArgument);
+  // And the aligned one really moves the bytes, bypassing the cache.
+  MemDesc m{buf_.data() + 32768, 16384};
+  StorageDesc s{&*t, 0, 16384};
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x,
+                              agent_->make_request(TransferOp::kRead, {&m, 1}, {&s, 1}));
+  KVTIER_ASSERT_OK(x.post());
+  x.wait();
+  KVTIER_ASSERT_OK(x.first_error());
+  EXPECT_EQ(testing::find_pattern_mismatch(buf_.data() + 32768, 16384, 1), SIZE_MAX);
+}
+
 TEST_F(AgentRequest, RejectsMismatchedListsLengthsAndMissingTargets) {
   MemDesc m[2] = {{buf_.data(), 10}, {buf_.data() + 10, 10}};
   StorageDesc s[1] = {{&target_, 0, 10}};

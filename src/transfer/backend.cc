@@ -45,6 +45,10 @@ Result<size_t> Backend::count_temporaries(std::string_view /*temp_dir*/) {
   return size_t{0};
 }
 
+Result<DirectIoAlignment> Backend::probe_direct_io(std::string_view /*dir*/) {
+  return unsupported_error(fmt::format("the {} backend has no direct I/O", name()));
+}
+
 Status BackendRegistry::add(std::string name, StorageClass storage_class, int priority,
                             BackendFactory factory) {
   if (name.empty() || name == "auto") {

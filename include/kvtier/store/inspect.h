@@ -17,10 +17,9 @@ struct NamespaceSummary {
   std::string dir;            // where its pages live (one base)
   std::string manifest_json;  // the namespace's description as recorded; empty when missing
   uint64_t pages = 0;
-  uint64_t bytes = 0;          // object bytes on storage (headers included)
-  uint64_t payload_bytes = 0;  // bytes minus one header per page
-  uint64_t temp_files = 0;     // temporaries (live writers or left by crashed ones)
-  uint64_t other_files = 0;    // names that are not pages (not kvtier's)
+  uint64_t bytes = 0;        // object bytes on storage (headers and padding included)
+  uint64_t temp_files = 0;   // temporaries (live writers or left by crashed ones)
+  uint64_t other_files = 0;  // names that are not pages (not kvtier's)
 };
 
 struct Inventory {

@@ -64,6 +64,20 @@ struct ConstBuffer {
   size_t size = 0;
 };
 
+// Direct I/O (FILE stores), bypassing the page cache:
+//   kOff   buffered I/O.
+//   kAuto  direct I/O for pages whose memory and size fit the filesystem's alignment;
+//          buffered for the others (counted in StoreStats::direct_fallback_pages).
+//   kOn    direct I/O for every page: pages that do not fit the alignment (unaligned memory,
+//          sizes like 70,272 bytes) go through registered aligned staging buffers
+//          (StoreStats::staged_pages); buffered only when the staging pool is full.
+// Where the filesystem has no direct I/O (tmpfs, the dram backend) the store runs buffered
+// and says why in StoreStats::direct_io.
+enum class DirectIo : uint8_t { kOff, kAuto, kOn };
+std::string_view direct_io_name(DirectIo mode);
+// "off", "auto" or "on".
+Result<DirectIo> parse_direct_io(std::string_view text);
+
 struct StoreConfig {
   StoreLocation location;
   NamespaceSpec ns;
@@ -71,6 +85,9 @@ struct StoreConfig {
   std::string backend;
   // fsync each page (and its directory entry) before a put reports success.
   bool fsync = false;
+  DirectIo direct_io = DirectIo::kOff;
+  // Most memory held in staging buffers for direct I/O (kOn).
+  uint64_t staging_bytes = uint64_t{256} << 20;
   // Remove corrupt pages when a read finds them.
   bool drop_corrupt = true;
   // Temporaries of other hosts older than this are swept on open.
@@ -108,6 +125,11 @@ struct StoreStats {
   uint64_t cleared = 0;           // pages removed by clear()
   uint64_t invalid_requests = 0;  // caller errors (batch or page level)
   uint64_t temps_swept = 0;       // stale temporaries removed at open
+  // Direct I/O: "off", "on (512-byte alignment)", or "off: <why it could not be used>".
+  std::string direct_io;
+  uint64_t direct_pages = 0;           // pages moved by direct I/O in place
+  uint64_t staged_pages = 0;           // pages moved by direct I/O through staging buffers
+  uint64_t direct_fallback_pages = 0;  // pages that went buffered though direct I/O was asked
 };
 
 class Store {

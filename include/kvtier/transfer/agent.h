@@ -212,7 +212,8 @@ class Agent {
 
   // Builds a request. Validates every descriptor: equal list lengths, non-zero lengths that
   // match pairwise, memory inside live registrations, targets valid, reads within the
-  // object, writes only to kCreate targets. kInvalidArgument names the first bad descriptor.
+  // object, writes only to kCreate targets, direct targets aligned. kInvalidArgument names
+  // the first bad descriptor.
   Result<Transfer> make_request(TransferOp op, std::span<const MemDesc> mem,
                                 std::span<const StorageDesc> storage);
 
@@ -224,6 +225,7 @@ class Agent {
               const std::function<Status(const ObjectInfo&)>& fn);
   Result<size_t> sweep_temporaries(std::string_view temp_dir, uint64_t min_age_s);
   Result<size_t> count_temporaries(std::string_view temp_dir);
+  Result<DirectIoAlignment> probe_direct_io(std::string_view dir);
 
  private:
   explicit Agent(std::shared_ptr<detail::AgentCore> core);

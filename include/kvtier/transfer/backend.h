@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -72,6 +73,16 @@ struct TargetSpec {
   // directory on the same filesystem as `path`, created when missing). Empty: the directory
   // of `path`.
   std::string temp_dir;
+  // Bypass the page cache (O_DIRECT). Every transfer on the target must then be aligned as
+  // probe_direct_io() said; the agent rejects one that is not.
+  bool direct = false;
+};
+
+// What direct I/O needs: memory addresses aligned to `memory`, file offsets and lengths to
+// `offset` bytes.
+struct DirectIoAlignment {
+  uint32_t memory = 0;
+  uint32_t offset = 0;
 };
 
 struct PublishOptions {
@@ -90,6 +101,8 @@ class BackendTarget {
 
   const std::string& path() const { return path_; }
   TargetMode mode() const { return mode_; }
+  // Set for direct targets: what each transfer on it must be aligned to.
+  const std::optional<DirectIoAlignment>& direct() const { return direct_; }
   // kRead: the object's size when it was opened. kCreate: the size hint.
   uint64_t size() const { return size_; }
   ObjectIdentity identity() const { return identity_; }
@@ -98,12 +111,14 @@ class BackendTarget {
   BackendTarget(std::string path, TargetMode mode, uint64_t size, ObjectIdentity identity)
       : path_(std::move(path)), mode_(mode), size_(size), identity_(identity) {}
   void set_identity(ObjectIdentity id) { identity_ = id; }
+  void set_direct(DirectIoAlignment a) { direct_ = a; }
 
  private:
   std::string path_;
   TargetMode mode_;
   uint64_t size_;
   ObjectIdentity identity_;
+  std::optional<DirectIoAlignment> direct_;
 };
 
 // One registered memory region as backends see it. The agent owns it; it stays valid (and its
@@ -177,6 +192,9 @@ class Backend {
   virtual Result<size_t> sweep_temporaries(std::string_view temp_dir, uint64_t min_age_s);
   // Counts the temporaries in `temp_dir` (live or stale).
   virtual Result<size_t> count_temporaries(std::string_view temp_dir);
+  // Whether objects created in `dir` can use direct I/O, and its alignment; kUnsupported with
+  // the reason otherwise (the default: no direct I/O).
+  virtual Result<DirectIoAlignment> probe_direct_io(std::string_view dir);
 
   // Starts every descriptor of `batch`; returns at once or after completing them inline.
   // Each descriptor is completed exactly once (see IoBatch::complete).
@@ -221,6 +239,9 @@ class BackendWrapper : public Backend {
   }
   Result<size_t> count_temporaries(std::string_view temp_dir) override {
     return inner_->count_temporaries(temp_dir);
+  }
+  Result<DirectIoAlignment> probe_direct_io(std::string_view dir) override {
+    return inner_->probe_direct_io(dir);
   }
   void submit(IoBatch& batch) override { inner_->submit(batch); }
   void cancel(IoBatch& batch) noexcept override { inner_->cancel(batch); }

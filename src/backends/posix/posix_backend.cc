@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -12,9 +14,11 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "kvtier/core/checksum.h"
@@ -88,6 +92,22 @@ bool parse_temp_name(std::string_view name, std::string_view* host, long* pid) {
   return ec == std::errc() && ptr == parts[1].data() + parts[1].size();
 }
 
+// Direct I/O alignment of an open file: what statx(STATX_DIOALIGN) reports, 4096 when the
+// kernel does not say (before Linux 6.1), kUnsupported when it says direct I/O is impossible
+// (tmpfs reports alignment 0).
+Result<DirectIoAlignment> dio_alignment_of(int fd, std::string_view path) {
+  struct statx stx;
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) != 0) {
+    return errno_status(errno, "statx", path);
+  }
+  if ((stx.stx_mask & STATX_DIOALIGN) == 0) return DirectIoAlignment{4096, 4096};
+  if (stx.stx_dio_offset_align == 0 || stx.stx_dio_mem_align == 0) {
+    return unsupported_error(fmt::format(
+        "{}: the filesystem does not support direct I/O (statx reports no alignment)", path));
+  }
+  return DirectIoAlignment{stx.stx_dio_mem_align, stx.stx_dio_offset_align};
+}
+
 class PosixTarget final : public BackendTarget {
  public:
   PosixTarget(std::string path, TargetMode mode, uint64_t size, ObjectIdentity id, UniqueFd fd,
@@ -108,6 +128,7 @@ class PosixTarget final : public BackendTarget {
   bool anonymous() const { return mode() == TargetMode::kCreate && temp_path_.empty(); }
   void mark_published() { temp_path_.clear(); }
   void set_published_identity(ObjectIdentity id) { set_identity(id); }
+  using BackendTarget::set_direct;
 
  private:
   UniqueFd fd_;
@@ -287,6 +308,25 @@ class PosixBackend final : public Backend {
     return n;
   }
 
+  Result<DirectIoAlignment> probe_direct_io(std::string_view dir) override {
+    // Filesystems report direct I/O alignment per file: ask a throw-away one in `dir`.
+    TargetSpec probe;
+    probe.path = join_path(dir, ".kvtier-direct-io-probe");
+    probe.mode = TargetMode::kCreate;
+    probe.temp_dir = std::string(dir);
+    probe.direct = true;
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BackendTarget> t, open_create(probe));
+    // tmpfs accepts O_DIRECT since Linux 6.6, but its pages are the page cache: there is
+    // nothing to bypass, so it is buffered I/O under another name.
+    struct statfs fs;
+    if (::fstatfs(static_cast<PosixTarget&>(*t).fd(), &fs) == 0 &&
+        (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)) {
+      return unsupported_error(fmt::format(
+          "{} is on tmpfs, which keeps pages in memory: direct I/O does not apply", dir));
+    }
+    return *t->direct();
+  }
+
   void submit(IoBatch& batch) override {
     const auto descs = batch.descs();
     std::vector<PosixOp> ops;
@@ -332,15 +372,36 @@ class PosixBackend final : public Backend {
   }
 
   Result<std::unique_ptr<BackendTarget>> open_read(const TargetSpec& spec) {
-    KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_file(spec.path.c_str(), O_RDONLY));
+    KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
+                            open_file(spec.path.c_str(), O_RDONLY | (spec.direct ? O_DIRECT : 0)));
     struct stat st;
     if (::fstat(fd.get(), &st) != 0) return errno_status(errno, "fstat", spec.path);
     if (!S_ISREG(st.st_mode)) {
       return invalid_argument_error(fmt::format("'{}' is not a regular file", spec.path));
     }
-    return std::unique_ptr<BackendTarget>(new PosixTarget(spec.path, TargetMode::kRead,
-                                                          static_cast<uint64_t>(st.st_size),
-                                                          identity_of(st), std::move(fd), {}, {}));
+    auto t = std::make_unique<PosixTarget>(spec.path, TargetMode::kRead,
+                                           static_cast<uint64_t>(st.st_size), identity_of(st),
+                                           std::move(fd), std::string(), std::string());
+    if (spec.direct) KVTIER_RETURN_IF_ERROR(make_direct(*t));
+    return std::unique_ptr<BackendTarget>(std::move(t));
+  }
+
+  // Records the alignment of a target opened with O_DIRECT (one statx per filesystem).
+  Status make_direct(PosixTarget& t) {
+    struct stat st;
+    if (::fstat(t.fd(), &st) != 0) return errno_status(errno, "fstat", t.path());
+    {
+      std::lock_guard lock(dio_mu_);
+      if (auto it = dio_by_dev_.find(st.st_dev); it != dio_by_dev_.end()) {
+        t.set_direct(it->second);
+        return ok_status();
+      }
+    }
+    KVTIER_ASSIGN_OR_RETURN(DirectIoAlignment a, dio_alignment_of(t.fd(), t.path()));
+    std::lock_guard lock(dio_mu_);
+    dio_by_dev_[st.st_dev] = a;
+    t.set_direct(a);
+    return ok_status();
   }
 
   Result<std::unique_ptr<BackendTarget>> open_create(const TargetSpec& spec) {
@@ -354,27 +415,39 @@ class PosixBackend final : public Backend {
 
   Result<std::unique_ptr<BackendTarget>> try_create(const TargetSpec& spec,
                                                     const std::string& temp_dir) {
+    const int direct = spec.direct ? O_DIRECT : 0;
     if (tmpfile_ok_.load(std::memory_order_relaxed)) {
-      Result<UniqueFd> fd = open_file(temp_dir.c_str(), O_TMPFILE | O_RDWR, 0644);
+      Result<UniqueFd> fd = open_file(temp_dir.c_str(), O_TMPFILE | O_RDWR | direct, 0644);
       if (fd.ok()) {
-        return std::unique_ptr<BackendTarget>(new PosixTarget(spec.path, TargetMode::kCreate,
-                                                              spec.size_hint, {},
-                                                              std::move(fd).value(), temp_dir, {}));
+        return finish_create(spec, std::move(fd).value(), temp_dir, std::string());
       }
-      // Filesystems without O_TMPFILE say EOPNOTSUPP (or EISDIR on old kernels): fall back
-      // to named temporaries for good. Anything else is a real error.
       const StatusCode c = fd.status().code();
       if (c != StatusCode::kUnsupported && c != StatusCode::kInvalidArgument) return fd.status();
+      if (direct != 0 && open_file(temp_dir.c_str(), O_TMPFILE | O_RDWR, 0644).ok()) {
+        return unsupported_error(fmt::format("{}: the filesystem does not support direct I/O ({})",
+                                             temp_dir, fd.status().message()));
+      }
+      // Filesystems without O_TMPFILE say EOPNOTSUPP (or EISDIR on old kernels): fall back
+      // to named temporaries for good.
       tmpfile_ok_.store(false);
     }
     std::string temp_path =
         join_path(temp_dir, fmt::format("{}.{}.{}.{}{}", basename_of(spec.path), host_tag(),
                                         ::getpid(), temp_seq_.fetch_add(1), kTempSuffix));
     KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
-                            open_file(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644));
-    return std::unique_ptr<BackendTarget>(new PosixTarget(spec.path, TargetMode::kCreate,
-                                                          spec.size_hint, {}, std::move(fd),
-                                                          temp_dir, std::move(temp_path)));
+                            open_file(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | direct, 0644));
+    return finish_create(spec, std::move(fd), temp_dir, std::move(temp_path));
+  }
+
+  Result<std::unique_ptr<BackendTarget>> finish_create(const TargetSpec& spec, UniqueFd fd,
+                                                       const std::string& temp_dir,
+                                                       std::string temp_path) {
+    auto t = std::make_unique<PosixTarget>(spec.path, TargetMode::kCreate, spec.size_hint,
+                                           ObjectIdentity{}, std::move(fd), temp_dir,
+                                           std::move(temp_path));
+    // On failure `t` goes, and with it the descriptor and any named temporary.
+    if (spec.direct) KVTIER_RETURN_IF_ERROR(make_direct(*t));
+    return std::unique_ptr<BackendTarget>(std::move(t));
   }
 
   Status link_anonymous(PosixTarget& t) {
@@ -425,7 +498,11 @@ class PosixBackend final : public Backend {
     iovec iov[kMaxIov];
     while (done < total) {
       uint64_t budget = total - done;
-      if (options_.max_io_bytes != 0) budget = std::min(budget, options_.max_io_bytes);
+      if (options_.max_io_bytes != 0) {
+        // Direct I/O needs every call aligned: cap at a multiple of the alignment.
+        const uint64_t unit = target.direct() ? target.direct()->offset : 1;
+        budget = std::min(budget, std::max(unit, options_.max_io_bytes / unit * unit));
+      }
       uint64_t skip = done;
       int n = 0;
       for (const IoDesc& d : descs) {
@@ -462,6 +539,8 @@ class PosixBackend final : public Backend {
 
   const PosixBackendOptions options_;
   std::atomic<bool> tmpfile_ok_{true};
+  std::mutex dio_mu_;
+  std::unordered_map<dev_t, DirectIoAlignment> dio_by_dev_;
   std::atomic<uint64_t> temp_seq_{0};
   // Last member: destroyed (workers joined) first.
   posix::WorkerPool pool_;
