@@ -54,8 +54,7 @@ void fill_reference(std::byte* p, size_t n, uint64_t seed) {
     s ^= s << 17;
     std::memcpy(p + i, &s, 8);
   }
-  for (; i < n; ++i)
-    p[i] = static_cast<std::byte>(s >> (8 * (i % 8)));
+  for (; i < n; ++i) p[i] = static_cast<std::byte>(s >> (8 * (i % 8)));
 }
 
 struct Percentiles {
@@ -106,16 +105,14 @@ class Bench {
     const uint64_t page = shape_.page_bytes();
     const uint64_t slots = o_.batch;
     KVTIER_ASSIGN_OR_RETURN(reference_, AlignedBuffer::allocate(slots * page, 4096, false));
-    for (uint64_t j = 0; j < slots; ++j)
-      fill_reference(reference_.data() + j * page, page, j + 1);
+    for (uint64_t j = 0; j < slots; ++j) fill_reference(reference_.data() + j * page, page, j + 1);
     // One pool slice per client thread, filled (so touched) before it is registered.
     KVTIER_ASSIGN_OR_RETURN(pool_, AlignedBuffer::allocate(o_.threads * slots * page, 4096, false));
     for (uint64_t t = 0; t < o_.threads; ++t) {
       std::memcpy(pool_.data() + t * slots * page, reference_.data(), slots * page);
     }
     KVTIER_ASSIGN_OR_RETURN(registration_, store_.register_memory(pool_.data(), pool_.size()));
-    for (uint64_t i = 0; i < o_.pages; ++i)
-      keys_.push_back(fmt::format("kvtier-bench-{:016x}", i));
+    for (uint64_t i = 0; i < o_.pages; ++i) keys_.push_back(fmt::format("kvtier-bench-{:016x}", i));
     return ok_status();
   }
 
@@ -189,11 +186,9 @@ class Bench {
       if (total.first_error.empty()) total.first_error = mine.first_error;
     };
     std::vector<std::thread> threads;
-    for (uint64_t t = 1; t < o_.threads; ++t)
-      threads.emplace_back(worker, t);
+    for (uint64_t t = 1; t < o_.threads; ++t) threads.emplace_back(worker, t);
     worker(0);
-    for (auto& th : threads)
-      th.join();
+    for (auto& th : threads) th.join();
     progress.finish();
     return total;
   }

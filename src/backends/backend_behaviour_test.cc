@@ -173,8 +173,7 @@ TEST_P(BackendBehaviour, PublishCreatesMissingParentDirectories) {
 }
 
 TEST_P(BackendBehaviour, ListShowsDirectChildrenWithDetails) {
-  for (const char* n : {"d/x", "d/y", "d/sub/z"})
-    KVTIER_ASSERT_OK(write(path(n), buf_.data(), 10));
+  for (const char* n : {"d/x", "d/y", "d/sub/z"}) KVTIER_ASSERT_OK(write(path(n), buf_.data(), 10));
   std::set<std::string> files, dirs;
   KVTIER_ASSERT_OK(
       agent_->list(path("d"), ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
@@ -250,8 +249,7 @@ TEST_P(BackendBehaviour, ConcurrentWritersAndReaders) {
       }
     });
   }
-  for (auto& th : threads)
-    th.join();
+  for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
 }
 
@@ -315,8 +313,7 @@ TEST_F(PosixBackend, NamedTemporariesOfDeadWritersAreSweptLiveOnesKept) {
   const std::string dead = "q." + host + "." + std::to_string(child) + ".7.kvtmp";
   const std::string foreign_fresh = "r.0badbeef.1.1.kvtmp";
   const std::string foreign_old = "s.0badbeef.1.2.kvtmp";
-  for (const auto& n : {dead, foreign_fresh, foreign_old})
-    testing::write_file(tmp + "/" + n, "x");
+  for (const auto& n : {dead, foreign_fresh, foreign_old}) testing::write_file(tmp + "/" + n, "x");
   const timespec two_hours_ago[2] = {{::time(nullptr) - 7200, 0}, {::time(nullptr) - 7200, 0}};
   ASSERT_EQ(::utimensat(AT_FDCWD, (tmp + "/" + foreign_old).c_str(), two_hours_ago, 0), 0);
 

@@ -10,8 +10,7 @@ TEST(AlignedBuffer, AllocatesAlignedZeroedMemory) {
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->size(), 70272u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % 4096, 0u);
-  for (std::byte x : b->span())
-    ASSERT_EQ(x, std::byte{0});
+  for (std::byte x : b->span()) ASSERT_EQ(x, std::byte{0});
 }
 
 TEST(AlignedBuffer, RejectsBadAlignment) {

@@ -10,8 +10,7 @@ namespace {
 
 TEST(Checksum, StreamingEqualsOneShot) {
   std::string data(100000, '\0');
-  for (size_t i = 0; i < data.size(); ++i)
-    data[i] = static_cast<char>(i * 131 + 7);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + 7);
   const uint64_t whole = checksum64(data);
   for (size_t split : {size_t{0}, size_t{1}, size_t{4095}, size_t{65536}, data.size()}) {
     Checksum64Stream s;

@@ -87,8 +87,7 @@ TEST(Dir, ListsEntriesWithTypes) {
 
 TEST(Dir, CallbackErrorStopsTheWalk) {
   testing::TempDir dir;
-  for (int i = 0; i < 5; ++i)
-    testing::write_file(dir.file(std::to_string(i)), "x");
+  for (int i = 0; i < 5; ++i) testing::write_file(dir.file(std::to_string(i)), "x");
   Result<UniqueFd> d = open_file(dir.path().c_str(), O_RDONLY | O_DIRECTORY);
   ASSERT_TRUE(d.ok());
   int calls = 0;

@@ -21,10 +21,8 @@ TEST(Inspect, InventoryCountsPagesBytesNamespacesAndTemporaries) {
   auto a = testing::open_store(loc, testing::test_namespace("model-a"));
   auto b = testing::open_store(loc, testing::test_namespace("model-b"));
   PagePool pa(*a, 1, 10000), pb(*b, 1, 10000);
-  for (int i = 0; i < 5; ++i)
-    KVTIER_ASSERT_OK(a->put("k" + std::to_string(i), pa.slot(0), 10000));
-  for (int i = 0; i < 3; ++i)
-    KVTIER_ASSERT_OK(b->put("k" + std::to_string(i), pb.slot(0), 1000));
+  for (int i = 0; i < 5; ++i) KVTIER_ASSERT_OK(a->put("k" + std::to_string(i), pa.slot(0), 10000));
+  for (int i = 0; i < 3; ++i) KVTIER_ASSERT_OK(b->put("k" + std::to_string(i), pb.slot(0), 1000));
   testing::write_file(a->namespace_dirs()[0] + "/tmp/x.deadbeef.1.1.kvtmp", "partial");
 
   KVTIER_ASSERT_OK_AND_ASSIGN(Inventory inv, take_inventory(loc));
@@ -53,8 +51,7 @@ TEST(Inspect, VerifyListsEachCorruptPage) {
   auto s = testing::open_store(loc, testing::test_namespace());
   PagePool p(*s, 1, 20000);
   p.fill(0, 20000, 3);
-  for (int i = 0; i < 10; ++i)
-    KVTIER_ASSERT_OK(s->put("v" + std::to_string(i), p.slot(0), 20000));
+  for (int i = 0; i < 10; ++i) KVTIER_ASSERT_OK(s->put("v" + std::to_string(i), p.slot(0), 20000));
   KVTIER_ASSERT_OK_AND_ASSIGN(VerifyReport clean, verify_store(loc));
   EXPECT_EQ(clean.pages, 10u);
   EXPECT_EQ(clean.intact, 10u);

@@ -44,8 +44,7 @@ TEST(PageFormat, EncodeDecodeRoundTrip) {
 TEST(PageFormat, KeysWithAnyBytesAndMaximumLength) {
   Block b;
   std::string key(kMaxKeyBytes, '\0');
-  for (size_t i = 0; i < key.size(); ++i)
-    key[i] = static_cast<char>(i);
+  for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<char>(i);
   encode(sample(key), b.span());
   Result<Header> h = decode(b.span());
   ASSERT_TRUE(h.ok()) << h.status().to_string();

@@ -16,8 +16,7 @@ Result<HeaderPool::Lease> HeaderPool::acquire(size_t n) {
   Lease lease;
   if (n == 0) return lease;
   std::lock_guard lock(mu_);
-  while (free_.size() < n)
-    KVTIER_RETURN_IF_ERROR(grow());
+  while (free_.size() < n) KVTIER_RETURN_IF_ERROR(grow());
   lease.blocks_.assign(free_.end() - static_cast<ptrdiff_t>(n), free_.end());
   free_.resize(free_.size() - n);
   lease.pool_ = this;

@@ -32,8 +32,7 @@ TEST(Routing, KeyLimits) {
 TEST(Routing, SeveralBasesSpreadEvenlyAndStably) {
   Router r({"/a", "/b", "/c"}, hash128("ns"));
   std::map<size_t, int> count;
-  for (int i = 0; i < 3000; ++i)
-    ++count[r.route("key" + std::to_string(i)).base];
+  for (int i = 0; i < 3000; ++i) ++count[r.route("key" + std::to_string(i)).base];
   for (size_t b = 0; b < 3; ++b) {
     EXPECT_GT(count[b], 800) << b;
     EXPECT_LT(count[b], 1200) << b;

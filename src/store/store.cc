@@ -89,15 +89,13 @@ Result<DirectIo> parse_direct_io(std::string_view text) {
 
 size_t BatchResult::ok_count() const {
   size_t n = 0;
-  for (const Status& s : pages)
-    n += s.ok() ? 1 : 0;
+  for (const Status& s : pages) n += s.ok() ? 1 : 0;
   return n;
 }
 
 size_t BatchResult::ok_prefix() const {
   size_t n = 0;
-  while (n < pages.size() && pages[n].ok())
-    ++n;
+  while (n < pages.size() && pages[n].ok()) ++n;
   return n;
 }
 
@@ -357,8 +355,7 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
 
   Result<HeaderPool::Lease> lease = headers.acquire(work.size());
   if (!lease.ok()) {
-    for (const auto& w : work)
-      out[w.page] = lease.status();
+    for (const auto& w : work) out[w.page] = lease.status();
     bump(counters.put_failures, work.size());
     return;
   }
@@ -410,8 +407,7 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
         std::memset(dst, 0, padded - w.payload);
         sum.update(w.staging.data(), w.payload);
       } else {
-        for (const ConstBuffer& p : w.pieces)
-          sum.update(p.data, p.size);
+        for (const ConstBuffer& p : w.pieces) sum.update(p.data, p.size);
       }
       page::Header h;
       h.namespace_id = ns_id;
@@ -506,8 +502,7 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
     return ok_status();
   }
   Checksum64Stream sum;
-  for (const MutableBuffer& p : w.pieces)
-    sum.update(p.data, p.size);
+  for (const MutableBuffer& p : w.pieces) sum.update(p.data, p.size);
   if (sum.digest() != h->payload_checksum) return corrupt_error("payload checksum mismatch");
   return ok_status();
 }

@@ -92,11 +92,9 @@ TEST_P(StoreBehaviour, BatchWithHolesReportsEachPage) {
   BatchResult w = store_->batch_put(put_keys, put_pieces);
   ASSERT_TRUE(w.all_ok()) << w.status.to_string();
 
-  for (size_t i = 0; i < 6; ++i)
-    pool.clear(i);
+  for (size_t i = 0; i < 6; ++i) pool.clear(i);
   std::vector<MutableBuffer> get_pieces;
-  for (size_t i = 0; i < 6; ++i)
-    get_pieces.push_back(pool.out(i, kPage));
+  for (size_t i = 0; i < 6; ++i) get_pieces.push_back(pool.out(i, kPage));
   BatchResult r = store_->batch_get(testing::views(keys), get_pieces);
   KVTIER_ASSERT_OK(r.status);
   ASSERT_EQ(r.pages.size(), 6u);
@@ -132,8 +130,7 @@ TEST_P(StoreBehaviour, PerPageStatusIsolatesABadPage) {
 TEST_P(StoreBehaviour, PrefixExistsStopsAtTheFirstAbsentKey) {
   PagePool pool(*store_, 1, 4096);
   const auto keys = testing::keys_for("e", 10);
-  for (size_t i : {0, 1, 2, 3, 5, 6})
-    KVTIER_ASSERT_OK(store_->put(keys[i], pool.slot(0), 4096));
+  for (size_t i : {0, 1, 2, 3, 5, 6}) KVTIER_ASSERT_OK(store_->put(keys[i], pool.slot(0), 4096));
   EXPECT_EQ(store_->batch_exists(testing::views(keys)), 4u);
   EXPECT_EQ(store_->batch_exists({}), 0u);
   std::vector<std::string_view> from5 = {keys[5], keys[6], keys[7]};
@@ -156,8 +153,7 @@ TEST_P(StoreBehaviour, MultiPiecePagesKeepPieceOrder) {
                                     pool.out(7, kPiece)};
   BatchResult r = store_->batch_get(keys, out);
   ASSERT_TRUE(r.all_ok()) << r.pages[0].to_string();
-  for (size_t i = 0; i < 4; ++i)
-    EXPECT_TRUE(pool.holds(4 + i, kPiece, 7 + i)) << i;
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(pool.holds(4 + i, kPiece, 7 + i)) << i;
   // The same page read as one piece of twice the size is a layout mismatch, not data.
   PagePool flat(*store_, 1, 2 * kPiece);
   Status st = store_->get("kv0", flat.slot(0), 2 * kPiece);
@@ -194,8 +190,7 @@ TEST_P(StoreBehaviour, ClearIsScopedToTheNamespace) {
   EXPECT_EQ(store_->stats().cleared, 20u);
   EXPECT_EQ(store_->batch_exists(testing::views(keys)), 0u);
   EXPECT_EQ(other->batch_exists(testing::views(keys)), 20u);
-  for (const auto& k : keys)
-    KVTIER_EXPECT_OK(other->get(k, theirs.slot(0), 4096));
+  for (const auto& k : keys) KVTIER_EXPECT_OK(other->get(k, theirs.slot(0), 4096));
   // The cleared store keeps working.
   KVTIER_ASSERT_OK(store_->put(keys[0], mine.slot(0), 4096));
   EXPECT_EQ(store_->batch_exists(testing::views(keys)), 1u);
@@ -239,8 +234,7 @@ TEST_P(StoreBehaviour, LargeBatchesLikeSglangs) {
   ASSERT_TRUE(w.all_ok());
   BatchResult r = store_->batch_get(testing::views(keys), out);
   ASSERT_TRUE(r.all_ok());
-  for (size_t i = 0; i < kPages; ++i)
-    ASSERT_TRUE(pool.holds(kPages + i, kPage, i)) << i;
+  for (size_t i = 0; i < kPages; ++i) ASSERT_TRUE(pool.holds(kPages + i, kPage, i)) << i;
   EXPECT_EQ(store_->batch_exists(testing::views(keys)), kPages);
 }
 
@@ -272,8 +266,7 @@ TEST_P(StoreBehaviour, ConcurrentReadersAndWriters) {
       }
     });
   }
-  for (auto& th : threads)
-    th.join();
+  for (auto& th : threads) th.join();
   EXPECT_EQ(torn.load(), 0);
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(store_->stats().get_corrupt, 0u);

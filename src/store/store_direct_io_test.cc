@@ -142,8 +142,7 @@ TEST_F(StoreDirectIo, CorruptionIsStillCaught) {
   std::memset(pool.slot(1), 0x77, 70272);
   EXPECT_EQ(s->get("c", pool.slot(1), 70272).code(), StatusCode::kCorrupt);
   // A staged page that fails verification never reaches the caller's memory.
-  for (size_t i = 0; i < 70272; ++i)
-    ASSERT_EQ(pool.slot(1)[i], std::byte{0x77}) << i;
+  for (size_t i = 0; i < 70272; ++i) ASSERT_EQ(pool.slot(1)[i], std::byte{0x77}) << i;
 }
 
 TEST_F(StoreDirectIo, NoDescriptorLeaksOnDirectPaths) {

@@ -30,21 +30,18 @@ class StoreFds : public ::testing::Test {
     store_ = testing::open_store(loc_, testing::test_namespace(), faults_);
     ASSERT_NE(store_, nullptr);
     pool_ = std::make_unique<PagePool>(*store_, 256, kPage);
-    for (size_t i = 0; i < 256; ++i)
-      pool_->fill(i, kPage, i);
+    for (size_t i = 0; i < 256; ++i) pool_->fill(i, kPage, i);
     base_ = open_fds();
   }
 
   BatchResult put_batch(const std::vector<std::string>& keys, size_t first_slot = 0) {
     std::vector<ConstBuffer> in;
-    for (size_t i = 0; i < keys.size(); ++i)
-      in.push_back(pool_->in(first_slot + i, kPage));
+    for (size_t i = 0; i < keys.size(); ++i) in.push_back(pool_->in(first_slot + i, kPage));
     return store_->batch_put(testing::views(keys), in);
   }
   BatchResult get_batch(const std::vector<std::string>& keys, size_t first_slot = 128) {
     std::vector<MutableBuffer> out;
-    for (size_t i = 0; i < keys.size(); ++i)
-      out.push_back(pool_->out(first_slot + i, kPage));
+    for (size_t i = 0; i < keys.size(); ++i) out.push_back(pool_->out(first_slot + i, kPage));
     return store_->batch_get(testing::views(keys), out);
   }
   std::string page_file(std::string_view key) {
@@ -78,8 +75,7 @@ TEST_F(StoreFds, BatchOf128PagesLeavesNothingOpen) {
   EXPECT_EQ(open_fds(), base_) << "batch_get";
   EXPECT_EQ(store_->batch_exists(testing::views(keys)), 128u);
   EXPECT_EQ(open_fds(), base_) << "batch_exists";
-  for (size_t i = 0; i < 128; ++i)
-    ASSERT_TRUE(pool_->holds(128 + i, kPage, i)) << i;
+  for (size_t i = 0; i < 128; ++i) ASSERT_TRUE(pool_->holds(128 + i, kPage, i)) << i;
 }
 
 TEST_F(StoreFds, MixedOperationsCountedAfterEveryStep) {
@@ -99,8 +95,7 @@ TEST_F(StoreFds, MixedOperationsCountedAfterEveryStep) {
   EXPECT_EQ(open_fds(), base_) << "remove";
   KVTIER_ASSERT_OK(store_->clear());
   EXPECT_EQ(open_fds(), base_) << "clear";
-  for (int i = 1; i <= 3; ++i)
-    EXPECT_TRUE(pool_->holds(200 + i, kPage, i)) << i;
+  for (int i = 1; i <= 3; ++i) EXPECT_TRUE(pool_->holds(200 + i, kPage, i)) << i;
 }
 
 TEST_F(StoreFds, DataIntegrityAcrossElementTypes) {
@@ -116,31 +111,25 @@ TEST_F(StoreFds, DataIntegrityAcrossElementTypes) {
     EXPECT_EQ(open_fds(), base_) << name;
   };
   auto* f32 = reinterpret_cast<float*>(src);
-  for (int i = 0; i < 1024; ++i)
-    f32[i] = std::sin(static_cast<float>(i)) * 1e30f;
+  for (int i = 0; i < 1024; ++i) f32[i] = std::sin(static_cast<float>(i)) * 1e30f;
   f32[3] = NAN;
   f32[4] = -0.0f;
   f32[5] = INFINITY;
   round_trip("float32", 1024 * sizeof(float));
   auto* f64 = reinterpret_cast<double*>(src);
-  for (int i = 0; i < 1024; ++i)
-    f64[i] = 1.0 / (i + 1) - 1e300;
+  for (int i = 0; i < 1024; ++i) f64[i] = 1.0 / (i + 1) - 1e300;
   round_trip("float64", 1024 * sizeof(double));
   auto* i32 = reinterpret_cast<int32_t*>(src);
-  for (int i = 0; i < 1024; ++i)
-    i32[i] = INT32_MIN + i * 977;
+  for (int i = 0; i < 1024; ++i) i32[i] = INT32_MIN + i * 977;
   round_trip("int32", 1024 * sizeof(int32_t));
   auto* i64 = reinterpret_cast<int64_t*>(src);
-  for (int i = 0; i < 1024; ++i)
-    i64[i] = INT64_MAX - i * 1000003;
+  for (int i = 0; i < 1024; ++i) i64[i] = INT64_MAX - i * 1000003;
   round_trip("int64", 1024 * sizeof(int64_t));
   auto* b = reinterpret_cast<bool*>(src);
-  for (int i = 0; i < 1023; ++i)
-    b[i] = (i % 3) == 0;
+  for (int i = 0; i < 1023; ++i) b[i] = (i % 3) == 0;
   round_trip("bool", 1023);
   auto* bf16 = reinterpret_cast<uint16_t*>(src);
-  for (int i = 0; i < 2048; ++i)
-    bf16[i] = static_cast<uint16_t>(i * 40503u);  // NaNs included
+  for (int i = 0; i < 2048; ++i) bf16[i] = static_cast<uint16_t>(i * 40503u);  // NaNs included
   round_trip("bfloat16", 2048 * sizeof(uint16_t));
 }
 
@@ -167,8 +156,7 @@ TEST_F(StoreFds, RegisteredFilesLeaveNothingOpen) {
     for (const auto& k : testing::keys_for("f", 64))
       specs.push_back({page_file(k), TargetMode::kRead, 0, {}});
     auto targets = agent.open_targets(specs);
-    for (auto& t : targets)
-      KVTIER_ASSERT_OK(t.status());
+    for (auto& t : targets) KVTIER_ASSERT_OK(t.status());
     EXPECT_EQ(open_fds(), before + 64);
   }
   EXPECT_EQ(open_fds(), before);
@@ -236,8 +224,7 @@ TEST_F(StoreFds, NoSpaceWhileWriting) {
   faults_->add(FaultRule{.op = FaultOp::kWrite, .error = ENOSPC, .skip = 0, .count = 100});
   const auto keys = testing::keys_for("n", 32);
   BatchResult w = put_batch(keys);
-  for (const Status& s : w.pages)
-    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  for (const Status& s : w.pages) EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(open_fds(), base_);
   EXPECT_EQ(store_->batch_exists(testing::views(keys)), 0u) << "no partial page is visible";
   EXPECT_TRUE(testing::list_files(store_->namespace_dirs()[0] + "/tmp").empty());

@@ -68,8 +68,7 @@ TEST(StoreRlimit, TwentyThousandMixedOperationsWithSixtyFourDescriptors) {
       }
       case 2: {  // batch_get, verifying every stored page
         std::vector<MutableBuffer> out;
-        for (size_t i = 0; i < n; ++i)
-          out.push_back(pool.out(kMaxBatch + i, kPage));
+        for (size_t i = 0; i < n; ++i) out.push_back(pool.out(kMaxBatch + i, kPage));
         BatchResult r = store->batch_get(batch, out);
         for (size_t i = 0; i < n; ++i) {
           if (stored[first + i]) {
@@ -85,8 +84,7 @@ TEST(StoreRlimit, TwentyThousandMixedOperationsWithSixtyFourDescriptors) {
       }
       case 3: {  // batch_exists
         size_t expect = 0;
-        while (expect < n && stored[first + expect])
-          ++expect;
+        while (expect < n && stored[first + expect]) ++expect;
         if (store->batch_exists(batch) != expect) fail(internal_error("batch_exists"));
         break;
       }

@@ -47,13 +47,11 @@ inline StoreLocation location_for(const StoreCase& c, const TempDir& dir) {
   std::string uri;
   if (c.backend == "dram") {
     std::string name = dir.path();
-    for (char& ch : name)
-      ch = ch == '/' ? '_' : ch;
+    for (char& ch : name) ch = ch == '/' ? '_' : ch;
     uri = "mem://" + name;
   } else {
     uri = "file://";
-    for (int b = 0; b < c.bases; ++b)
-      uri += (b ? "," : "") + dir.file("base" + std::to_string(b));
+    for (int b = 0; b < c.bases; ++b) uri += (b ? "," : "") + dir.file("base" + std::to_string(b));
   }
   uri += "?backend=" + c.backend + c.query;
   Result<StoreLocation> loc = parse_store_uri(uri);
@@ -111,8 +109,7 @@ class PagePool {
 
 inline std::vector<std::string> keys_for(std::string_view prefix, size_t n) {
   std::vector<std::string> out;
-  for (size_t i = 0; i < n; ++i)
-    out.push_back(std::string(prefix) + std::to_string(i));
+  for (size_t i = 0; i < n; ++i) out.push_back(std::string(prefix) + std::to_string(i));
   return out;
 }
 

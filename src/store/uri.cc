@@ -44,8 +44,7 @@ Result<std::string> normalize_dir(std::string_view raw) {
   std::filesystem::path p = std::filesystem::absolute(std::filesystem::path(raw), ec);
   if (ec) return invalid_argument_error(fmt::format("bad path '{}': {}", raw, ec.message()));
   std::string s = p.lexically_normal().string();
-  while (s.size() > 1 && s.back() == '/')
-    s.pop_back();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
   return s;
 }
 
@@ -57,8 +56,7 @@ std::string StoreLocation::uri() const {
     s = "mem://" + (bases.empty() ? std::string() : bases.front().substr(1));
   } else {
     s = "file://";
-    for (size_t i = 0; i < bases.size(); ++i)
-      s += (i ? "," : "") + bases[i];
+    for (size_t i = 0; i < bases.size(); ++i) s += (i ? "," : "") + bases[i];
   }
   char sep = '?';
   if (backend != "auto") {

@@ -132,8 +132,7 @@ struct TransferImpl final : IoBatch {
       return st;
     }
     if (op_ == TransferOp::kWrite) {
-      for (const auto& t : targets)
-        t->writes_inflight.fetch_add(1);
+      for (const auto& t : targets) t->writes_inflight.fetch_add(1);
     }
     return ok_status();
   }
@@ -150,8 +149,7 @@ struct TransferImpl final : IoBatch {
     if (callbacks.on_done) callbacks.on_done();
     release_regions(regions.size());
     if (op_ == TransferOp::kWrite) {
-      for (const auto& t : targets)
-        t->writes_inflight.fetch_sub(1);
+      for (const auto& t : targets) t->writes_inflight.fetch_sub(1);
     }
     // Notify under the lock: once it is released a waiter may destroy this object, and this
     // thread touches nothing after the unlock.
@@ -177,8 +175,7 @@ std::string BackendSelection::summary() const {
   std::string s = chosen;
   if (automatic) {
     s += " (auto";
-    for (const std::string& r : rejected)
-      s += "; skipped " + r;
+    for (const std::string& r : rejected) s += "; skipped " + r;
     s += ")";
   }
   return s;
@@ -201,8 +198,7 @@ Registration::~Registration() {
 }
 
 void Registration::reset() noexcept {
-  for (auto& r : regions_)
-    core_->deregister(*r);
+  for (auto& r : regions_) core_->deregister(*r);
   regions_.clear();
   core_.reset();
 }

@@ -235,8 +235,7 @@ TEST_F(AgentRequest, CallbacksReportEveryDescriptorThenTheEndBeforeWaitReturns) 
   };
   cb.on_done = [&] {
     bool all = true;
-    for (auto& v : seen)
-      all = all && v.load() == 1;
+    for (auto& v : seen) all = all && v.load() == 1;
     all_seen_at_done = all;
     ++done_calls;
   };
@@ -244,8 +243,7 @@ TEST_F(AgentRequest, CallbacksReportEveryDescriptorThenTheEndBeforeWaitReturns) 
   x.wait();
   EXPECT_EQ(done_calls.load(), 1);
   EXPECT_TRUE(all_seen_at_done.load());
-  for (auto& v : seen)
-    EXPECT_EQ(v.load(), 1);
+  for (auto& v : seen) EXPECT_EQ(v.load(), 1);
   // A second post without callbacks calls none of the old ones.
   KVTIER_ASSERT_OK(x.post());
   x.wait();
@@ -510,8 +508,7 @@ TEST_F(AgentInFlight, ConcurrentRequestsFromManyThreads) {
       }
     });
   }
-  for (auto& t : threads)
-    t.join();
+  for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
 }
 

@@ -33,8 +33,7 @@ std::vector<Result<std::unique_ptr<BackendTarget>>> Backend::open_batch(
     std::span<const TargetSpec> specs) {
   std::vector<Result<std::unique_ptr<BackendTarget>>> out;
   out.reserve(specs.size());
-  for (const TargetSpec& spec : specs)
-    out.push_back(open(spec));
+  for (const TargetSpec& spec : specs) out.push_back(open(spec));
   return out;
 }
 
@@ -81,8 +80,7 @@ std::vector<const BackendRegistry::Entry*> BackendRegistry::candidates(
 
 std::vector<std::string> BackendRegistry::names() const {
   std::vector<std::string> out;
-  for (const Entry& e : entries_)
-    out.push_back(e.name);
+  for (const Entry& e : entries_) out.push_back(e.name);
   return out;
 }
 

@@ -26,8 +26,7 @@ ObjectIdentity identity_of(const DramObject* o) {
 
 std::string normalize_dir(std::string_view dir) {
   std::string d(dir);
-  while (d.size() > 1 && d.back() == '/')
-    d.pop_back();
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
   return d;
 }
 
@@ -169,8 +168,7 @@ class DramBackend final : public Backend {
       }
       if (entries.empty()) return not_found_error(fmt::format("no directory '{}'", dir));
     }
-    for (const ObjectInfo& e : entries)
-      KVTIER_RETURN_IF_ERROR(fn(e));
+    for (const ObjectInfo& e : entries) KVTIER_RETURN_IF_ERROR(fn(e));
     return ok_status();
   }
 

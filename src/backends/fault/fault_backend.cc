@@ -62,8 +62,7 @@ class SubBatch final : public IoBatch {
   SubBatch(IoBatch& parent, std::vector<size_t> index)
       : parent_(parent), index_(std::move(index)), remaining_(index_.size()) {
     descs_.reserve(index_.size());
-    for (size_t i : index_)
-      descs_.push_back(parent.descs()[i]);
+    for (size_t i : index_) descs_.push_back(parent.descs()[i]);
   }
 
   TransferOp op() const override { return parent_.op(); }
@@ -195,8 +194,7 @@ class FaultBackend final : public BackendWrapper {
     SubBatch* sub = pass.empty() ? nullptr : new SubBatch(batch, std::move(pass));
     // While `sub` has work the parent stays alive; without it the last completion below may
     // end the parent, so nothing touches it afterwards.
-    for (auto& [i, st] : failed)
-      batch.complete(i, std::move(st));
+    for (auto& [i, st] : failed) batch.complete(i, std::move(st));
     if (sub != nullptr) inner().submit(*sub);
   }
 
@@ -227,8 +225,7 @@ class FaultBackend final : public BackendWrapper {
       }
       if (due.empty() && cancelled.empty()) {
         uint64_t next = UINT64_MAX;
-        for (const Delayed& d : delayed_)
-          next = std::min(next, d.due_ns);
+        for (const Delayed& d : delayed_) next = std::min(next, d.due_ns);
         cv_.wait_for(lock, std::chrono::nanoseconds(next - now));
         continue;
       }
@@ -239,8 +236,7 @@ class FaultBackend final : public BackendWrapper {
           b->complete(i, cancelled_error("cancelled while delayed by fault injection"));
         }
       }
-      for (IoBatch* b : due)
-        forward(*b);
+      for (IoBatch* b : due) forward(*b);
       lock.lock();
     }
   }

@@ -6,8 +6,7 @@ namespace kvtier::posix {
 
 WorkerPool::WorkerPool(size_t threads) {
   threads_.reserve(threads);
-  for (size_t i = 0; i < threads; ++i)
-    threads_.emplace_back([this] { worker_loop(); });
+  for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { worker_loop(); });
 }
 
 WorkerPool::~WorkerPool() {
@@ -17,8 +16,7 @@ WorkerPool::~WorkerPool() {
     queue_.clear();
   }
   cv_.notify_all();
-  for (std::thread& t : threads_)
-    t.join();
+  for (std::thread& t : threads_) t.join();
 }
 
 void WorkerPool::schedule(const std::shared_ptr<PoolJob>& job, size_t parallelism) {
@@ -26,8 +24,7 @@ void WorkerPool::schedule(const std::shared_ptr<PoolJob>& job, size_t parallelis
   if (parallelism > threads_.size()) parallelism = threads_.size();
   {
     std::lock_guard lock(mu_);
-    for (size_t i = 0; i < parallelism; ++i)
-      queue_.push_back(job);
+    for (size_t i = 0; i < parallelism; ++i) queue_.push_back(job);
   }
   if (parallelism == 1) {
     cv_.notify_one();
@@ -89,8 +86,7 @@ class ForJob final : public PoolJob {
 void WorkerPool::parallel_for(size_t n, const std::function<void(size_t)>& fn) {
   if (n == 0) return;
   if (n == 1 || threads_.empty()) {
-    for (size_t i = 0; i < n; ++i)
-      fn(i);
+    for (size_t i = 0; i < n; ++i) fn(i);
     return;
   }
   // The job is shared: a worker that picks it up after every item ran finds nothing to do,

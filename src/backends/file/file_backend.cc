@@ -1,0 +1,383 @@
+#include "file_backend.h"
+
+#include <fmt/format.h>
+#include <linux/magic.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <optional>
+
+#include "kvtier/core/checksum.h"
+#include "kvtier/core/clock.h"
+#include "kvtier/core/dir.h"
+
+namespace kvtier::file {
+namespace {
+
+constexpr std::string_view kTempSuffix = ".kvtmp";
+
+std::string_view basename_of(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+ObjectIdentity identity_of(const struct stat& st) {
+  return ObjectIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+uint64_t mtime_ns_of(const struct stat& st) {
+  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000ull +
+         static_cast<uint64_t>(st.st_mtim.tv_nsec);
+}
+
+// 8 hex digits naming this host in temporary names (a shared filesystem sees several hosts).
+const std::string& host_tag() {
+  static const std::string tag = [] {
+    char name[256] = {};
+    if (::gethostname(name, sizeof(name) - 1) != 0) name[0] = '\0';
+    return fmt::format("{:08x}", static_cast<uint32_t>(checksum64(name, std::strlen(name))));
+  }();
+  return tag;
+}
+
+bool process_alive(long pid) {
+  if (pid <= 0) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+// Parses "<name>.<host>.<pid>.<seq>.kvtmp" into host and pid.
+bool parse_temp_name(std::string_view name, std::string_view* host, long* pid) {
+  if (name.size() <= kTempSuffix.size() || !name.ends_with(kTempSuffix)) return false;
+  name.remove_suffix(kTempSuffix.size());
+  std::string_view parts[3];
+  for (int i = 2; i >= 0; --i) {
+    const size_t dot = name.rfind('.');
+    if (dot == std::string_view::npos) return false;
+    parts[i] = name.substr(dot + 1);
+    name = name.substr(0, dot);
+  }
+  *host = parts[0];
+  auto [ptr, ec] = std::from_chars(parts[1].data(), parts[1].data() + parts[1].size(), *pid);
+  return ec == std::errc() && ptr == parts[1].data() + parts[1].size();
+}
+
+// Direct I/O alignment of an open file: what statx(STATX_DIOALIGN) reports, 4096 when the
+// kernel does not say (before Linux 6.1), kUnsupported when it says direct I/O is impossible
+// (tmpfs reports alignment 0).
+Result<DirectIoAlignment> dio_alignment_of(int fd, std::string_view path) {
+  struct statx stx;
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) != 0) {
+    return errno_status(errno, "statx", path);
+  }
+  if ((stx.stx_mask & STATX_DIOALIGN) == 0) return DirectIoAlignment{4096, 4096};
+  if (stx.stx_dio_offset_align == 0 || stx.stx_dio_mem_align == 0) {
+    return unsupported_error(fmt::format(
+        "{}: the filesystem does not support direct I/O (statx reports no alignment)", path));
+  }
+  return DirectIoAlignment{stx.stx_dio_mem_align, stx.stx_dio_offset_align};
+}
+
+Status sync_dir(const std::string& dir) {
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_file(dir.c_str(), O_RDONLY | O_DIRECTORY));
+  if (::fsync(fd.get()) != 0) return errno_status(errno, "fsync", dir);
+  return std::move(fd).close();
+}
+
+}  // namespace
+
+std::string dirname_of(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return ".";
+  if (slash == 0) return "/";
+  return std::string(path.substr(0, slash));
+}
+
+std::string join_path(std::string_view dir, std::string_view name) {
+  std::string p(dir);
+  if (p.empty() || p.back() != '/') p += '/';
+  p += name;
+  return p;
+}
+
+FileBackend::FileBackend(bool use_tmpfile) {
+  // Linking an O_TMPFILE into place goes through /proc/self/fd.
+  struct stat st;
+  tmpfile_ok_.store(use_tmpfile && ::stat("/proc/self/fd", &st) == 0);
+}
+
+void FileBackend::run_parallel(size_t n, const std::function<void(size_t)>& fn) {
+  for (size_t i = 0; i < n; ++i) fn(i);
+}
+
+Result<std::unique_ptr<BackendTarget>> FileBackend::open(const TargetSpec& spec) {
+  if (spec.path.empty()) return invalid_argument_error("open: empty path");
+  if (spec.mode == TargetMode::kRead) return open_read(spec);
+  return open_create(spec);
+}
+
+std::vector<Result<std::unique_ptr<BackendTarget>>> FileBackend::open_batch(
+    std::span<const TargetSpec> specs) {
+  std::vector<std::optional<Result<std::unique_ptr<BackendTarget>>>> slots(specs.size());
+  run_parallel(specs.size(), [&](size_t i) { slots[i].emplace(open(specs[i])); });
+  std::vector<Result<std::unique_ptr<BackendTarget>>> out;
+  out.reserve(specs.size());
+  for (auto& s : slots) out.push_back(std::move(*s));
+  return out;
+}
+
+Status FileBackend::publish(BackendTarget& base, const PublishOptions& options) {
+  auto& t = static_cast<FileTarget&>(base);
+  if (t.mode() != TargetMode::kCreate)
+    return invalid_argument_error("publish: not a kCreate target");
+  if (options.durable && ::fdatasync(t.fd()) != 0) {
+    return errno_status(errno, "fdatasync", t.path());
+  }
+  Status st = t.anonymous() ? link_anonymous(t) : rename_named(t);
+  if (st.code() == StatusCode::kNotFound && options.create_parents) {
+    KVTIER_RETURN_IF_ERROR(make_dirs(dirname_of(t.path())));
+    st = t.anonymous() ? link_anonymous(t) : rename_named(t);
+  }
+  KVTIER_RETURN_IF_ERROR(st);
+  struct stat sb;
+  if (::fstat(t.fd(), &sb) == 0) t.set_published_identity(identity_of(sb));
+  if (options.durable) KVTIER_RETURN_IF_ERROR(sync_dir(dirname_of(t.path())));
+  return ok_status();
+}
+
+Status FileBackend::make_dirs(std::string_view path) {
+  const std::string p(path);
+  if (p.empty()) return invalid_argument_error("make_dirs: empty path");
+  if (::mkdir(p.c_str(), 0755) == 0) return ok_status();
+  if (errno == EEXIST) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return ok_status();
+    return errno_status(ENOTDIR, "mkdir", p);
+  }
+  if (errno != ENOENT) return errno_status(errno, "mkdir", p);
+  const std::string parent = dirname_of(p);
+  if (parent == p) return errno_status(ENOENT, "mkdir", p);
+  KVTIER_RETURN_IF_ERROR(make_dirs(parent));
+  if (::mkdir(p.c_str(), 0755) == 0 || errno == EEXIST) return ok_status();
+  return errno_status(errno, "mkdir", p);
+}
+
+Result<ObjectInfo> FileBackend::stat(std::string_view path) {
+  const std::string p(path);
+  struct stat st;
+  if (::stat(p.c_str(), &st) != 0) return errno_status(errno, "stat", p);
+  return ObjectInfo{p, S_ISDIR(st.st_mode), static_cast<uint64_t>(st.st_size), mtime_ns_of(st),
+                    identity_of(st)};
+}
+
+Status FileBackend::remove(std::string_view path, const ObjectIdentity* if_identity) {
+  const std::string p(path);
+  if (if_identity != nullptr) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0) return errno_status(errno, "stat", p);
+    if (identity_of(st) != *if_identity) {
+      return not_found_error(fmt::format("'{}' was replaced; not removed", p));
+    }
+  }
+  if (::unlink(p.c_str()) == 0) return ok_status();
+  if (errno == EISDIR || errno == EPERM) {
+    if (::rmdir(p.c_str()) == 0) return ok_status();
+  }
+  return errno_status(errno, "unlink", p);
+}
+
+Status FileBackend::list(std::string_view dir, const ListOptions& options,
+                         const std::function<Status(const ObjectInfo&)>& fn) {
+  const std::string d(dir);
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_file(d.c_str(), O_RDONLY | O_DIRECTORY));
+  ObjectInfo info;
+  return for_each_dir_entry(fd.borrow(), [&](const DirEntry& e) -> Status {
+    info.name.assign(e.name);
+    info.is_dir = e.type == DirEntryType::kDir;
+    info.size = 0;
+    info.mtime_ns = 0;
+    info.identity = {};
+    if (options.with_details || e.type == DirEntryType::kUnknown) {
+      struct stat st;
+      if (::fstatat(fd.get(), info.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return ok_status();  // removed meanwhile
+        return errno_status(errno, "stat", join_path(d, info.name));
+      }
+      info.is_dir = S_ISDIR(st.st_mode);
+      info.size = static_cast<uint64_t>(st.st_size);
+      info.mtime_ns = mtime_ns_of(st);
+      info.identity = identity_of(st);
+    }
+    return fn(info);
+  });
+}
+
+Result<size_t> FileBackend::sweep_temporaries(std::string_view temp_dir, uint64_t min_age_s) {
+  const uint64_t now = wall_ns();
+  size_t removed = 0;
+  Status st = list(temp_dir, ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
+    std::string_view host;
+    long pid = 0;
+    if (e.is_dir || !parse_temp_name(e.name, &host, &pid)) return ok_status();
+    const bool ours = host == host_tag();
+    const bool owner_gone = ours && !process_alive(pid);
+    const bool old = now > e.mtime_ns && (now - e.mtime_ns) / 1'000'000'000ull >= min_age_s;
+    if (!(owner_gone || old) || (ours && pid == ::getpid())) return ok_status();
+    const std::string p = join_path(temp_dir, e.name);
+    if (::unlink(p.c_str()) == 0) ++removed;
+    return ok_status();
+  });
+  if (st.code() == StatusCode::kNotFound) return size_t{0};
+  KVTIER_RETURN_IF_ERROR(st);
+  return removed;
+}
+
+Result<size_t> FileBackend::count_temporaries(std::string_view temp_dir) {
+  size_t n = 0;
+  Status st = list(temp_dir, ListOptions{}, [&](const ObjectInfo& e) {
+    if (!e.is_dir && e.name.ends_with(kTempSuffix)) ++n;
+    return ok_status();
+  });
+  if (st.code() == StatusCode::kNotFound) return size_t{0};
+  KVTIER_RETURN_IF_ERROR(st);
+  return n;
+}
+
+Result<DirectIoAlignment> FileBackend::probe_direct_io(std::string_view dir) {
+  // Filesystems report direct I/O alignment per file: ask a throw-away one in `dir`.
+  TargetSpec probe;
+  probe.path = join_path(dir, ".kvtier-direct-io-probe");
+  probe.mode = TargetMode::kCreate;
+  probe.temp_dir = std::string(dir);
+  probe.direct = true;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BackendTarget> t, open_create(probe));
+  // tmpfs accepts O_DIRECT since Linux 6.6, but its pages are the page cache: there is
+  // nothing to bypass, so it is buffered I/O under another name.
+  struct statfs fs;
+  if (::fstatfs(static_cast<FileTarget&>(*t).fd(), &fs) == 0 &&
+      (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)) {
+    return unsupported_error(
+        fmt::format("{} is on tmpfs, which keeps pages in memory: direct I/O does not apply", dir));
+  }
+  return *t->direct();
+}
+
+Result<std::unique_ptr<BackendTarget>> FileBackend::open_read(const TargetSpec& spec) {
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
+                          open_file(spec.path.c_str(), O_RDONLY | (spec.direct ? O_DIRECT : 0)));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return errno_status(errno, "fstat", spec.path);
+  if (!S_ISREG(st.st_mode)) {
+    return invalid_argument_error(fmt::format("'{}' is not a regular file", spec.path));
+  }
+  auto t =
+      std::make_unique<FileTarget>(spec.path, TargetMode::kRead, static_cast<uint64_t>(st.st_size),
+                                   identity_of(st), std::move(fd), std::string(), std::string());
+  if (spec.direct) KVTIER_RETURN_IF_ERROR(make_direct(*t));
+  return std::unique_ptr<BackendTarget>(std::move(t));
+}
+
+// Records the alignment of a target opened with O_DIRECT (one statx per filesystem).
+Status FileBackend::make_direct(FileTarget& t) {
+  struct stat st;
+  if (::fstat(t.fd(), &st) != 0) return errno_status(errno, "fstat", t.path());
+  {
+    std::lock_guard lock(dio_mu_);
+    if (auto it = dio_by_dev_.find(st.st_dev); it != dio_by_dev_.end()) {
+      t.set_direct(it->second);
+      return ok_status();
+    }
+  }
+  KVTIER_ASSIGN_OR_RETURN(DirectIoAlignment a, dio_alignment_of(t.fd(), t.path()));
+  std::lock_guard lock(dio_mu_);
+  dio_by_dev_[st.st_dev] = a;
+  t.set_direct(a);
+  return ok_status();
+}
+
+Result<std::unique_ptr<BackendTarget>> FileBackend::open_create(const TargetSpec& spec) {
+  const std::string temp_dir = spec.temp_dir.empty() ? dirname_of(spec.path) : spec.temp_dir;
+  Result<std::unique_ptr<BackendTarget>> t = try_create(spec, temp_dir);
+  if (t.ok() || t.status().code() != StatusCode::kNotFound) return t;
+  // The temporary directory is missing (first use, or removed by hand): make it, once.
+  KVTIER_RETURN_IF_ERROR(make_dirs(temp_dir));
+  return try_create(spec, temp_dir);
+}
+
+Result<std::unique_ptr<BackendTarget>> FileBackend::try_create(const TargetSpec& spec,
+                                                               const std::string& temp_dir) {
+  const int direct = spec.direct ? O_DIRECT : 0;
+  if (tmpfile_ok_.load(std::memory_order_relaxed)) {
+    Result<UniqueFd> fd = open_file(temp_dir.c_str(), O_TMPFILE | O_RDWR | direct, 0644);
+    if (fd.ok()) {
+      return finish_create(spec, std::move(fd).value(), temp_dir, std::string());
+    }
+    const StatusCode c = fd.status().code();
+    if (c != StatusCode::kUnsupported && c != StatusCode::kInvalidArgument) return fd.status();
+    if (direct != 0 && open_file(temp_dir.c_str(), O_TMPFILE | O_RDWR, 0644).ok()) {
+      return unsupported_error(fmt::format("{}: the filesystem does not support direct I/O ({})",
+                                           temp_dir, fd.status().message()));
+    }
+    // Filesystems without O_TMPFILE say EOPNOTSUPP (or EISDIR on old kernels): fall back
+    // to named temporaries for good.
+    tmpfile_ok_.store(false);
+  }
+  std::string temp_path = join_path(temp_dir, temp_name(spec.path));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
+                          open_file(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | direct, 0644));
+  return finish_create(spec, std::move(fd), temp_dir, std::move(temp_path));
+}
+
+Result<std::unique_ptr<BackendTarget>> FileBackend::finish_create(const TargetSpec& spec,
+                                                                  UniqueFd fd,
+                                                                  const std::string& temp_dir,
+                                                                  std::string temp_path) {
+  auto t =
+      std::make_unique<FileTarget>(spec.path, TargetMode::kCreate, spec.size_hint, ObjectIdentity{},
+                                   std::move(fd), temp_dir, std::move(temp_path));
+  // On failure `t` goes, and with it the descriptor and any named temporary.
+  if (spec.direct) KVTIER_RETURN_IF_ERROR(make_direct(*t));
+  return std::unique_ptr<BackendTarget>(std::move(t));
+}
+
+Status FileBackend::link_anonymous(FileTarget& t) {
+  const std::string proc = fmt::format("/proc/self/fd/{}", t.fd());
+  if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, t.path().c_str(), AT_SYMLINK_FOLLOW) == 0) {
+    t.mark_published();
+    return ok_status();
+  }
+  if (errno != EEXIST) return errno_status(errno, "linkat", t.path());
+  // Replace an existing object atomically: link under a unique name, rename over it.
+  const std::string temp = join_path(t.temp_dir(), temp_name(t.path()));
+  if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, temp.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+    return errno_status(errno, "linkat", temp);
+  }
+  if (::rename(temp.c_str(), t.path().c_str()) != 0) {
+    const int err = errno;
+    (void)::unlink(temp.c_str());
+    return errno_status(err, "rename", t.path());
+  }
+  t.mark_published();
+  return ok_status();
+}
+
+Status FileBackend::rename_named(FileTarget& t) {
+  if (::rename(t.temp_path().c_str(), t.path().c_str()) != 0) {
+    const int err = errno;
+    // ENOENT means the destination directory is missing (the temporary is ours and there).
+    return errno_status(err, "rename", t.path());
+  }
+  t.mark_published();
+  return ok_status();
+}
+
+std::string FileBackend::temp_name(std::string_view final_path) {
+  return fmt::format("{}.{}.{}.{}{}", basename_of(final_path), host_tag(), ::getpid(),
+                     temp_seq_.fetch_add(1), kTempSuffix);
+}
+
+}  // namespace kvtier::file
