@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "kvtier/backends/builtin.h"
 
 namespace {
 
@@ -49,8 +50,11 @@ int main(int argc, char** argv) {
   b->add_option("--threads", bench.threads, "Client threads issuing batches concurrently")
       ->check(CLI::Range(uint64_t{1}, uint64_t{256}))
       ->capture_default_str();
-  b->add_option("--backend", bench.backend, "Backend: auto, posix or dram (default auto)")
-      ->check(CLI::IsMember({"auto", "posix", "dram"}));
+  std::vector<std::string> backends = kvtier::builtin_backends().names();
+  backends.insert(backends.begin(), "auto");
+  b->add_option("--backend", bench.backend,
+                "Backend (default auto: uring where io_uring works, else posix)")
+      ->check(CLI::IsMember(backends));
   b->add_option("--io-threads", bench.io_threads, "Backend I/O threads (0: automatic)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{64}));
   b->add_option("--direct-io", bench.direct_io,
@@ -58,6 +62,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "auto", "on"}))
       ->capture_default_str();
   b->add_flag("--fsync", bench.fsync, "Make every page durable before a put returns");
+  b->add_flag("--skip-payload-checksum", bench.skip_payload_checksum,
+              "Read without checking payload checksums (headers are still checked): only to "
+              "measure what verification costs; the bench still compares every byte");
   b->add_flag("--keep", bench.keep, "Keep the pages (for kvtier stat/verify) instead of clearing");
   b->add_flag("--json", bench.json, "Print one JSON object");
 

@@ -44,6 +44,13 @@ class BackendBehaviour : public ::testing::TestWithParam<BackendCase> {
     if (c.params.count("instance")) c.params["instance"] += dir_.path();  // fresh per test
     c.registry = &builtin_backends();
     auto a = Agent::create(c);
+    if (!a.ok() && GetParam().backend == "uring" && builtin_backends().find("uring") != nullptr &&
+        a.status().code() == StatusCode::kUnavailable) {
+      GTEST_SKIP() << "io_uring is not available here: " << a.status().to_string();
+    }
+    if (!a.ok() && builtin_backends().find(GetParam().backend) == nullptr) {
+      GTEST_SKIP() << "built without the " << GetParam().backend << " backend";
+    }
     ASSERT_TRUE(a.ok()) << a.status().to_string();
     agent_ = std::make_unique<Agent>(std::move(a).value());
     buf_ = testing::make_buffer(kBufBytes);
@@ -258,6 +265,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(BackendCase{"posix", "posix", {}, true},
                       BackendCase{"posix_short_io", "posix", {{"max_io_bytes", "777"}}, true},
                       BackendCase{"posix_named_temps", "posix", {{"use_tmpfile", "0"}}, true},
+                      BackendCase{"uring", "uring", {}, true},
+                      BackendCase{"uring_short_io", "uring", {{"max_io_bytes", "777"}}, true},
+                      BackendCase{"uring_plain_buffers", "uring", {{"fixed_buffers", "0"}}, true},
                       BackendCase{"dram", "dram", {{"instance", "behaviour"}}, false}),
     case_name);
 

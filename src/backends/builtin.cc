@@ -4,6 +4,9 @@
 
 #include "kvtier/backends/dram/dram_backend.h"
 #include "kvtier/backends/posix/posix_backend.h"
+#if KVTIER_WITH_URING
+#include "kvtier/backends/uring/uring_backend.h"
+#endif
 
 namespace kvtier {
 
@@ -15,6 +18,9 @@ const BackendRegistry& builtin_backends() {
         !r.add("dram", StorageClass::kMemory, 10, create_dram_backend).ok()) {
       std::abort();
     }
+#if KVTIER_WITH_URING
+    if (!r.add("uring", StorageClass::kFile, 20, create_uring_backend).ok()) std::abort();
+#endif
     return r;
   }();
   return registry;

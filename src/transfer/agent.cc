@@ -408,6 +408,9 @@ const BackendSelection& Agent::selection() const {
 std::string_view Agent::backend_name() const {
   return core_->selection.chosen;
 }
+std::string Agent::backend_description() const {
+  return core_->backend->describe();
+}
 StorageClass Agent::storage_class() const {
   return core_->backend->storage_class();
 }

@@ -1,7 +1,8 @@
 // The backends built into this library, for Agent and Store to select from.
 //
 //   name    class  priority
-//   posix   FILE   10        pread/pwrite worker pool
+//   uring   FILE   20        io_uring rings (when built with liburing)
+//   posix   FILE   10        pread/pwrite worker pool: the fallback when io_uring cannot start
 //   dram    MEM    10        process memory
 #pragma once
 

@@ -195,6 +195,8 @@ class Agent {
 
   const BackendSelection& selection() const;
   std::string_view backend_name() const;
+  // The backend and its configuration ("posix: 4 threads").
+  std::string backend_description() const;
   StorageClass storage_class() const;
 
   // Registers regions that must not overlap each other or any live registration of this

@@ -163,6 +163,8 @@ class Backend {
 
   virtual std::string_view name() const = 0;
   virtual StorageClass storage_class() const = 0;
+  // The backend and its configuration, for logs and stats ("uring: 2 rings x 64, ...").
+  virtual std::string describe() const { return std::string(name()); }
 
   // Memory registration. The default accepts any region and does nothing.
   virtual Status register_memory(MemoryRecord& region);
@@ -211,6 +213,7 @@ class BackendWrapper : public Backend {
 
   std::string_view name() const override { return inner_->name(); }
   StorageClass storage_class() const override { return inner_->storage_class(); }
+  std::string describe() const override { return inner_->describe(); }
   Status register_memory(MemoryRecord& region) override { return inner_->register_memory(region); }
   void deregister_memory(MemoryRecord& region) noexcept override {
     inner_->deregister_memory(region);

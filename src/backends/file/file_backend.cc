@@ -269,6 +269,11 @@ Result<DirectIoAlignment> FileBackend::probe_direct_io(std::string_view dir) {
 Result<std::unique_ptr<BackendTarget>> FileBackend::open_read(const TargetSpec& spec) {
   KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
                           open_file(spec.path.c_str(), O_RDONLY | (spec.direct ? O_DIRECT : 0)));
+  return adopt_read(spec, std::move(fd));
+}
+
+Result<std::unique_ptr<BackendTarget>> FileBackend::adopt_read(const TargetSpec& spec,
+                                                               UniqueFd fd) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return errno_status(errno, "fstat", spec.path);
   if (!S_ISREG(st.st_mode)) {
@@ -300,7 +305,7 @@ Status FileBackend::make_direct(FileTarget& t) {
 }
 
 Result<std::unique_ptr<BackendTarget>> FileBackend::open_create(const TargetSpec& spec) {
-  const std::string temp_dir = spec.temp_dir.empty() ? dirname_of(spec.path) : spec.temp_dir;
+  const std::string temp_dir = temp_dir_for(spec);
   Result<std::unique_ptr<BackendTarget>> t = try_create(spec, temp_dir);
   if (t.ok() || t.status().code() != StatusCode::kNotFound) return t;
   // The temporary directory is missing (first use, or removed by hand): make it, once.
@@ -373,6 +378,10 @@ Status FileBackend::rename_named(FileTarget& t) {
   }
   t.mark_published();
   return ok_status();
+}
+
+std::string FileBackend::temp_dir_for(const TargetSpec& spec) {
+  return spec.temp_dir.empty() ? dirname_of(spec.path) : spec.temp_dir;
 }
 
 std::string FileBackend::temp_name(std::string_view final_path) {

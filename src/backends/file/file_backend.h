@@ -77,6 +77,18 @@ class FileBackend : public Backend {
   // Runs fn(0..n-1), in parallel where the backend has threads for it (open_batch).
   virtual void run_parallel(size_t n, const std::function<void(size_t)>& fn);
 
+  // Targets around descriptors a derived backend opened itself (io_uring OPENAT), finished
+  // exactly as open() would finish them. The descriptor must carry O_CLOEXEC, and O_DIRECT
+  // when spec.direct is set.
+  Result<std::unique_ptr<BackendTarget>> adopt_read(const TargetSpec& spec, UniqueFd fd);
+  // `fd` is an unnamed O_TMPFILE in `temp_dir`.
+  Result<std::unique_ptr<BackendTarget>> adopt_created(const TargetSpec& spec, UniqueFd fd,
+                                                       const std::string& temp_dir) {
+    return finish_create(spec, std::move(fd), temp_dir, std::string());
+  }
+  bool tmpfile_enabled() const { return tmpfile_ok_.load(std::memory_order_relaxed); }
+  static std::string temp_dir_for(const TargetSpec& spec);
+
  private:
   Result<std::unique_ptr<BackendTarget>> open_read(const TargetSpec& spec);
   Result<std::unique_ptr<BackendTarget>> open_create(const TargetSpec& spec);

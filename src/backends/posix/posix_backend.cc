@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../file/file_backend.h"
-#include "worker_pool.h"
+#include "kvtier/core/worker_pool.h"
 
 namespace kvtier {
 namespace {
@@ -30,7 +30,7 @@ struct PosixOp {
 
 class PosixBackend;
 
-class BatchJob final : public posix::PoolJob {
+class BatchJob final : public PoolJob {
  public:
   BatchJob(PosixBackend& backend, IoBatch& batch, std::vector<PosixOp> ops)
       : backend_(backend), batch_(batch), ops_(std::move(ops)) {}
@@ -54,6 +54,11 @@ class PosixBackend final : public file::FileBackend {
         pool_(thread_count(options.io_threads)) {}
 
   std::string_view name() const override { return "posix"; }
+  std::string describe() const override {
+    return fmt::format("posix: {} threads{}", pool_.size(),
+                       options_.max_io_bytes ? fmt::format(", {}-byte calls", options_.max_io_bytes)
+                                             : std::string());
+  }
 
   void submit(IoBatch& batch) override {
     const auto descs = batch.descs();
@@ -152,7 +157,7 @@ class PosixBackend final : public file::FileBackend {
 
   const PosixBackendOptions options_;
   // Last member: destroyed (workers joined) first.
-  posix::WorkerPool pool_;
+  WorkerPool pool_;
 };
 
 void BatchJob::run() {

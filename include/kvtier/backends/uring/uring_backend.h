@@ -1,0 +1,53 @@
+// FILE backend on io_uring (liburing).
+//
+// A few rings, each owned by one thread that is its only submitter. A batch is shared by the
+// rings: each claims descriptors, keeps up to `queue_depth` of them in flight, and sleeps in
+// one blocking wait until a completion or new work arrives (no polling). Every descriptor is
+// one SQE; a short transfer is resubmitted from where it stopped, EAGAIN/EINTR are retried,
+// and a descriptor completes only when every byte moved. Memory regions registered with the
+// agent become io_uring fixed buffers on every ring, so transfers into them use
+// READ_FIXED/WRITE_FIXED (no page pinning per I/O). Opening a batch of objects is one batch of
+// OPENAT requests.
+//
+// Objects are created, published and removed exactly as by the posix backend (the shared
+// FileBackend), so the two read each other's files.
+//
+// Descriptors are ordinary (not io_uring direct descriptors): publishing an O_TMPFILE needs a
+// descriptor linkat() can name, and a direct descriptor would tie a target to one ring. The
+// store bounds how many are open at once.
+//
+// Thread-safety: safe for concurrent use by multiple threads (a prefetch reader and a backup
+// writer submitting at once).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kvtier/core/status.h"
+#include "kvtier/transfer/backend.h"
+
+namespace kvtier {
+
+struct UringBackendOptions {
+  // Rings, one thread each; 0: one per hardware thread, between 2 and 4.
+  size_t rings = 0;
+  // Requests in flight per ring.
+  uint32_t queue_depth = 64;
+  // Register memory regions as fixed buffers (falls back to plain reads/writes, and says so,
+  // when the kernel refuses, e.g. over RLIMIT_MEMLOCK).
+  bool fixed_buffers = true;
+  // Caps the bytes of one request (0: no cap); exercises resubmission in tests.
+  uint64_t max_io_bytes = 0;
+  // Use O_TMPFILE where the filesystem supports it.
+  bool use_tmpfile = true;
+};
+
+// kUnavailable with the reason when io_uring cannot be set up here (old kernel, seccomp,
+// kernel.io_uring_disabled), so `auto` selection falls back to posix and reports why.
+Result<std::unique_ptr<Backend>> make_uring_backend(const UringBackendOptions& options = {});
+
+// Factory for the registry. Parameters: rings, queue_depth, fixed_buffers, max_io_bytes,
+// use_tmpfile.
+Result<std::unique_ptr<Backend>> create_uring_backend(const BackendParams& params);
+
+}  // namespace kvtier

@@ -1,0 +1,588 @@
+#include "kvtier/backends/uring/uring_backend.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <liburing.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "../file/file_backend.h"
+#include "kvtier/core/thread_annotations.h"
+
+namespace kvtier {
+namespace {
+
+using file::FileTarget;
+
+constexpr uint64_t kWakeTag = ~uint64_t{0};
+// Fixed-buffer table entries per ring, and the kernel's largest fixed buffer: a region is
+// registered as consecutive slots of at most 1 GiB each.
+constexpr unsigned kFixedSlots = 1024;
+constexpr uint64_t kFixedChunk = uint64_t{1} << 30;
+// What a ring claims before it submits (see Ring::loop).
+constexpr uint64_t kRoundBytes = 1 << 20;
+constexpr size_t kRoundRequests = 32;
+
+// Work shared by the rings: units that each become one request, resubmitted until done.
+class Job {
+ public:
+  explicit Job(size_t units) : units_(units) {}
+  virtual ~Job() = default;
+
+  // Claims the next unit; false when none is left.
+  bool claim(size_t* unit) {
+    const size_t u = next_.fetch_add(1, std::memory_order_relaxed);
+    if (u >= units_) return false;
+    *unit = u;
+    return true;
+  }
+  bool exhausted() const { return next_.load(std::memory_order_relaxed) >= units_; }
+
+  // Before the first submission of a claimed unit: false when the unit completed without
+  // I/O (cancelled), so no request is made.
+  virtual bool start(size_t unit) = 0;
+  // Bytes the unit moves (how rings pace their claims).
+  virtual uint64_t bytes(size_t unit) const = 0;
+  // Fills `sqe` for the unit's remaining bytes.
+  virtual void prep(size_t unit, io_uring_sqe* sqe) = 0;
+  // Takes a completion; true when the unit must be submitted again.
+  virtual bool complete(size_t unit, int res) = 0;
+
+ private:
+  const size_t units_;
+  std::atomic<size_t> next_{0};
+};
+
+// One descriptor of a batch per unit. A unit is only ever touched by the ring that claimed
+// it, so its progress needs no lock.
+class IoJob final : public Job {
+ public:
+  IoJob(IoBatch& batch, uint64_t max_io_bytes)
+      : Job(batch.descs().size()),
+        batch_(batch),
+        op_(batch.op()),
+        descs_(batch.descs().begin(), batch.descs().end()),
+        done_(descs_.size(), 0),
+        max_io_bytes_(max_io_bytes) {}
+
+  bool start(size_t unit) override {
+    if (!batch_.cancel_requested()) return true;
+    finish(unit, cancelled_error(fmt::format("{} of '{}' cancelled before it started",
+                                             transfer_op_name(op_), descs_[unit].target->path())));
+    return false;
+  }
+
+  uint64_t bytes(size_t unit) const override { return descs_[unit].length; }
+
+  void prep(size_t unit, io_uring_sqe* sqe) override {
+    const IoDesc& d = descs_[unit];
+    const auto* t = static_cast<const FileTarget*>(d.target);
+    const uint64_t off = done_[unit];
+    uint64_t n = d.length - off;
+    if (max_io_bytes_ != 0) {
+      const uint64_t step = t->direct() ? t->direct()->offset : 1;
+      n = std::min(n, std::max(step, max_io_bytes_ / step * step));
+    }
+    std::byte* mem = d.mem + off;
+    const uint64_t at = d.offset + off;
+    const int buf = fixed_index(d, mem, n);
+    const auto len = static_cast<unsigned>(std::min<uint64_t>(n, 1u << 30));
+    if (op_ == TransferOp::kRead) {
+      if (buf >= 0) {
+        io_uring_prep_read_fixed(sqe, t->fd(), mem, len, at, buf);
+      } else {
+        io_uring_prep_read(sqe, t->fd(), mem, len, at);
+      }
+    } else if (buf >= 0) {
+      io_uring_prep_write_fixed(sqe, t->fd(), mem, len, at, buf);
+    } else {
+      io_uring_prep_write(sqe, t->fd(), mem, len, at);
+    }
+  }
+
+  bool complete(size_t unit, int res) override {
+    const IoDesc& d = descs_[unit];
+    if (res == -EAGAIN || res == -EINTR) return true;
+    const uint64_t at = d.offset + done_[unit];
+    const uint64_t left = d.length - done_[unit];
+    if (res < 0) {
+      finish(unit, errno_status(-res, op_ == TransferOp::kRead ? "read" : "write", d.target->path(),
+                                at, left));
+      return false;
+    }
+    if (res == 0) {
+      finish(unit, op_ == TransferOp::kRead
+                       ? corrupt_error(fmt::format("'{}' ends at offset {}, {} bytes short",
+                                                   d.target->path(), at, left))
+                       : unavailable_error(fmt::format("write '{}' offset={} made no progress",
+                                                       d.target->path(), at)));
+      return false;
+    }
+    done_[unit] += static_cast<uint64_t>(res);
+    if (done_[unit] < d.length) return true;  // short: resume from where it stopped
+    finish(unit, ok_status());
+    return false;
+  }
+
+ private:
+  // The fixed buffer holding [mem, mem+n), or -1 (region not registered as fixed buffers,
+  // or the range crosses a 1 GiB slot boundary).
+  static int fixed_index(const IoDesc& d, const std::byte* mem, uint64_t n) {
+    const uint64_t cookie = d.region->backend_cookie;
+    if (cookie == 0) return -1;
+    const uint64_t first = static_cast<uint64_t>(mem - d.region->base) / kFixedChunk;
+    const uint64_t last = static_cast<uint64_t>(mem + n - 1 - d.region->base) / kFixedChunk;
+    if (first != last) return -1;
+    return static_cast<int>(cookie - 1 + first);
+  }
+
+  // After the last call the batch may be gone: nothing touches it afterwards.
+  void finish(size_t unit, Status st) { batch_.complete(unit, std::move(st)); }
+
+  IoBatch& batch_;
+  const TransferOp op_;
+  const std::vector<IoDesc> descs_;
+  std::vector<uint64_t> done_;
+  const uint64_t max_io_bytes_;
+};
+
+// One OPENAT per unit; the opener waits for all of them.
+class OpenJob final : public Job {
+ public:
+  struct Open {
+    std::string path;  // the object (kRead) or the directory of an unnamed temporary (kCreate)
+    int flags;
+  };
+
+  explicit OpenJob(std::vector<Open> opens)
+      : Job(opens.size()), opens_(std::move(opens)), fds_(opens_.size()), errors_(opens_.size()) {}
+
+  bool start(size_t) override { return true; }
+  uint64_t bytes(size_t) const override { return 0; }
+
+  void prep(size_t unit, io_uring_sqe* sqe) override {
+    io_uring_prep_openat(sqe, AT_FDCWD, opens_[unit].path.c_str(), opens_[unit].flags | O_CLOEXEC,
+                         0644);
+  }
+
+  bool complete(size_t unit, int res) override {
+    if (res == -EAGAIN || res == -EINTR) return true;
+    if (res >= 0) {
+      fds_[unit] = UniqueFd(res);  // owned from the moment it exists
+    } else {
+      errors_[unit] = -res;
+    }
+    if (completed_.fetch_add(1, std::memory_order_acq_rel) + 1 == opens_.size()) {
+      std::lock_guard lock(mu_);
+      done_ = true;
+      cv_.notify_all();
+    }
+    return false;
+  }
+
+  void wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+  }
+
+  UniqueFd take_fd(size_t unit) { return std::move(fds_[unit]); }
+  int error(size_t unit) const { return errors_[unit]; }
+
+ private:
+  const std::vector<Open> opens_;
+  std::vector<UniqueFd> fds_;
+  std::vector<int> errors_;
+  std::atomic<size_t> completed_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+class UringBackend;
+
+// One io_uring and the thread that owns it.
+class Ring {
+ public:
+  Ring(UringBackend& owner, unsigned depth) : owner_(owner), depth_(depth) {}
+  ~Ring();
+
+  // Sets the ring up (and its fixed-buffer table when asked); starts the thread.
+  Status start(bool fixed_buffers, std::string* fixed_problem);
+  void wake();
+  // Points `count` fixed-buffer slots from `slot` at `iov` (iov_base null: clears them).
+  Status update_buffers(unsigned slot, const iovec* iov, unsigned count);
+
+ private:
+  void loop();
+  void arm_wake();
+  io_uring_sqe* get_sqe();
+
+  UringBackend& owner_;
+  const unsigned depth_;
+  io_uring ring_{};
+  bool ring_up_ = false;
+  UniqueFd event_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+};
+
+class UringBackend final : public file::FileBackend {
+ public:
+  explicit UringBackend(const UringBackendOptions& o) : FileBackend(o.use_tmpfile), options_(o) {}
+
+  ~UringBackend() override {
+    rings_.clear();  // each drains its ring and joins its thread
+  }
+
+  Status start() {
+    size_t n = options_.rings;
+    if (n == 0) n = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 4);
+    const unsigned depth = std::clamp<uint32_t>(options_.queue_depth, 1, 4096);
+    fixed_ = options_.fixed_buffers;
+    for (size_t i = 0; i < n; ++i) {
+      auto ring = std::make_unique<Ring>(*this, depth);
+      std::string problem;
+      KVTIER_RETURN_IF_ERROR(ring->start(fixed_, &problem));
+      if (!problem.empty() && fixed_) {
+        fixed_ = false;
+        fixed_problem_ = problem;
+      }
+      rings_.push_back(std::move(ring));
+    }
+    return ok_status();
+  }
+
+  std::string_view name() const override { return "uring"; }
+
+  std::string describe() const override {
+    std::string fixed =
+        fixed_ ? "fixed buffers"
+               : "no fixed buffers" + (fixed_problem_.empty() ? "" : " (" + fixed_problem_ + ")");
+    return fmt::format(
+        "uring: {} rings x {} requests, {}{}", rings_.size(), options_.queue_depth, fixed,
+        options_.max_io_bytes ? fmt::format(", {}-byte requests", options_.max_io_bytes)
+                              : std::string());
+  }
+
+  Status register_memory(MemoryRecord& region) override {
+    if (!fixed_) return ok_status();
+    const auto count = static_cast<unsigned>((region.length + kFixedChunk - 1) / kFixedChunk);
+    std::lock_guard lock(slots_mu_);
+    const int first = find_slots(count);
+    if (first < 0) return ok_status();  // table full: this region uses plain reads/writes
+    std::vector<iovec> iov(count);
+    for (unsigned i = 0; i < count; ++i) {
+      const uint64_t off = i * kFixedChunk;
+      iov[i].iov_base = const_cast<std::byte*>(region.base) + off;
+      iov[i].iov_len = std::min(kFixedChunk, region.length - off);
+    }
+    for (size_t r = 0; r < rings_.size(); ++r) {
+      Status st = rings_[r]->update_buffers(static_cast<unsigned>(first), iov.data(), count);
+      if (!st.ok()) {
+        // Pinning refused (RLIMIT_MEMLOCK, ...): undo and move this region without fixed
+        // buffers; correctness does not depend on them.
+        clear_slots(static_cast<unsigned>(first), count, r);
+        return ok_status();
+      }
+    }
+    for (unsigned i = 0; i < count; ++i) slot_used_[first + i] = true;
+    region.backend_cookie = static_cast<uint64_t>(first) + 1;
+    return ok_status();
+  }
+
+  void deregister_memory(MemoryRecord& region) noexcept override {
+    if (region.backend_cookie == 0) return;
+    const auto first = static_cast<unsigned>(region.backend_cookie - 1);
+    const auto count = static_cast<unsigned>((region.length + kFixedChunk - 1) / kFixedChunk);
+    std::lock_guard lock(slots_mu_);
+    clear_slots(first, count, rings_.size());
+    for (unsigned i = 0; i < count; ++i) slot_used_[first + i] = false;
+    region.backend_cookie = 0;
+  }
+
+  std::vector<Result<std::unique_ptr<BackendTarget>>> open_batch(
+      std::span<const TargetSpec> specs) override {
+    // One OPENAT per object, all submitted together. New objects are unnamed O_TMPFILEs;
+    // whatever needs more than one call (a missing temporary directory, a filesystem without
+    // O_TMPFILE or O_DIRECT) takes the synchronous path, which handles it.
+    std::vector<OpenJob::Open> opens;
+    std::vector<size_t> unit_of(specs.size(), SIZE_MAX);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const TargetSpec& s = specs[i];
+      const int direct = s.direct ? O_DIRECT : 0;
+      if (s.path.empty()) continue;
+      if (s.mode == TargetMode::kRead) {
+        unit_of[i] = opens.size();
+        opens.push_back({s.path, O_RDONLY | direct});
+      } else if (tmpfile_enabled()) {
+        unit_of[i] = opens.size();
+        opens.push_back({temp_dir_for(s), O_TMPFILE | O_RDWR | direct});
+      }
+    }
+    std::shared_ptr<OpenJob> job;
+    if (!opens.empty()) {
+      job = std::make_shared<OpenJob>(std::move(opens));
+      enqueue(job);
+      job->wait();
+    }
+    std::vector<Result<std::unique_ptr<BackendTarget>>> out;
+    out.reserve(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const TargetSpec& s = specs[i];
+      const size_t u = unit_of[i];
+      if (u == SIZE_MAX) {
+        out.push_back(FileBackend::open(s));
+      } else if (UniqueFd fd = job->take_fd(u); fd.valid()) {
+        out.push_back(s.mode == TargetMode::kRead
+                          ? adopt_read(s, std::move(fd))
+                          : adopt_created(s, std::move(fd), temp_dir_for(s)));
+      } else if (s.mode == TargetMode::kRead) {
+        out.push_back(errno_status(job->error(u), "open", s.path));
+      } else {
+        out.push_back(FileBackend::open(s));
+      }
+    }
+    return out;
+  }
+
+  void submit(IoBatch& batch) override {
+    enqueue(std::make_shared<IoJob>(batch, options_.max_io_bytes));
+  }
+
+  // The ring threads' source of work: the oldest job with unclaimed units (null when none,
+  // or when that is `current`, the job the caller just found exhausted).
+  std::shared_ptr<Job> next_job(const std::shared_ptr<Job>& current) {
+    std::lock_guard lock(jobs_mu_);
+    while (!jobs_.empty() && jobs_.front()->exhausted()) jobs_.pop_front();
+    if (jobs_.empty() || jobs_.front() == current) return nullptr;
+    return jobs_.front();
+  }
+
+ private:
+  void enqueue(std::shared_ptr<Job> job) {
+    {
+      std::lock_guard lock(jobs_mu_);
+      jobs_.push_back(std::move(job));
+    }
+    for (auto& r : rings_) r->wake();
+  }
+
+  int find_slots(unsigned count) KVTIER_REQUIRES(slots_mu_) {
+    for (unsigned start = 0; start + count <= kFixedSlots; ++start) {
+      bool free = true;
+      for (unsigned i = 0; i < count && free; ++i) free = !slot_used_[start + i];
+      if (free) return static_cast<int>(start);
+    }
+    return -1;
+  }
+
+  // Clears `count` slots from `first` on the first `rings` rings.
+  void clear_slots(unsigned first, unsigned count, size_t rings) KVTIER_REQUIRES(slots_mu_) {
+    std::vector<iovec> none(count, iovec{nullptr, 0});
+    for (size_t r = 0; r < rings; ++r) {
+      rings_[r]->update_buffers(first, none.data(), count).ignore_error();
+    }
+  }
+
+  const UringBackendOptions options_;
+  bool fixed_ = false;
+  std::string fixed_problem_;
+  std::mutex slots_mu_;
+  std::vector<bool> slot_used_ = std::vector<bool>(kFixedSlots, false);
+  std::mutex jobs_mu_;
+  std::deque<std::shared_ptr<Job>> jobs_ KVTIER_GUARDED_BY(jobs_mu_);
+  // Last member: destroyed (rings drained, threads joined) first.
+  std::vector<std::unique_ptr<Ring>> rings_;
+};
+
+// ---- Ring ----
+
+Status Ring::start(bool fixed_buffers, std::string* fixed_problem) {
+  io_uring_params p{};
+  p.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL;
+  int rc = io_uring_queue_init_params(depth_ + 2, &ring_, &p);
+  if (rc == -EINVAL) {  // kernels before 5.19 lack those flags
+    p = io_uring_params{};
+    rc = io_uring_queue_init_params(depth_ + 2, &ring_, &p);
+  }
+  if (rc < 0) return errno_status(-rc, "io_uring_setup").with_context("io_uring unavailable");
+  ring_up_ = true;
+  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd < 0) return errno_status(errno, "eventfd");
+  event_ = UniqueFd(efd);
+  if (fixed_buffers) {
+    rc = io_uring_register_buffers_sparse(&ring_, kFixedSlots);
+    if (rc < 0) *fixed_problem = errno_status(-rc, "io_uring_register_buffers").to_string();
+  }
+  arm_wake();
+  thread_ = std::thread([this] { loop(); });
+  return ok_status();
+}
+
+Ring::~Ring() {
+  stop_.store(true);
+  if (thread_.joinable()) {
+    wake();
+    thread_.join();  // the loop drains every request in flight before it returns
+  }
+  if (ring_up_) io_uring_queue_exit(&ring_);
+}
+
+void Ring::wake() {
+  const uint64_t one = 1;
+  // A full counter (never, in practice) still leaves the ring awake: nothing is lost.
+  (void)!::write(event_.get(), &one, sizeof(one));
+}
+
+Status Ring::update_buffers(unsigned slot, const iovec* iov, unsigned count) {
+  const int rc = io_uring_register_buffers_update_tag(&ring_, slot, iov, nullptr, count);
+  if (rc < 0) return errno_status(-rc, "io_uring_register_buffers_update");
+  return ok_status();
+}
+
+io_uring_sqe* Ring::get_sqe() {
+  // The queue has room for every slot plus the wake poll, so this only submits what is
+  // already prepared when an earlier submission failed part way.
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  while (sqe == nullptr) {
+    (void)io_uring_submit(&ring_);
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  return sqe;
+}
+
+void Ring::arm_wake() {
+  io_uring_sqe* sqe = get_sqe();
+  io_uring_prep_poll_multishot(sqe, event_.get(), POLLIN);
+  io_uring_sqe_set_data64(sqe, kWakeTag);
+}
+
+void Ring::loop() {
+  struct Slot {
+    std::shared_ptr<Job> job;
+    size_t unit = 0;
+  };
+  std::vector<Slot> slots(depth_);
+  std::vector<uint32_t> free_slots;
+  for (uint32_t i = depth_; i > 0; --i) free_slots.push_back(i - 1);
+  std::vector<uint32_t> resubmit;
+  std::shared_ptr<Job> current;
+  size_t in_flight = 0;
+  bool rearm = false;
+
+  for (;;) {
+    if (rearm) {
+      arm_wake();
+      rearm = false;
+    }
+    // Short transfers first, from where they stopped; then new units while there is room.
+    for (uint32_t s : resubmit) {
+      io_uring_sqe* sqe = get_sqe();
+      slots[s].job->prep(slots[s].unit, sqe);
+      io_uring_sqe_set_data64(sqe, s);
+    }
+    resubmit.clear();
+    // Claim about 1 MiB (or 32 requests) per round, then submit without waiting while more
+    // work is there: page-cache reads complete inside the submission, so small rounds let
+    // every ring take its share of a batch instead of the first awake taking all of it.
+    uint64_t claimed_bytes = 0;
+    size_t claimed = 0;
+    bool round_full = false;
+    while (!free_slots.empty() && !stop_.load(std::memory_order_relaxed)) {
+      if (claimed_bytes >= kRoundBytes || claimed >= kRoundRequests) {
+        round_full = true;
+        break;
+      }
+      size_t unit;
+      if (!current || !current->claim(&unit)) {
+        current = owner_.next_job(current);
+        if (!current) break;
+        continue;
+      }
+      if (!current->start(unit)) continue;
+      const uint32_t s = free_slots.back();
+      free_slots.pop_back();
+      slots[s] = Slot{current, unit};
+      io_uring_sqe* sqe = get_sqe();
+      current->prep(unit, sqe);
+      io_uring_sqe_set_data64(sqe, s);
+      ++in_flight;
+      ++claimed;
+      claimed_bytes += current->bytes(unit);
+    }
+    current.reset();  // do not keep a finished job (and its batch reference) alive
+    if (stop_.load() && in_flight == 0) break;
+
+    if (round_full && !free_slots.empty()) {
+      (void)io_uring_submit(&ring_);
+    } else if (io_uring_submit_and_wait(&ring_, 1) < 0 && io_uring_cq_ready(&ring_) == 0) {
+      // One blocking wait: a completion, or the wake poll when new work arrives. Should the
+      // submission itself fail (EBUSY with a full completion queue, ENOMEM), the requests
+      // stay queued: wait for a completion and submit again. Requests the kernel holds are
+      // never abandoned, since they still write into their owners' memory.
+      io_uring_cqe* first = nullptr;
+      (void)io_uring_wait_cqe(&ring_, &first);
+    }
+
+    unsigned head;
+    unsigned seen = 0;
+    io_uring_cqe* cqe;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      ++seen;
+      const uint64_t tag = io_uring_cqe_get_data64(cqe);
+      if (tag == kWakeTag) {
+        uint64_t count;
+        while (::read(event_.get(), &count, sizeof(count)) > 0) {
+        }
+        if ((cqe->flags & IORING_CQE_F_MORE) == 0) rearm = true;
+        continue;
+      }
+      Slot& slot = slots[tag];
+      if (slot.job->complete(slot.unit, cqe->res)) {
+        resubmit.push_back(static_cast<uint32_t>(tag));
+      } else {
+        slot.job.reset();
+        free_slots.push_back(static_cast<uint32_t>(tag));
+        --in_flight;
+      }
+    }
+    io_uring_cq_advance(&ring_, seen);
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_uring_backend(const UringBackendOptions& options) {
+  auto b = std::make_unique<UringBackend>(options);
+  Status st = b->start();
+  if (!st.ok()) return unavailable_error(std::string(st.message()), false);
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+Result<std::unique_ptr<Backend>> create_uring_backend(const BackendParams& params) {
+  UringBackendOptions o;
+  KVTIER_ASSIGN_OR_RETURN(uint64_t rings, param_u64(params, "rings", 0));
+  KVTIER_ASSIGN_OR_RETURN(uint64_t depth, param_u64(params, "queue_depth", 64));
+  KVTIER_ASSIGN_OR_RETURN(o.fixed_buffers, param_bool(params, "fixed_buffers", true));
+  KVTIER_ASSIGN_OR_RETURN(o.max_io_bytes, param_u64(params, "max_io_bytes", 0));
+  KVTIER_ASSIGN_OR_RETURN(o.use_tmpfile, param_bool(params, "use_tmpfile", true));
+  if (rings > 64) return invalid_argument_error(fmt::format("rings={} (at most 64)", rings));
+  if (depth == 0 || depth > 4096) {
+    return invalid_argument_error(fmt::format("queue_depth={} (1 to 4096)", depth));
+  }
+  o.rings = rings;
+  o.queue_depth = static_cast<uint32_t>(depth);
+  return make_uring_backend(o);
+}
+
+}  // namespace kvtier
