@@ -3,15 +3,15 @@
 #
 #   make build        Release build into build/ (CLI: build/bin/kvtier)
 #   make run          kvtier bench on the default directory (extra flags: ARGS="--pages 64")
-#   make test         format check, Release tests, then the whole suite under ASan+UBSan
-#                     (SANITIZE=0 skips the sanitizer pass)
+#   make test         format check, Release tests, the whole suite under ASan+UBSan, and the
+#                     concurrency suites under TSan (SANITIZE=0 skips the sanitizer passes)
 #   make format       clang-format every C++ file in place
 
 SHELL := /bin/bash
 SANITIZE ?= 1
 ARGS ?=
 
-.PHONY: all deps build run test test-release test-asan format format-check clean
+.PHONY: all deps build run test test-release test-asan test-tsan format format-check clean
 
 all: build
 
@@ -27,7 +27,7 @@ run: build
 
 test: deps format-check test-release
 ifneq ($(SANITIZE),0)
-test: test-asan
+test: test-asan test-tsan
 endif
 
 test-release: build
@@ -38,6 +38,11 @@ test-asan: deps
 	@cmake --build --preset asan
 	ctest --preset asan
 
+test-tsan: deps
+	@cmake --preset tsan >/dev/null
+	@cmake --build --preset tsan
+	ctest --preset tsan
+
 format-check: deps
 	@scripts/check-format
 
@@ -45,4 +50,4 @@ format: deps
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf build build-debug build-asan
+	rm -rf build build-debug build-asan build-tsan

@@ -1,5 +1,6 @@
-# kvtier_test(<name> SOURCES <files...> LIBS <targets...>): one GoogleTest binary, every test
-# in it registered with ctest (each test runs in its own process, so fd counts are per test).
+# kvtier_test(<name> SOURCES <files...> LIBS <targets...> [LABELS <labels...>]): one GoogleTest
+# binary, every test in it registered with ctest (each test runs in its own process, so fd
+# counts are per test). Label `concurrency` marks the suites the TSan pass runs.
 if(KVTIER_BUILD_TESTS)
   enable_testing()
   find_package(GTest REQUIRED)
@@ -12,7 +13,7 @@ function(kvtier_test name)
   if(NOT KVTIER_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
@@ -20,7 +21,8 @@ function(kvtier_test name)
   target_link_libraries(${name} PRIVATE ${T_LIBS} kvtier_testing GTest::gtest GTest::gmock
                                         GTest::gtest_main)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT ${T_TIMEOUT})
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+                       PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
   foreach(src IN LISTS T_SOURCES)
     get_filename_component(abs ${src} ABSOLUTE)
     set_property(GLOBAL APPEND PROPERTY KVTIER_TEST_SOURCES ${abs})

@@ -290,13 +290,14 @@ int run_bench(const BenchOptions& o) {
   size_t fds_during = 0;
   nlohmann::json out;
   PhaseResult wr, rd;
-  std::string backend, selection, uri;
+  std::string backend, selection, uri, backend_description;
   StoreStats store_stats;
   {
     StoreConfig cfg;
     cfg.location = *loc;
     cfg.backend = o.backend;
     cfg.fsync = o.fsync;
+    cfg.verify_payload = !o.skip_payload_checksum;
     Result<DirectIo> dio = parse_direct_io(o.direct_io);
     if (!dio.ok()) {
       fmt::print(stderr, "kvtier bench: {}\n", dio.status().to_string());
@@ -317,6 +318,7 @@ int run_bench(const BenchOptions& o) {
     }
     backend = (*store)->backend_selection().chosen;
     selection = (*store)->backend_selection().summary();
+    backend_description = (*store)->backend_description();
     uri = cfg.location.uri();
     Bench bench(o, **store, shape);
     if (Status st = bench.prepare(); !st.ok()) {
@@ -364,6 +366,8 @@ int run_bench(const BenchOptions& o) {
          {"backend_selection", selection},
          {"uri", uri},
          {"fsync", o.fsync},
+         {"payload_checksum", !o.skip_payload_checksum},
+         {"backend_description", backend_description},
          {"direct_io", store_stats.direct_io},
          {"direct_pages", store_stats.direct_pages},
          {"staged_pages", store_stats.staged_pages},
@@ -392,6 +396,7 @@ int run_bench(const BenchOptions& o) {
                human_bytes(shape.page_bytes()), shape.pieces, shape.piece_bytes, shape.name,
                o.batch, o.threads, o.threads == 1 ? "" : "s");
     fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
+    fmt::print("         {}\n", backend_description);
     if (o.direct_io != "off") {
       fmt::print("  direct I/O {}: {} pages in place, {} staged, {} buffered\n",
                  store_stats.direct_io, store_stats.direct_pages, store_stats.staged_pages,

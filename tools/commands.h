@@ -24,6 +24,7 @@ struct BenchOptions {
   uint64_t io_threads = 0;
   std::string direct_io = "off";
   bool fsync = false;
+  bool skip_payload_checksum = false;
   bool keep = false;
   bool json = false;
 };

@@ -1,8 +1,8 @@
-#include "worker_pool.h"
+#include "kvtier/core/worker_pool.h"
 
 #include <atomic>
 
-namespace kvtier::posix {
+namespace kvtier {
 
 WorkerPool::WorkerPool(size_t threads) {
   threads_.reserve(threads);
@@ -98,4 +98,4 @@ void WorkerPool::parallel_for(size_t n, const std::function<void(size_t)>& fn) {
   job->wait();
 }
 
-}  // namespace kvtier::posix
+}  // namespace kvtier

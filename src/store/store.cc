@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
+#include "kvtier/core/worker_pool.h"
 #include "object_io.h"
 #include "page_format.h"
 #include "pools.h"
@@ -87,6 +90,26 @@ Result<DirectIo> parse_direct_io(std::string_view text) {
   return invalid_argument_error(fmt::format("direct I/O mode '{}' (use off, auto or on)", text));
 }
 
+namespace detail {
+
+// A submitted batch: its own copies of the keys and buffer lists, and its result.
+struct TicketState {
+  bool is_put = false;
+  std::vector<std::string> keys;
+  std::vector<std::string_view> views;
+  std::vector<ConstBuffer> put_pieces;
+  std::vector<MutableBuffer> get_pieces;
+  BatchCallback callback;
+  BatchResult result;
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  bool done = false;  // guarded by mu
+  bool taken = false;
+  bool detached = false;
+};
+
+}  // namespace detail
+
 size_t BatchResult::ok_count() const {
   size_t n = 0;
   for (const Status& s : pages) n += s.ok() ? 1 : 0;
@@ -111,6 +134,14 @@ struct Store::Impl {
                                             : ObjectBudget::default_capacity()),
         dio(router.base_count()) {}
 
+  ~Impl() {
+    // Submitted batches use this store: let every one finish before anything goes.
+    std::unique_lock lock(async_mu);
+    async_idle.wait(lock, [&] { return async_pending == 0; });
+    lock.unlock();
+    async_pool.reset();
+  }
+
   StoreConfig config;
   Agent agent;
   routing::Router router;
@@ -125,6 +156,21 @@ struct Store::Impl {
   // Per base directory: its direct I/O alignment, when direct I/O is on and possible there.
   std::vector<std::optional<DirectIoAlignment>> dio;
   std::string dio_summary = "off";
+  // Submitted batches: run on a pool started on first use; the store waits for them on close.
+  std::once_flag async_once;
+  std::unique_ptr<WorkerPool> async_pool;
+  std::mutex async_mu;
+  std::condition_variable async_idle;
+  size_t async_pending = 0;  // guarded by async_mu
+
+  BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
+    return run_batch(keys, pieces, [this](auto&&... args) { put_window(args...); });
+  }
+  BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces) {
+    return run_batch(keys, pieces, [this](auto&&... args) { get_window(args...); });
+  }
+  void submit(std::shared_ptr<detail::TicketState> state);
+  class TicketJob;
 
   // One valid page of a window, and what is opened for it.
   template <typename Buffer>
@@ -491,7 +537,7 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
                                      object_bytes(h->payload_bytes)));
   }
   if (w.io == PageIo::kStaged) {
-    if (checksum64(w.staging.data(), w.payload) != h->payload_checksum) {
+    if (config.verify_payload && checksum64(w.staging.data(), w.payload) != h->payload_checksum) {
       return corrupt_error("payload checksum mismatch");
     }
     const std::byte* src = w.staging.data();
@@ -501,6 +547,7 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
     }
     return ok_status();
   }
+  if (!config.verify_payload) return ok_status();
   Checksum64Stream sum;
   for (const MutableBuffer& p : w.pieces) sum.update(p.data, p.size);
   if (sum.digest() != h->payload_checksum) return corrupt_error("payload checksum mismatch");
@@ -639,6 +686,109 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
   }
 }
 
+// Runs one submitted batch on the store's async pool.
+class Store::Impl::TicketJob final : public PoolJob {
+ public:
+  TicketJob(Store::Impl& impl, std::shared_ptr<detail::TicketState> state)
+      : impl_(impl), state_(std::move(state)) {}
+
+  void run() override {
+    if (ran_.exchange(true)) return;
+    detail::TicketState& st = *state_;
+    st.result = st.is_put ? impl_.put(st.views, st.put_pieces) : impl_.get(st.views, st.get_pieces);
+    if (st.callback) {
+      // A completion thread must not unwind: an exception from the callback stops here.
+      try {
+        st.callback(st.result);
+      } catch (...) {
+      }
+    }
+    {
+      std::lock_guard lock(st.mu);
+      st.done = true;
+    }
+    st.cv.notify_all();
+    state_.reset();
+    std::lock_guard lock(impl_.async_mu);
+    if (--impl_.async_pending == 0) impl_.async_idle.notify_all();
+  }
+
+ private:
+  Store::Impl& impl_;
+  std::shared_ptr<detail::TicketState> state_;
+  std::atomic<bool> ran_{false};
+};
+
+void Store::Impl::submit(std::shared_ptr<detail::TicketState> state) {
+  std::call_once(async_once, [&] {
+    async_pool = std::make_unique<WorkerPool>(std::max<size_t>(1, config.async_threads));
+  });
+  {
+    std::lock_guard lock(async_mu);
+    ++async_pending;
+  }
+  async_pool->schedule(std::make_shared<TicketJob>(*this, std::move(state)), 1);
+}
+
+// ---- BatchTicket ----
+
+BatchTicket::BatchTicket() noexcept = default;
+BatchTicket::BatchTicket(BatchTicket&&) noexcept = default;
+BatchTicket& BatchTicket::operator=(BatchTicket&& other) noexcept {
+  if (this != &other) {
+    if (state_ && !state_->detached) wait();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+BatchTicket::~BatchTicket() {
+  if (state_ && !state_->detached) wait();
+}
+
+bool BatchTicket::done() const {
+  if (!state_) return false;
+  std::lock_guard lock(state_->mu);
+  return state_->done;
+}
+
+Status BatchTicket::wait(std::chrono::nanoseconds timeout) const {
+  if (!state_) return invalid_argument_error("wait on an empty BatchTicket");
+  std::unique_lock lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+    return timeout_error(fmt::format("batch of {} pages still running", state_->keys.size()));
+  }
+  return ok_status();
+}
+
+void BatchTicket::wait() const {
+  if (!state_) return;
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+}
+
+BatchResult BatchTicket::take() {
+  BatchResult out;
+  if (!state_) {
+    out.status = invalid_argument_error("take on an empty BatchTicket");
+    return out;
+  }
+  std::lock_guard lock(state_->mu);
+  if (!state_->done) {
+    out.status = invalid_argument_error("take before the batch is done (wait first)");
+  } else if (state_->taken) {
+    out.status = invalid_argument_error("the result was already taken");
+  } else {
+    state_->taken = true;
+    out = std::move(state_->result);
+  }
+  return out;
+}
+
+void BatchTicket::detach() noexcept {
+  if (state_) state_->detached = true;
+  state_.reset();
+}
+
 // ---- Store ----
 
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -691,14 +841,49 @@ Status Store::get(std::string_view key, void* data, size_t size) {
 
 BatchResult Store::batch_put(std::span<const std::string_view> keys,
                              std::span<const ConstBuffer> pieces) {
-  Impl& impl = *impl_;
-  return impl.run_batch(keys, pieces, [&impl](auto&&... args) { impl.put_window(args...); });
+  return impl_->put(keys, pieces);
 }
 
 BatchResult Store::batch_get(std::span<const std::string_view> keys,
                              std::span<const MutableBuffer> pieces) {
-  Impl& impl = *impl_;
-  return impl.run_batch(keys, pieces, [&impl](auto&&... args) { impl.get_window(args...); });
+  return impl_->get(keys, pieces);
+}
+
+namespace {
+
+template <typename Buffer>
+std::shared_ptr<detail::TicketState> make_ticket(std::span<const std::string_view> keys,
+                                                 std::span<const Buffer> pieces,
+                                                 BatchCallback on_done) {
+  auto st = std::make_shared<detail::TicketState>();
+  st->keys.assign(keys.begin(), keys.end());
+  st->views.assign(st->keys.begin(), st->keys.end());
+  if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
+    st->is_put = true;
+    st->put_pieces.assign(pieces.begin(), pieces.end());
+  } else {
+    st->get_pieces.assign(pieces.begin(), pieces.end());
+  }
+  st->callback = std::move(on_done);
+  return st;
+}
+
+}  // namespace
+
+BatchTicket Store::submit_put(std::span<const std::string_view> keys,
+                              std::span<const ConstBuffer> pieces, BatchCallback on_done) {
+  BatchTicket t;
+  t.state_ = make_ticket(keys, pieces, std::move(on_done));
+  impl_->submit(t.state_);
+  return t;
+}
+
+BatchTicket Store::submit_get(std::span<const std::string_view> keys,
+                              std::span<const MutableBuffer> pieces, BatchCallback on_done) {
+  BatchTicket t;
+  t.state_ = make_ticket(keys, pieces, std::move(on_done));
+  impl_->submit(t.state_);
+  return t;
 }
 
 Result<bool> Store::exists(std::string_view key) {
@@ -794,6 +979,10 @@ Hash128 Store::namespace_id() const {
 }
 const BackendSelection& Store::backend_selection() const {
   return impl_->agent.selection();
+}
+
+std::string Store::backend_description() const {
+  return impl_->agent.backend_description();
 }
 
 std::vector<std::string> Store::namespace_dirs() const {

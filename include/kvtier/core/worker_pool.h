@@ -16,7 +16,7 @@
 
 #include "kvtier/core/thread_annotations.h"
 
-namespace kvtier::posix {
+namespace kvtier {
 
 class PoolJob {
  public:
@@ -51,4 +51,4 @@ class WorkerPool {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace kvtier::posix
+}  // namespace kvtier

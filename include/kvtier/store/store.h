@@ -37,8 +37,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -90,11 +92,17 @@ struct StoreConfig {
   uint64_t staging_bytes = uint64_t{256} << 20;
   // Remove corrupt pages when a read finds them.
   bool drop_corrupt = true;
+  // Check every read page's payload checksum. Turning this off leaves only the header checks
+  // (namespace, key, sizes, header checksum): a flipped payload bit then goes unnoticed. It
+  // exists to measure what verification costs (kvtier bench --skip-payload-checksum).
+  bool verify_payload = true;
   // Temporaries of other hosts older than this are swept on open.
   uint64_t stale_temp_age_s = 3600;
   // Most objects the store holds open at once, across all concurrent calls; batches run in
   // windows that fit. 0: a quarter of RLIMIT_NOFILE's soft limit, between 8 and 1024.
   size_t max_open_objects = 0;
+  // Threads that run submitted batches (submit_put/submit_get), started on first use.
+  size_t async_threads = 4;
   // Wraps the selected backend (fault injection in tests, metrics).
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> decorate;
 };
@@ -108,6 +116,44 @@ struct BatchResult {
   // Pages OK before the first failure (the prefix a caller can use).
   size_t ok_prefix() const;
   bool all_ok() const { return status.ok() && ok_count() == pages.size(); }
+};
+
+namespace detail {
+struct TicketState;
+}
+
+// Called once when a submitted batch is done, on a store thread, before the ticket reports
+// done. It must be quick and must not wait on (or destroy) its own ticket.
+using BatchCallback = std::function<void(const BatchResult&)>;
+
+// A batch running in the background (Store::submit_put / submit_get). Move-only.
+// Destroying a ticket whose batch is still running waits for it, since the batch reads or
+// writes the caller's page memory; detach() lets it finish alone.
+// Thread-safety: done() and wait() may be called from several threads at once; take() and
+// detach() need external synchronization.
+class BatchTicket {
+ public:
+  BatchTicket() noexcept;
+  BatchTicket(BatchTicket&&) noexcept;
+  BatchTicket& operator=(BatchTicket&&) noexcept;
+  BatchTicket(const BatchTicket&) = delete;
+  BatchTicket& operator=(const BatchTicket&) = delete;
+  ~BatchTicket();
+
+  bool valid() const noexcept { return state_ != nullptr; }
+  bool done() const;
+  // Blocks (no polling) until done or `timeout` passes: OK when done, kTimeout otherwise.
+  Status wait(std::chrono::nanoseconds timeout) const;
+  void wait() const;
+  // The result, moved out. REQUIRES: done(), once.
+  BatchResult take();
+  // The batch finishes without this ticket; its callback is the only report. The page memory
+  // must stay valid until the callback has run.
+  void detach() noexcept;
+
+ private:
+  friend class Store;
+  std::shared_ptr<detail::TicketState> state_;
 };
 
 struct StoreStats {
@@ -155,6 +201,15 @@ class Store {
   BatchResult batch_get(std::span<const std::string_view> keys,
                         std::span<const MutableBuffer> pieces);
 
+  // The same batches without waiting: the ticket (or the callback) reports the result.
+  // Keys are copied; the page memory must stay valid until the batch is done. Many batches
+  // may be in flight from many threads; up to `async_threads` run at once, the rest queue.
+  // Destroying the Store waits for every submitted batch.
+  BatchTicket submit_put(std::span<const std::string_view> keys,
+                         std::span<const ConstBuffer> pieces, BatchCallback on_done = {});
+  BatchTicket submit_get(std::span<const std::string_view> keys,
+                         std::span<const MutableBuffer> pieces, BatchCallback on_done = {});
+
   // Whether a page is stored (not verified: a later get may still find it corrupt).
   Result<bool> exists(std::string_view key);
   // Number of leading keys that exist; stops at the first absent key (or fault).
@@ -169,6 +224,8 @@ class Store {
   const NamespaceSpec& namespace_spec() const;
   Hash128 namespace_id() const;
   const BackendSelection& backend_selection() const;
+  // The backend and its configuration ("uring: 2 rings x 64 requests, fixed buffers").
+  std::string backend_description() const;
   // The directories holding this namespace, one per base.
   std::vector<std::string> namespace_dirs() const;
 

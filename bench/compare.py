@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""kvtier against fio and memcpy, side by side, in one run.
+
+For each model shape it runs, interleaved and repeated (median of --reps):
+  kvtier bench (buffered)      -> buffered write, page-cache-hot read
+  fio, same files-per-page     -> buffered write, page-cache-hot read (best of psync / io_uring)
+  kvtier bench --direct-io on  -> direct write, direct read
+  fio --direct=1               -> direct write, direct read, at kvtier's queue depth
+  kvtier bench, no payload checksum -> what verification costs
+and once: one core memcpy'ing the same bytes (the read ceiling), and batch_exists(128).
+
+Same directory, same page size and count, same batch footprint. Prints GB/s (median with
+min-max), the ratio kvtier/fio, and CPU seconds per GB. Needs a Release build (make build)
+and fio (Debian's `fio`; installed when run as root).
+
+  bench/compare.py [--dir DIR] [--reps 3] [--pages-scale 1.0] [--shapes llama,qwen,deepseek]
+                   [--json-out FILE]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KVTIER = os.path.join(ROOT, "build", "bin", "kvtier")
+MEMCPY = os.path.join(ROOT, "build", "bin", "kvtier_memcpy_ceiling")
+MICRO = os.path.join(ROOT, "build", "bin", "kvtier_microbench")
+
+# name: (kvtier flags, page bytes, piece bytes, pages)
+SHAPES = {
+    "llama": (["--model", "llama3-8b"], 8 << 20, 4 << 20, 256),
+    "qwen": (["--model", "qwen2.5-72b-tp8"], 2621440, 1310720, 512),
+    "deepseek": (["--page-bytes", "70272"], 70272, 70272, 4096),
+}
+BATCH = 128
+
+
+def run(cmd):
+    """Runs cmd and returns its stdout; exits with its stderr when it fails."""
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")
+    return proc.stdout
+
+
+def timed(cmd):
+    """Runs cmd and returns (stdout, CPU seconds it used, its children included)."""
+    before = os.times()
+    out = run(cmd)
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return out, cpu
+
+
+def need_fio():
+    if shutil.which("fio"):
+        return
+    if os.geteuid() == 0:
+        print("installing fio (Debian package)...", file=sys.stderr)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "fio"], check=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
+                       stdout=subprocess.DEVNULL)
+        return
+    sys.exit("fio is needed: sudo apt-get install fio")
+
+
+def kvtier_bench(directory, shape, pages, direct, checksum=True):
+    flags, _, _, _ = SHAPES[shape]
+    cmd = [KVTIER, "bench", "--dir", directory, *flags, "--pages", str(pages), "--batch",
+           str(BATCH), "--json"]
+    if direct:
+        cmd += ["--direct-io", "on"]
+    if not checksum:
+        cmd += ["--skip-payload-checksum"]
+    out = run(cmd)
+    j = json.loads(out)
+    if not j["verified"]:
+        sys.exit(f"kvtier bench did not verify: {out}")
+    return j
+
+
+def fio_files(directory, shape, pages, jobs, rw, engine, depth, direct):
+    """fio over one file per page, like kvtier: returns (GB/s, CPU s/GB)."""
+    _, page, piece, _ = SHAPES[shape]
+    if direct:
+        # O_DIRECT needs aligned sizes: a 70,272-byte page becomes 73,728 (kvtier pads the same
+        # page to whole 4 KiB blocks too).
+        page = (page + 4095) // 4096 * 4096
+        piece = min(piece, page) if piece % 4096 == 0 else page
+    per_job = max(1, pages // jobs)
+    cmd = ["fio", "--name=kv", f"--directory={directory}",
+           "--filename_format=fio.$jobnum.$filenum", f"--nrfiles={per_job}",
+           f"--filesize={page}", f"--size={per_job * page}", f"--bs={piece}", f"--rw={rw}",
+           f"--ioengine={engine}", f"--iodepth={depth}", f"--numjobs={jobs}",
+           f"--openfiles={min(per_job, max(1, depth))}", "--file_service_type=sequential",
+           f"--direct={1 if direct else 0}", "--invalidate=0", "--fallocate=none",
+           "--create_on_open=1", "--group_reporting", "--output-format=json"]
+    out, cpu = timed(cmd)
+    j = json.loads(out[out.index("{"):])
+    job = j["jobs"][0]
+    side = job["read"] if rw == "read" else job["write"]
+    gbps = side["bw_bytes"] / 1e9
+    moved = side["io_bytes"] / 1e9
+    return gbps, (cpu / moved if moved else 0.0)
+
+
+def remove_fio_files(directory):
+    for name in os.listdir(directory):
+        if name.startswith("fio."):
+            os.unlink(os.path.join(directory, name))
+
+
+def med(xs):
+    return statistics.median(xs) if xs else 0.0
+
+
+def fmt_range(xs):
+    if not xs:
+        return "-"
+    return f"{med(xs):6.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "kvtier-compare"))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--pages-scale", type=float, default=1.0,
+                    help="scale every shape's page count (0.25 for a quick look)")
+    ap.add_argument("--shapes", default="llama,qwen,deepseek")
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+    for binary in (KVTIER, MEMCPY):
+        if not os.path.exists(binary):
+            sys.exit(f"{binary} is missing: run `make build` first")
+    need_fio()
+    os.makedirs(args.dir, exist_ok=True)
+
+    report = {"machine": os.uname().nodename, "kernel": os.uname().release,
+              "cpus": os.cpu_count(), "dir": args.dir, "reps": args.reps, "shapes": {}}
+    print(f"kvtier vs fio in {args.dir} ({os.cpu_count()} CPUs, kernel {os.uname().release}); "
+          f"median (min-max) of {args.reps}, batches of {BATCH}\n")
+
+    for shape in args.shapes.split(","):
+        _, page, piece, pages = SHAPES[shape]
+        pages = max(BATCH, int(pages * args.pages_scale))
+        r = {k: [] for k in ["kv_bw", "kv_br", "kv_dw", "kv_dr", "kv_br_nosum", "fio_bw", "fio_br",
+                             "fio_dw", "fio_dr", "cpu_kv_bw", "cpu_kv_br", "cpu_kv_dw",
+                             "cpu_kv_dr", "cpu_fio_bw", "cpu_fio_br", "cpu_fio_dw", "cpu_fio_dr"]}
+        fio_best_engine = {}
+        backend = ""
+        for rep in range(args.reps):
+            # kvtier buffered: write then page-cache-hot read.
+            kb = kvtier_bench(args.dir, shape, pages, direct=False)
+            backend = kb["backend_description"]
+            r["kv_bw"].append(kb["write_gbps"])
+            r["kv_br"].append(kb["read_gbps"])
+            r["cpu_kv_bw"].append(kb["write"]["cpu_s_per_gb"])
+            r["cpu_kv_br"].append(kb["read"]["cpu_s_per_gb"])
+            # The same queue depth for fio: kvtier's rings (or threads) x requests in flight.
+            rings, depth, engine = queue_shape(backend)
+            # fio buffered: fresh files written, then read hot; best engine for each.
+            best_w, best_r = (0, 0, ""), (0, 0, "")
+            for eng, jobs, qd in [("psync", 1, 1), ("psync", rings, 1), ("io_uring", rings, depth)]:
+                remove_fio_files(args.dir)
+                w = fio_files(args.dir, shape, pages, jobs, "write", eng, qd, False)
+                rd = fio_files(args.dir, shape, pages, jobs, "read", eng, qd, False)
+                label = f"{eng} x{jobs} qd{qd}"
+                if w[0] > best_w[0]:
+                    best_w = (*w, label)
+                if rd[0] > best_r[0]:
+                    best_r = (*rd, label)
+            r["fio_bw"].append(best_w[0])
+            r["cpu_fio_bw"].append(best_w[1])
+            r["fio_br"].append(best_r[0])
+            r["cpu_fio_br"].append(best_r[1])
+            fio_best_engine["bw"], fio_best_engine["br"] = best_w[2], best_r[2]
+            remove_fio_files(args.dir)
+            # kvtier direct.
+            kd = kvtier_bench(args.dir, shape, pages, direct=True)
+            r["kv_dw"].append(kd["write_gbps"])
+            r["kv_dr"].append(kd["read_gbps"])
+            r["cpu_kv_dw"].append(kd["write"]["cpu_s_per_gb"])
+            r["cpu_kv_dr"].append(kd["read"]["cpu_s_per_gb"])
+            # fio direct at kvtier's queue depth.
+            w = fio_files(args.dir, shape, pages, rings, "write", engine, depth, True)
+            rd = fio_files(args.dir, shape, pages, rings, "read", engine, depth, True)
+            r["fio_dw"].append(w[0])
+            r["cpu_fio_dw"].append(w[1])
+            r["fio_dr"].append(rd[0])
+            r["cpu_fio_dr"].append(rd[1])
+            fio_best_engine["dw"] = fio_best_engine["dr"] = f"{engine} x{rings} qd{depth}"
+            remove_fio_files(args.dir)
+            # What payload verification costs: the same hot read without it.
+            kn = kvtier_bench(args.dir, shape, pages, direct=False, checksum=False)
+            r["kv_br_nosum"].append(kn["read_gbps"])
+
+        mc = run([MEMCPY, "--page-bytes", str(page), "--pages", str(pages), "--batch",
+                     str(BATCH), "--reps", "5"])
+        memcpy = json.loads(mc)["memcpy_gbps"]
+        shape_report = {"page_bytes": page, "piece_bytes": piece, "pages": pages,
+                        "kvtier_backend": backend, "fio_config": fio_best_engine,
+                        "memcpy_one_core_gbps": memcpy, "runs": r}
+        report["shapes"][shape] = shape_report
+
+        print(f"== {shape}: {pages} pages of {page:,} B ({page // piece} x {piece:,} B pieces); "
+              f"kvtier {backend}")
+        print(f"   {'':16} {'kvtier GB/s':>20} {'fio GB/s':>20} {'kvtier/fio':>10} "
+              f"{'CPU s/GB kv / fio':>18}  fio config")
+        for key, name in [("bw", "buffered write"), ("br", "buffered read"),
+                          ("dw", "direct write"), ("dr", "direct read")]:
+            kv, fo = r[f"kv_{key}"], r[f"fio_{key}"]
+            ratio = med(kv) / med(fo) if med(fo) else 0
+            cpu = f"{med(r[f'cpu_kv_{key}']):.2f} / {med(r[f'cpu_fio_{key}']):.2f}"
+            print(f"   {name:16} {fmt_range(kv):>20} {fmt_range(fo):>20} {ratio:10.2f} "
+                  f"{cpu:>18}  {fio_best_engine.get(key, '')}")
+            shape_report[f"ratio_{key}"] = ratio
+        cost = 1 - med(r["kv_br"]) / med(r["kv_br_nosum"]) if med(r["kv_br_nosum"]) else 0
+        shape_report["checksum_cost"] = cost
+        shape_report["read_vs_memcpy"] = med(r["kv_br"]) / memcpy if memcpy else 0
+        print(f"   memcpy, one core: {memcpy:.2f} GB/s; kvtier hot read is "
+              f"{shape_report['read_vs_memcpy']:.2f} of it")
+        print(f"   payload verification costs {cost * 100:.1f}% of hot-read throughput "
+              f"({fmt_range(r['kv_br'])} with, {fmt_range(r['kv_br_nosum'])} without)\n")
+
+    if os.path.exists(MICRO):
+        out = run([MICRO, "--benchmark_filter=BatchExists128", "--benchmark_format=json"])
+        b = json.loads(out)["benchmarks"][0]
+        report["batch_exists_128_us"] = b["real_time"]
+        print(f"batch_exists of 128 keys: {b['real_time']:.1f} us per call "
+              f"({b['real_time'] / 128 * 1000:.0f} ns per key)")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"\nfull results: {args.json_out}")
+
+
+def queue_shape(description):
+    """(jobs, depth, fio engine) matching kvtier's backend: rings x depth for uring,
+    threads x 1 (psync) for posix."""
+    words = description.replace(",", " ").split()
+    if description.startswith("uring"):
+        rings = int(words[words.index("rings") - 1])
+        depth = int(words[words.index("requests") - 1])
+        return rings, depth, "io_uring"
+    threads = int(words[words.index("threads") - 1]) if "threads" in words else 1
+    return threads, 1, "psync"
+
+
+if __name__ == "__main__":
+    main()
