@@ -5,13 +5,14 @@
 #   make run          kvtier bench on the default directory (extra flags: ARGS="--pages 64")
 #   make test         format check, Release tests, the whole suite under ASan+UBSan, and the
 #                     concurrency suites under TSan (SANITIZE=0 skips the sanitizer passes)
+#   make bench        kvtier against fio and memcpy, side by side (bench/compare.py; ARGS=...)
 #   make format       clang-format every C++ file in place
 
 SHELL := /bin/bash
 SANITIZE ?= 1
 ARGS ?=
 
-.PHONY: all deps build run test test-release test-asan test-tsan format format-check clean
+.PHONY: all deps build run bench test test-release test-asan test-tsan format format-check clean
 
 all: build
 
@@ -24,6 +25,9 @@ build: deps
 
 run: build
 	build/bin/kvtier bench $(ARGS)
+
+bench: build
+	bench/compare.py $(ARGS)
 
 test: deps format-check test-release
 ifneq ($(SANITIZE),0)

@@ -19,6 +19,7 @@ constexpr size_t kOffKeyBytes = 64;
 constexpr size_t kOffPieceCount = 68;
 constexpr size_t kOffPieceBytes = 72;
 constexpr size_t kOffCreated = 80;
+constexpr size_t kOffChunkBytes = 88;
 constexpr size_t kOffHeaderChecksum = 120;
 constexpr size_t kOffKey = 128;
 static_assert(kOffKey + kMaxKeyBytes <= kHeaderBytes);
@@ -54,6 +55,11 @@ uint64_t header_checksum(const std::byte* block, size_t key_bytes) {
 
 }  // namespace
 
+uint64_t combine_chunk_checksums(std::span<const uint64_t> chunk_checksums) noexcept {
+  static_assert(std::endian::native == std::endian::little);
+  return checksum64(chunk_checksums.data(), chunk_checksums.size_bytes());
+}
+
 void encode(const Header& h, std::span<std::byte, kHeaderBytes> out) noexcept {
   std::byte* b = out.data();
   std::memset(b, 0, kHeaderBytes);
@@ -69,6 +75,7 @@ void encode(const Header& h, std::span<std::byte, kHeaderBytes> out) noexcept {
   put<uint32_t>(b, kOffPieceCount, h.piece_count);
   put<uint64_t>(b, kOffPieceBytes, h.piece_bytes);
   put<uint64_t>(b, kOffCreated, h.created_ns);
+  put<uint32_t>(b, kOffChunkBytes, kChecksumChunkBytes);
   std::memcpy(b + kOffKey, h.key.data(), h.key.size());
   put<uint64_t>(b, kOffHeaderChecksum, header_checksum(b, h.key.size()));
 }
@@ -89,6 +96,10 @@ Result<Header> decode(std::span<const std::byte, kHeaderBytes> in) {
   }
   if (header_checksum(b, key_bytes) != get<uint64_t>(b, kOffHeaderChecksum)) {
     return corrupt_error("header checksum mismatch");
+  }
+  if (const auto chunk = get<uint32_t>(b, kOffChunkBytes); chunk != kChecksumChunkBytes) {
+    return corrupt_error(fmt::format("checksum chunks of {} bytes (this build reads {})", chunk,
+                                     kChecksumChunkBytes));
   }
   Header h;
   h.namespace_id = get_hash(b, kOffNamespace);

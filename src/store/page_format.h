@@ -10,12 +10,13 @@
 //   16     16    namespace id (XXH3-128 of the namespace's canonical form; high, low words)
 //   32     16    key hash (XXH3-128 of the key)
 //   48     8     payload bytes
-//   56     8     payload checksum (XXH3-64 of the payload)
+//   56     8     payload checksum (see below)
 //   64     4     key bytes (1..1024)
 //   68     4     piece count
 //   72     8     piece bytes (0 when the pieces differ in size)
 //   80     8     created, ns since the Unix epoch
-//   88     32    reserved (0)
+//   88     4     checksum chunk bytes (262144)
+//   92     28    reserved (0)
 //   120    8     header checksum (XXH3-64 of bytes 0..119 followed by the key)
 //   128    K     the key
 //   ...          zero padding to 4096
@@ -24,12 +25,18 @@
 //
 // All integers little-endian. The payload starts, and the object ends, on a 4096-byte
 // boundary, so direct I/O can move any page (70,272-byte ones included) in aligned blocks.
+//
+// The payload checksum is XXH3-64 over the little-endian array of XXH3-64 values of the
+// payload's consecutive 256 KiB chunks (the last one shorter). Chunks can then be verified in
+// any order, by whichever thread just read them, while they are still in its cache.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "kvtier/core/checksum.h"
 #include "kvtier/core/status.h"
@@ -47,6 +54,59 @@ constexpr uint64_t object_bytes(uint64_t payload_bytes) {
 inline constexpr size_t kMaxKeyBytes = 1024;
 inline constexpr char kMagic[8] = {'K', 'V', 'T', 'P', 'A', 'G', 'E', '1'};
 inline constexpr uint16_t kVersion = 1;
+inline constexpr uint32_t kChecksumChunkBytes = 256 << 10;
+
+// Chunks of a payload (at least one).
+constexpr size_t chunk_count(uint64_t payload_bytes) {
+  return payload_bytes == 0 ? 1 : (payload_bytes + kChecksumChunkBytes - 1) / kChecksumChunkBytes;
+}
+
+// The payload checksum from its chunks' XXH3-64 values, in chunk order.
+uint64_t combine_chunk_checksums(std::span<const uint64_t> chunk_checksums) noexcept;
+
+// Calls fn(data, size) for the bytes of payload range [from, to) of a page made of `pieces`
+// (each with .data and .size), in order.
+template <typename Pieces, typename Fn>
+void for_each_part(const Pieces& pieces, uint64_t from, uint64_t to, Fn&& fn) {
+  uint64_t base = 0;
+  for (const auto& p : pieces) {
+    const uint64_t end = base + p.size;
+    if (end > from && base < to) {
+      const uint64_t lo = std::max(from, base);
+      const uint64_t hi = std::min(to, end);
+      fn(static_cast<const std::byte*>(p.data) + (lo - base), hi - lo);
+    }
+    if (end >= to) break;
+    base = end;
+  }
+}
+
+// XXH3-64 of payload chunk `chunk` of a page made of `pieces` holding `payload_bytes`.
+template <typename Pieces>
+uint64_t chunk_checksum(const Pieces& pieces, uint64_t payload_bytes, size_t chunk) {
+  const uint64_t from = chunk * uint64_t{kChecksumChunkBytes};
+  const uint64_t to = std::min(payload_bytes, from + kChecksumChunkBytes);
+  const std::byte* single = nullptr;
+  uint64_t single_size = 0;
+  int parts = 0;
+  for_each_part(pieces, from, to, [&](const std::byte* d, uint64_t n) {
+    single = d;
+    single_size = n;
+    ++parts;
+  });
+  if (parts == 1) return checksum64(single, single_size);
+  Checksum64Stream s;  // the chunk spans pieces
+  for_each_part(pieces, from, to, [&](const std::byte* d, uint64_t n) { s.update(d, n); });
+  return s.digest();
+}
+
+// The payload checksum of a whole page.
+template <typename Pieces>
+uint64_t payload_checksum(const Pieces& pieces, uint64_t payload_bytes) {
+  std::vector<uint64_t> chunks(chunk_count(payload_bytes));
+  for (size_t c = 0; c < chunks.size(); ++c) chunks[c] = chunk_checksum(pieces, payload_bytes, c);
+  return combine_chunk_checksums(chunks);
+}
 
 struct Header {
   Hash128 namespace_id;

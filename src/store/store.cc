@@ -344,7 +344,8 @@ struct Store::Impl {
   // Checks a page whose descriptors all completed: header, then payload checksum; a staged
   // page is copied out to the caller's pieces once it checks out.
   Status verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
-                     std::span<const std::byte, kHeaderBytes> block) const;
+                     std::span<const std::byte, kHeaderBytes> block,
+                     std::span<const uint64_t> chunk_checksums) const;
   Status open_namespace();
 };
 
@@ -443,7 +444,7 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
       }
       w.target = std::move(opened[next]).value();
       const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
-      Checksum64Stream sum;
+      uint64_t checksum;
       if (w.io == PageIo::kStaged) {
         std::byte* dst = w.staging.data();
         for (const ConstBuffer& p : w.pieces) {
@@ -451,15 +452,16 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
           dst += p.size;
         }
         std::memset(dst, 0, padded - w.payload);
-        sum.update(w.staging.data(), w.payload);
+        const ConstBuffer staged{w.staging.data(), w.payload};
+        checksum = page::payload_checksum(std::span<const ConstBuffer>(&staged, 1), w.payload);
       } else {
-        for (const ConstBuffer& p : w.pieces) sum.update(p.data, p.size);
+        checksum = page::payload_checksum(w.pieces, w.payload);
       }
       page::Header h;
       h.namespace_id = ns_id;
       h.key_hash = w.route.key_hash;
       h.payload_bytes = w.payload;
-      h.payload_checksum = sum.digest();
+      h.payload_checksum = checksum;
       h.piece_count = static_cast<uint32_t>(w.pieces.size());
       h.piece_bytes = page::uniform_piece_bytes(w.pieces);
       h.created_ns = created;
@@ -515,7 +517,8 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
 }
 
 Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
-                                std::span<const std::byte, kHeaderBytes> block) const {
+                                std::span<const std::byte, kHeaderBytes> block,
+                                std::span<const uint64_t> chunk_checksums) const {
   Result<page::Header> h = page::decode(block);
   if (!h.ok()) return h.status();
   const page::Expectation expect{ns_id, key, w.payload, static_cast<uint32_t>(w.pieces.size()),
@@ -536,21 +539,18 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
     return corrupt_error(fmt::format("object is {} bytes; its header says {}", w.target.size(),
                                      object_bytes(h->payload_bytes)));
   }
+  if (config.verify_payload &&
+      page::combine_chunk_checksums(chunk_checksums) != h->payload_checksum) {
+    return corrupt_error("payload checksum mismatch");
+  }
   if (w.io == PageIo::kStaged) {
-    if (config.verify_payload && checksum64(w.staging.data(), w.payload) != h->payload_checksum) {
-      return corrupt_error("payload checksum mismatch");
-    }
+    // Verified in the staging buffer: only now does it reach the caller's memory.
     const std::byte* src = w.staging.data();
     for (const MutableBuffer& p : w.pieces) {
       std::memcpy(p.data, src, p.size);
       src += p.size;
     }
-    return ok_status();
   }
-  if (!config.verify_payload) return ok_status();
-  Checksum64Stream sum;
-  for (const MutableBuffer& p : w.pieces) sum.update(p.data, p.size);
-  if (sum.digest() != h->payload_checksum) return corrupt_error("payload checksum mismatch");
   return ok_status();
 }
 
@@ -590,50 +590,94 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
 
   Result<HeaderPool::Lease> lease = headers.acquire(reading.size());
   Status batch_error = lease.status();
+  // Pieces are split at checksum chunk boundaries: each chunk is hashed by the thread that
+  // completes it, while it is still in that core's cache, in parallel with other reads; the
+  // thread that completes a page's last descriptor verifies the page.
+  constexpr uint32_t kNoChunk = UINT32_MAX;
+  struct DescRef {
+    uint32_t page;   // index in `reading`
+    uint32_t chunk;  // chunk of that page, or kNoChunk for the header
+  };
   std::vector<MemDesc> mem;
   std::vector<StorageDesc> sto;
-  std::vector<uint32_t> desc_page;  // descriptor -> index in `reading`
+  std::vector<DescRef> refs;
+  std::vector<size_t> first_chunk(reading.size() + 1, 0);
+  auto add = [&](void* m, const Target* t, uint64_t off, uint64_t n, uint32_t r, uint32_t c) {
+    mem.push_back(MemDesc{m, n});
+    sto.push_back(StorageDesc{t, off, n});
+    refs.push_back(DescRef{r, c});
+  };
   if (batch_error.ok()) {
     for (size_t r = 0; r < reading.size(); ++r) {
       auto& w = *reading[r];
+      const auto page = static_cast<uint32_t>(r);
+      first_chunk[r + 1] = first_chunk[r] + (w.header_only ? 0 : page::chunk_count(w.payload));
       w.first_desc = mem.size();
-      mem.push_back(MemDesc{lease->block(r).data(), kHeaderBytes});
-      sto.push_back(StorageDesc{&w.target, 0, kHeaderBytes});
+      add(lease->block(r).data(), &w.target, 0, kHeaderBytes, page, kNoChunk);
       if (w.header_only) {
         // Only the header: it tells a caller error from damage.
       } else if (w.io == PageIo::kStaged) {
         const uint64_t n = align_up(w.payload, dio[w.route.base]->offset);
-        mem.push_back(MemDesc{w.staging.data(), n});
-        sto.push_back(StorageDesc{&w.target, kHeaderBytes, n});
+        for (uint64_t off = 0; off < n; off += page::kChecksumChunkBytes) {
+          add(w.staging.data() + off, &w.target, kHeaderBytes + off,
+              std::min<uint64_t>(page::kChecksumChunkBytes, n - off), page,
+              static_cast<uint32_t>(off / page::kChecksumChunkBytes));
+        }
       } else {
-        uint64_t off = kHeaderBytes;
+        uint64_t base = 0;  // payload offset of the piece
         for (const MutableBuffer& p : w.pieces) {
-          mem.push_back(MemDesc{p.data, p.size});
-          sto.push_back(StorageDesc{&w.target, off, p.size});
-          off += p.size;
+          for (uint64_t pos = 0; pos < p.size;) {
+            const uint64_t at = base + pos;
+            const uint64_t chunk = at / page::kChecksumChunkBytes;
+            const uint64_t n = std::min(p.size - pos, (chunk + 1) * page::kChecksumChunkBytes - at);
+            add(static_cast<std::byte*>(p.data) + pos, &w.target, kHeaderBytes + at, n, page,
+                static_cast<uint32_t>(chunk));
+            pos += n;
+          }
+          base += p.size;
         }
       }
       w.desc_count = mem.size() - w.first_desc;
-      desc_page.resize(mem.size(), static_cast<uint32_t>(r));
     }
   }
 
-  // Each page is verified by the thread that completes its last descriptor, while its bytes
-  // are still in that core's cache, and in parallel with the other pages' reads.
   std::vector<Status> verdicts(reading.size());
+  std::vector<uint64_t> chunk_sums(first_chunk.back());
+  auto chunk_pending = std::make_unique<std::atomic<uint32_t>[]>(chunk_sums.size());
   auto pending = std::make_unique<std::atomic<uint32_t>[]>(reading.size());
   auto failed = std::make_unique<std::atomic<bool>[]>(reading.size());
+  for (size_t c = 0; c < chunk_sums.size(); ++c) chunk_pending[c].store(0);
   for (size_t r = 0; r < reading.size(); ++r) {
     pending[r].store(static_cast<uint32_t>(reading[r]->desc_count));
     failed[r].store(false);
   }
+  for (const DescRef& ref : refs) {
+    if (ref.chunk != kNoChunk) chunk_pending[first_chunk[ref.page] + ref.chunk].fetch_add(1);
+  }
   TransferCallbacks callbacks;
   callbacks.on_descriptor = [&](size_t d, const Status& st) {
-    const uint32_t r = desc_page[d];
-    if (!st.ok()) failed[r].store(true, std::memory_order_relaxed);
-    if (pending[r].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    if (failed[r].load(std::memory_order_relaxed)) return;  // the failure is the page's status
-    verdicts[r] = verify_page(*reading[r], keys[reading[r]->page], lease->block(r));
+    const DescRef ref = refs[d];
+    const auto& w = *reading[ref.page];
+    if (!st.ok()) {
+      failed[ref.page].store(true, std::memory_order_relaxed);
+    } else if (ref.chunk != kNoChunk && config.verify_payload) {
+      const size_t g = first_chunk[ref.page] + ref.chunk;
+      if (chunk_pending[g].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        if (w.io == PageIo::kStaged) {
+          const MutableBuffer staged{w.staging.data(), w.payload};
+          chunk_sums[g] = page::chunk_checksum(std::span<const MutableBuffer>(&staged, 1),
+                                               w.payload, ref.chunk);
+        } else {
+          chunk_sums[g] = page::chunk_checksum(w.pieces, w.payload, ref.chunk);
+        }
+      }
+    }
+    if (pending[ref.page].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (failed[ref.page].load(std::memory_order_relaxed)) return;  // the page's status says why
+    const auto sums =
+        std::span<const uint64_t>(chunk_sums)
+            .subspan(first_chunk[ref.page], first_chunk[ref.page + 1] - first_chunk[ref.page]);
+    verdicts[ref.page] = verify_page(w, keys[w.page], lease->block(ref.page), sums);
   };
 
   Result<Transfer> xfer = Transfer();

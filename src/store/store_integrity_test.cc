@@ -66,6 +66,25 @@ TEST_F(StoreIntegrity, FlippedPayloadByteIsCorruptCountedAndDropped) {
   EXPECT_TRUE(pool_->holds(2, kPage, 22));
 }
 
+TEST_F(StoreIntegrity, FlippedByteInALaterChunkOfPiecesThatStraddleChunksIsCorrupt) {
+  // Five 100,000-byte pieces: checksum chunks (256 KiB) span piece boundaries.
+  PagePool pool(*store_, 10, 100000);
+  std::vector<ConstBuffer> in;
+  std::vector<MutableBuffer> out;
+  for (size_t i = 0; i < 5; ++i) {
+    pool.fill(i, 100000, 70 + i);
+    in.push_back(pool.in(i, 100000));
+    out.push_back(pool.out(5 + i, 100000));
+  }
+  const std::vector<std::string_view> key = {"straddle"};
+  ASSERT_TRUE(store_->batch_put(key, in).all_ok());
+  ASSERT_TRUE(store_->batch_get(key, out).all_ok());
+  for (size_t i = 0; i < 5; ++i) EXPECT_TRUE(pool.holds(5 + i, 100000, 70 + i)) << i;
+  flip("straddle", page::kHeaderBytes + 499999);  // the last byte of the last piece
+  BatchResult r = store_->batch_get(key, out);
+  EXPECT_EQ(r.pages[0].code(), StatusCode::kCorrupt) << r.pages[0].to_string();
+}
+
 TEST_F(StoreIntegrity, FlippedHeaderFieldIsCorrupt) {
   flip("alpha", 50);  // payload length
   expect_miss("alpha", StatusCode::kCorrupt);

@@ -64,18 +64,24 @@ class PosixBackend final : public file::FileBackend {
     const auto descs = batch.descs();
     std::vector<PosixOp> ops;
     ops.reserve(descs.size());
+    uint64_t op_bytes = 0;
     for (uint32_t i = 0; i < descs.size(); ++i) {
       const IoDesc& d = descs[i];
       const int fd = static_cast<FileTarget*>(d.target)->fd();
       if (!ops.empty()) {
         PosixOp& last = ops.back();
         const IoDesc& prev = descs[last.first + last.count - 1];
-        if (last.fd == fd && prev.offset + prev.length == d.offset && last.count < kMaxIov) {
+        // Merge what continues the previous descriptor, up to max_merge_bytes: descriptors
+        // complete (and their owners' callbacks run) while their bytes are in cache.
+        if (last.fd == fd && prev.offset + prev.length == d.offset && last.count < kMaxIov &&
+            op_bytes + d.length <= options_.max_merge_bytes) {
           ++last.count;
+          op_bytes += d.length;
           continue;
         }
       }
       ops.push_back(PosixOp{fd, d.offset, i, 1});
+      op_bytes = d.length;
     }
     auto job = std::make_shared<BatchJob>(*this, batch, std::move(ops));
     pool_.schedule(job, job->op_count());
@@ -178,6 +184,7 @@ Result<std::unique_ptr<Backend>> create_posix_backend(const BackendParams& param
   PosixBackendOptions o;
   KVTIER_ASSIGN_OR_RETURN(o.io_threads, param_u64(params, "io_threads", 0));
   KVTIER_ASSIGN_OR_RETURN(o.max_io_bytes, param_u64(params, "max_io_bytes", 0));
+  KVTIER_ASSIGN_OR_RETURN(o.max_merge_bytes, param_u64(params, "max_merge_bytes", 1 << 20));
   KVTIER_ASSIGN_OR_RETURN(o.use_tmpfile, param_bool(params, "use_tmpfile", true));
   return make_posix_backend(o);
 }

@@ -27,13 +27,16 @@ struct PosixBackendOptions {
   // Caps the bytes of one system call (0: no cap). Exercises the short-transfer path in tests;
   // harmless otherwise.
   uint64_t max_io_bytes = 0;
+  // Descriptors that continue each other merge into one call up to this many bytes.
+  uint64_t max_merge_bytes = 1 << 20;
   // Use O_TMPFILE where the filesystem supports it.
   bool use_tmpfile = true;
 };
 
 std::unique_ptr<Backend> make_posix_backend(const PosixBackendOptions& options = {});
 
-// Factory for the registry. Parameters: io_threads, max_io_bytes, use_tmpfile.
+// Factory for the registry. Parameters: io_threads, max_io_bytes, max_merge_bytes,
+// use_tmpfile.
 Result<std::unique_ptr<Backend>> create_posix_backend(const BackendParams& params);
 
 }  // namespace kvtier
