@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <bit>
 #include <cstring>
 
@@ -46,11 +47,13 @@ Hash128 get_hash(const std::byte* block, size_t off) {
   return Hash128{get<uint64_t>(block, off), get<uint64_t>(block, off + 8)};
 }
 
+// XXH3-64 of bytes 0..119 followed by the key, hashed from one stack copy (a streaming state
+// would cost an allocation per page).
 uint64_t header_checksum(const std::byte* block, size_t key_bytes) {
-  Checksum64Stream s;
-  s.update(block, kOffHeaderChecksum);
-  s.update(block + kOffKey, key_bytes);
-  return s.digest();
+  std::array<std::byte, kOffHeaderChecksum + kMaxKeyBytes> bytes;
+  std::memcpy(bytes.data(), block, kOffHeaderChecksum);
+  std::memcpy(bytes.data() + kOffHeaderChecksum, block + kOffKey, key_bytes);
+  return checksum64(bytes.data(), kOffHeaderChecksum + key_bytes);
 }
 
 }  // namespace
