@@ -93,24 +93,14 @@ Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<
   return ok_status();
 }
 
-// Reads [offset, offset+length) of `target` into `buf`.
-Status read_range(Agent& agent, const Target& target, std::byte* buf, uint64_t offset,
-                  uint64_t length) {
-  const MemDesc mem{buf, length};
-  const StorageDesc sto{&target, offset, length};
-  KVTIER_ASSIGN_OR_RETURN(Transfer x, agent.make_request(TransferOp::kRead, {&mem, 1}, {&sto, 1}));
-  KVTIER_RETURN_IF_ERROR(x.post());
-  x.wait();
-  return x.first_error();
-}
-
 Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
   KVTIER_ASSIGN_OR_RETURN(Target t,
                           agent.open_target(TargetSpec{p.path, TargetMode::kRead, 0, {}}));
   if (t.size() < page::kHeaderBytes) {
     return corrupt_error(fmt::format("{} bytes, shorter than a page header", t.size()));
   }
-  KVTIER_RETURN_IF_ERROR(read_range(agent, t, buf.data(), 0, page::kHeaderBytes));
+  KVTIER_RETURN_IF_ERROR(
+      object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(), 0, page::kHeaderBytes));
   KVTIER_ASSIGN_OR_RETURN(
       page::Header h,
       page::decode(std::span<const std::byte, page::kHeaderBytes>(buf.data(), page::kHeaderBytes)));
@@ -132,7 +122,8 @@ Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
   sums.reserve(page::chunk_count(h.payload_bytes));
   for (uint64_t off = 0; off < h.payload_bytes; off += kVerifyChunk) {
     const uint64_t n = std::min(kVerifyChunk, h.payload_bytes - off);
-    KVTIER_RETURN_IF_ERROR(read_range(agent, t, buf.data(), page::kHeaderBytes + off, n));
+    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(),
+                                                     page::kHeaderBytes + off, n));
     for (uint64_t c = 0; c < n; c += page::kChecksumChunkBytes) {
       sums.push_back(
           checksum64(buf.data() + c, std::min<uint64_t>(page::kChecksumChunkBytes, n - c)));

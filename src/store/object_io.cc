@@ -8,6 +8,16 @@
 
 namespace kvtier::object_io {
 
+Status transfer_range(Agent& agent, TransferOp op, const Target& target, std::byte* mem,
+                      uint64_t offset, uint64_t length) {
+  const MemDesc m{mem, length};
+  const StorageDesc s{&target, offset, length};
+  KVTIER_ASSIGN_OR_RETURN(Transfer xfer, agent.make_request(op, {&m, 1}, {&s, 1}));
+  KVTIER_RETURN_IF_ERROR(xfer.post());
+  xfer.wait();
+  return xfer.first_error();
+}
+
 Status write_object(Agent& agent, const std::string& path, const std::string& temp_dir,
                     std::string_view bytes) {
   if (bytes.empty()) return invalid_argument_error("write_object: empty object");
@@ -16,13 +26,8 @@ Status write_object(Agent& agent, const std::string& path, const std::string& te
   KVTIER_ASSIGN_OR_RETURN(Registration reg, agent.register_memory(buf.data(), buf.size()));
   KVTIER_ASSIGN_OR_RETURN(Target target, agent.open_target(TargetSpec{path, TargetMode::kCreate,
                                                                       bytes.size(), temp_dir}));
-  const MemDesc mem{buf.data(), bytes.size()};
-  const StorageDesc sto{&target, 0, bytes.size()};
-  KVTIER_ASSIGN_OR_RETURN(Transfer xfer,
-                          agent.make_request(TransferOp::kWrite, {&mem, 1}, {&sto, 1}));
-  KVTIER_RETURN_IF_ERROR(xfer.post());
-  xfer.wait();
-  KVTIER_RETURN_IF_ERROR(xfer.first_error());
+  KVTIER_RETURN_IF_ERROR(
+      transfer_range(agent, TransferOp::kWrite, target, buf.data(), 0, bytes.size()));
   return target.publish();
 }
 
@@ -37,13 +42,7 @@ Result<std::string> read_object(Agent& agent, const std::string& path, uint64_t 
   if (size == 0) return std::string();
   KVTIER_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(size));
   KVTIER_ASSIGN_OR_RETURN(Registration reg, agent.register_memory(buf.data(), buf.size()));
-  const MemDesc mem{buf.data(), size};
-  const StorageDesc sto{&target, 0, size};
-  KVTIER_ASSIGN_OR_RETURN(Transfer xfer,
-                          agent.make_request(TransferOp::kRead, {&mem, 1}, {&sto, 1}));
-  KVTIER_RETURN_IF_ERROR(xfer.post());
-  xfer.wait();
-  KVTIER_RETURN_IF_ERROR(xfer.first_error());
+  KVTIER_RETURN_IF_ERROR(transfer_range(agent, TransferOp::kRead, target, buf.data(), 0, size));
   return std::string(reinterpret_cast<const char*>(buf.data()), size);
 }
 

@@ -1,5 +1,6 @@
-// Whole small objects through an agent (namespace manifests, inspection): each call
-// registers a staging buffer, moves the bytes, and releases everything before returning.
+// Synchronous object I/O through an agent, for the store's slow paths (namespace manifests,
+// inspection). The whole-object calls register a staging buffer, move the bytes, and release
+// everything before returning.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,11 @@
 #include "kvtier/transfer/agent.h"
 
 namespace kvtier::object_io {
+
+// Moves [offset, offset+length) of `target` to or from `mem` (inside a live registration) as
+// one request, and waits for it.
+Status transfer_range(Agent& agent, TransferOp op, const Target& target, std::byte* mem,
+                      uint64_t offset, uint64_t length);
 
 // Writes `bytes` as the object at `path` (atomically replacing it).
 Status write_object(Agent& agent, const std::string& path, const std::string& temp_dir,
