@@ -529,9 +529,15 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
         w.target.size() == object_bytes(h->payload_bytes)) {
       // An intact page of this key, asked for with buffers of another size or layout: the
       // caller's mistake, not damage. Not data, not dropped.
-      return invalid_argument_error(fmt::format(
-          "stored page is {} bytes in {} pieces; the buffers hold {} bytes in {} pieces",
-          h->payload_bytes, h->piece_count, w.payload, w.pieces.size()));
+      auto pieces = [](uint64_t bytes, uint64_t count, uint64_t piece_bytes) {
+        return piece_bytes != 0
+                   ? fmt::format("{} bytes in {} pieces of {}", bytes, count, piece_bytes)
+                   : fmt::format("{} bytes in {} pieces of unequal sizes", bytes, count);
+      };
+      return invalid_argument_error(
+          fmt::format("stored page is {}; the buffers hold {}",
+                      pieces(h->payload_bytes, h->piece_count, h->piece_bytes),
+                      pieces(w.payload, w.pieces.size(), page::uniform_piece_bytes(w.pieces))));
     }
     return st;
   }
