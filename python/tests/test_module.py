@@ -1,0 +1,256 @@
+"""The kvtier Python module: Store, Agent, registrations, transfers, buffers, errors."""
+
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import kvtier
+from conftest import open_fds
+
+
+def make_store(path, **kw):
+    kw.setdefault("model", "m")
+    kw.setdefault("dtype", "uint8")
+    kw.setdefault("layout", "flat")
+    kw.setdefault("page_tokens", 1)
+    return kvtier.Store(path, **kw)
+
+
+def pattern(n, seed):
+    return np.random.default_rng(seed).integers(0, 256, size=n, dtype=np.uint8)
+
+
+def test_put_get_numpy_roundtrip(store_dir):
+    with make_store(store_dir) as store:
+        pool = np.zeros(1 << 20, dtype=np.uint8)
+        with store.register_memory(pool):
+            pool[:70272] = pattern(70272, 1)
+            st = store.put("page-a", pool[:70272])
+            assert st and st.ok and st.code == "OK"
+            got = store.get("page-a", pool[100000:170272])
+            assert got.ok
+            assert np.array_equal(pool[:70272], pool[100000:170272])
+            miss = store.get("page-b", pool[100000:170272])
+            assert not miss and miss.code == "NOT_FOUND" and miss.is_miss
+            assert store.exists("page-a") and not store.exists("page-b")
+            stats = store.stats()
+            assert stats["put_pages"] == 1 and stats["get_hits"] == 1
+            assert stats["get_misses"] == 1
+
+
+def test_every_memory_form(store_dir):
+    """Buffer protocol (numpy, bytearray, memoryview), (address, nbytes), torch tensors, and
+    pages of several pieces."""
+    with make_store(store_dir) as store:
+        arr = np.zeros(1 << 16, dtype=np.uint8)
+        tensor = torch.zeros(1 << 14, dtype=torch.float32)  # 64 KiB, no buffer protocol
+        raw = bytearray(1 << 16)
+        regs = [store.register_memory(arr), store.register_memory(tensor),
+                store.register_memory(raw)]
+        arr[:4096] = pattern(4096, 2)
+        assert store.put("np", arr[:4096])
+        assert store.get("np", tensor[:1024])  # 1024 float32 = 4096 bytes
+        assert np.array_equal(tensor[:1024].view(torch.uint8).numpy(), arr[:4096])
+        assert store.get("np", memoryview(raw)[:4096])
+        assert bytes(raw[:4096]) == arr[:4096].tobytes()
+        assert store.get("np", (arr.ctypes.data + 8192, 4096))
+        assert np.array_equal(arr[8192:12288], arr[:4096])
+        # Two pieces make one page: stored back to back.
+        assert store.put("two", [arr[:1000], arr[5000:6000]])
+        assert store.get("two", [arr[20000:21000], arr[30000:31000]])
+        joined = np.concatenate([arr[20000:21000], arr[30000:31000]])
+        assert np.array_equal(joined, np.concatenate([arr[:1000], arr[5000:6000]]))
+        # The same bytes split differently are another page layout: a caller error.
+        with pytest.raises(ValueError, match="pieces of 1000"):
+            store.get("two", [arr[20000:20500], arr[30000:31500]])
+        for r in regs:
+            r.release()
+            assert not r.valid
+
+
+def test_caller_errors_raise_value_errors(store_dir):
+    with make_store(store_dir) as store:
+        pool = np.zeros(1 << 16, dtype=np.uint8)
+        with store.register_memory(pool):
+            outside = np.zeros(4096, dtype=np.uint8)
+            with pytest.raises(kvtier.InvalidArgumentError) as e:
+                store.put("k", outside)
+            assert e.value.code == "INVALID_ARGUMENT" and isinstance(e.value, ValueError)
+            with pytest.raises(ValueError, match="writable"):
+                store.get("k", bytes(16))
+            with pytest.raises(ValueError, match="pages"):
+                store.batch_put(["a", "b"], [pool[:10]])
+            with pytest.raises(ValueError, match="contiguous"):
+                store.put("k", pool[:200:2])
+            with pytest.raises(ValueError, match="not page memory"):
+                store.put("k", "a string")
+            with pytest.raises(ValueError, match="empty"):
+                store.put("k", pool[:0])
+            with pytest.raises(ValueError):
+                store.put("", pool[:10])  # empty key
+            with pytest.raises(ValueError, match="pieces"):
+                store.batch_put_pieces(["a", "b"], [pool.ctypes.data] * 3, [10] * 3)
+            assert store.stats()["invalid_requests"] >= 1
+    with pytest.raises(ValueError, match="closed"):
+        store.exists("k")
+
+
+def test_open_failures_raise_storage_errors(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(kvtier.StorageError) as e:
+        make_store(str(blocker / "store"))
+    assert isinstance(e.value, OSError) and e.value.code != "OK"
+    with pytest.raises(kvtier.InvalidArgumentError):
+        make_store(str(tmp_path / "x"), direct_io="sometimes")
+    with pytest.raises(kvtier.Error):
+        make_store(str(tmp_path / "x"), backend="no-such-backend")
+
+
+def test_batches_report_each_page(store_dir):
+    with make_store(store_dir) as store:
+        pool = np.zeros(1 << 20, dtype=np.uint8)
+        with store.register_memory(pool):
+            pool[:] = pattern(pool.size, 3)
+            keys = [f"k{i}" for i in range(8)]
+            pages = [pool[i * 4096:(i + 1) * 4096] for i in range(8)]
+            r = store.batch_put(keys, pages)
+            assert r.all_ok and r.ok == [True] * 8 and len(r) == 8
+            assert store.remove("k3")
+            assert store.batch_exists(keys) == 3
+            dst = [pool[500000 + i * 4096:500000 + (i + 1) * 4096] for i in range(8)]
+            r = store.batch_get(keys, dst)
+            assert r.ok == [True, True, True, False, True, True, True, True]
+            assert r.ok_prefix == 3 and r.ok_count == 7
+            assert r.pages[3].code == "NOT_FOUND"
+            for i in (0, 1, 2, 4, 5, 6, 7):
+                assert np.array_equal(dst[i], pages[i])
+            # The same through flat pointer lists (a host pool's get_page_buffer_meta form).
+            ptrs = [p.ctypes.data for p in dst]
+            r = store.batch_get_pieces(keys, ptrs, [4096] * 8)
+            assert r.ok_count == 7
+
+
+def test_tickets_keep_memory_alive_and_complete(store_dir):
+    with make_store(store_dir) as store:
+        pool = np.zeros(1 << 20, dtype=np.uint8)
+        reg = store.register_memory(pool)
+        pool[:65536] = pattern(65536, 4)
+        keys = [f"t{i}" for i in range(16)]
+        ticket = store.submit_put(keys, [pool[i * 4096:(i + 1) * 4096] for i in range(16)])
+        assert ticket.wait(timeout=30.0)
+        assert ticket.done() and ticket.result().all_ok
+        assert ticket.result().all_ok  # the result stays readable
+        tickets = [store.submit_get(keys[i:i + 4],
+                                    [pool[(100 + i + j) * 4096:(101 + i + j) * 4096]
+                                     for j in range(4)]) for i in range(0, 16, 4)]
+        assert all(t.result().all_ok for t in tickets)
+        assert np.array_equal(pool[100 * 4096:116 * 4096], pool[:65536])
+        reg.release()
+
+
+def test_gil_is_released_during_io(store_dir):
+    """With a 10 s switch interval, the main thread can only run while the worker is inside a
+    store call if that call let go of the GIL."""
+    with make_store(store_dir) as store:
+        pool = np.zeros(128 << 20, dtype=np.uint8)
+        with store.register_memory(pool):
+            keys = [f"g{i}" for i in range(128)]
+            pages = [pool[i << 20:(i + 1) << 20] for i in range(128)]
+            in_call = threading.Event()
+            seen_in_call = []
+
+            def worker():
+                in_call.set()
+                store.batch_put(keys, pages)
+                store.batch_get(keys, pages)
+                in_call.clear()
+
+            old = sys.getswitchinterval()
+            sys.setswitchinterval(10.0)
+            try:
+                t = threading.Thread(target=worker)
+                t.start()
+                in_call.wait()
+                seen_in_call.append(in_call.is_set())
+                t.join()
+            finally:
+                sys.setswitchinterval(old)
+            assert seen_in_call == [True]
+
+
+def test_closing_releases_every_descriptor(store_dir):
+    before = open_fds()
+    store = make_store(store_dir)
+    pool = np.zeros(1 << 20, dtype=np.uint8)
+    reg = store.register_memory(pool)
+    keys = [f"f{i}" for i in range(64)]
+    pages = [pool[i * 8192:(i + 1) * 8192] for i in range(64)]
+    during = open_fds()
+    for _ in range(3):
+        assert store.batch_put(keys, pages).all_ok
+        assert open_fds() == during
+        assert store.batch_get(keys, pages).all_ok
+        assert open_fds() == during
+    reg.release()
+    store.close()
+    store.close()  # idempotent
+    assert open_fds() == before
+
+
+def test_clear_is_scoped_to_the_namespace(store_dir):
+    a = make_store(store_dir, model="a")
+    b = make_store(store_dir, model="b")
+    assert a.namespace_id != b.namespace_id
+    mem_a = np.zeros(4096, dtype=np.uint8)
+    mem_b = np.ones(4096, dtype=np.uint8)
+    with a.register_memory(mem_a), b.register_memory(mem_b):
+        assert a.put("k", mem_a[:100])
+        assert b.put("k", mem_b[:50])
+        assert a.clear()
+        assert not a.exists("k") and b.exists("k")
+        assert b.get("k", mem_b[1000:1050])
+    a.close()
+    b.close()
+
+
+def test_agent_registration_target_transfer(tmp_path):
+    before = open_fds()
+    agent = kvtier.Agent(backend="posix")
+    assert agent.backend == "posix" and "posix" in agent.description
+    mem = np.zeros(1 << 16, dtype=np.uint8)
+    mem[:8192] = pattern(8192, 5)
+    reg = agent.register_memory(mem)
+    path = str(tmp_path / "obj")
+    target = agent.open_target(path, mode="create", size_hint=8192)
+    xfer = agent.make_request("write", [mem[:4096], mem[4096:8192]],
+                              [(target, 0, 4096), (target, 4096, 4096)])
+    assert xfer.state == "prepared" and len(xfer) == 2
+    assert xfer.post()
+    assert xfer.wait(timeout=30.0) and xfer.done()
+    assert [s.ok for s in xfer.results] == [True, True] and xfer.first_error
+    assert not os.path.exists(path)  # invisible until published
+    assert target.publish()
+    assert os.path.getsize(path) == 8192
+    target.close()
+    reader = agent.open_target(path)
+    assert reader.size == 8192
+    back = agent.make_request("read", [mem[16384:24576]], [(reader, 0, 8192)])
+    back.post()
+    back.wait()
+    assert back.first_error.ok
+    assert np.array_equal(mem[16384:24576], mem[:8192])
+    with pytest.raises(ValueError):
+        agent.make_request("read", [np.zeros(16, dtype=np.uint8)], [(reader, 0, 16)])
+    with pytest.raises(kvtier.StorageError) as e:
+        agent.open_target(str(tmp_path / "missing"))
+    assert e.value.code == "NOT_FOUND"
+    del back, xfer
+    reader.close()
+    reg.release()
+    del agent
+    assert open_fds() == before

@@ -1,0 +1,415 @@
+// kvtier.Store and kvtier.Ticket.
+#include <fmt/format.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "errors.h"
+#include "kvtier/store/namespace.h"
+#include "kvtier/store/store.h"
+#include "kvtier/store/uri.h"
+#include "types.h"
+
+namespace kvtier::python {
+namespace {
+
+using namespace pybind11::literals;
+
+// Keys as views into strings that live as long as the call.
+struct Keys {
+  std::vector<std::string> owned;
+  std::vector<std::string_view> views;
+  explicit Keys(std::vector<std::string> keys) : owned(std::move(keys)) {
+    views.assign(owned.begin(), owned.end());
+  }
+};
+
+ParallelRank to_rank(const std::pair<uint32_t, uint32_t>& rank_size) {
+  return ParallelRank{rank_size.first, rank_size.second};
+}
+
+// The pages of a batch as flat pieces, `k` per page.
+struct BatchPages {
+  PieceSet hold;
+  std::vector<MutableBuffer> mutable_pieces;
+  std::vector<ConstBuffer> const_pieces;
+};
+
+BatchPages gather_pages(const py::sequence& pages, size_t keys, bool writable) {
+  if (pages.size() != keys) {
+    raise_invalid(fmt::format("{} keys but {} pages", keys, pages.size()));
+  }
+  BatchPages out;
+  size_t k = 0;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    const size_t n = out.hold.add_page(pages[i], writable);
+    if (i == 0) k = n;
+    if (n != k) {
+      raise_invalid(
+          fmt::format("page {} has {} pieces, page 0 has {}: every page of a batch "
+                      "needs the same number of pieces",
+                      i, n, k));
+    }
+  }
+  for (const auto& p : out.hold.pieces()) {
+    out.mutable_pieces.push_back(MutableBuffer{p.data, p.size});
+    out.const_pieces.push_back(ConstBuffer{p.data, p.size});
+  }
+  return out;
+}
+
+void check_flat(size_t keys, const std::vector<uintptr_t>& ptrs, const std::vector<size_t>& sizes) {
+  if (ptrs.size() != sizes.size()) {
+    raise_invalid(fmt::format("{} pointers but {} sizes", ptrs.size(), sizes.size()));
+  }
+  if (keys == 0 ? !ptrs.empty() : ptrs.size() % keys != 0) {
+    raise_invalid(fmt::format("{} pieces do not split evenly into {} pages", ptrs.size(), keys));
+  }
+}
+
+py::dict stats_dict(const StoreStats& s) {
+  return py::dict(
+      "put_pages"_a = s.put_pages, "put_bytes"_a = s.put_bytes, "put_failures"_a = s.put_failures,
+      "get_hits"_a = s.get_hits, "get_bytes"_a = s.get_bytes, "get_misses"_a = s.get_misses,
+      "get_corrupt"_a = s.get_corrupt, "get_failures"_a = s.get_failures,
+      "corrupt_dropped"_a = s.corrupt_dropped, "exists_queries"_a = s.exists_queries,
+      "removes"_a = s.removes, "cleared"_a = s.cleared, "invalid_requests"_a = s.invalid_requests,
+      "temps_swept"_a = s.temps_swept, "direct_io"_a = s.direct_io,
+      "direct_pages"_a = s.direct_pages, "staged_pages"_a = s.staged_pages,
+      "direct_fallback_pages"_a = s.direct_fallback_pages);
+}
+
+py::dict namespace_dict(const NamespaceSpec& ns) {
+  auto rank = [](const ParallelRank& r) { return py::make_tuple(r.rank, r.size); };
+  return py::dict("model"_a = ns.model, "dtype"_a = ns.dtype, "layout"_a = ns.layout,
+                  "page_tokens"_a = ns.page_tokens, "piece_bytes"_a = ns.piece_bytes,
+                  "pieces_per_page"_a = ns.pieces_per_page, "tp"_a = rank(ns.tp),
+                  "pp"_a = rank(ns.pp), "cp"_a = rank(ns.cp), "dp"_a = rank(ns.dp),
+                  "mla"_a = ns.mla, "salt"_a = ns.salt);
+}
+
+// A batch running in the background, and the Python memory it uses.
+class PyTicket {
+ public:
+  PyTicket(BatchTicket ticket, BatchPages pages, size_t count)
+      : ticket_(std::move(ticket)), pages_(std::move(pages)), count_(count) {}
+  ~PyTicket() {
+    if (ticket_.valid()) {
+      py::gil_scoped_release unlocked;
+      ticket_ = BatchTicket();  // waits for the batch: it uses pages_' memory
+    }
+  }
+
+  bool done() const { return !ticket_.valid() || ticket_.done(); }
+
+  bool wait(std::optional<double> timeout_s) {
+    if (!ticket_.valid()) return true;
+    py::gil_scoped_release unlocked;
+    if (!timeout_s) {
+      ticket_.wait();
+      return true;
+    }
+    const auto timeout = std::chrono::nanoseconds(static_cast<int64_t>(*timeout_s * 1e9));
+    return ticket_.wait(timeout).ok();
+  }
+
+  PyBatchResult result() {
+    if (!result_) {
+      if (!ticket_.valid()) raise_invalid("the ticket's result was already taken");
+      {
+        py::gil_scoped_release unlocked;
+        ticket_.wait();
+      }
+      result_ = std::make_unique<PyBatchResult>(to_python(ticket_.take(), count_));
+      ticket_ = BatchTicket();
+      pages_ = BatchPages{};
+    }
+    return *result_;
+  }
+
+ private:
+  BatchTicket ticket_;
+  BatchPages pages_;
+  size_t count_;
+  std::unique_ptr<PyBatchResult> result_;
+};
+
+class PyStore {
+ public:
+  explicit PyStore(std::unique_ptr<Store> store) : store_(std::move(store)) {}
+  ~PyStore() { close(); }
+
+  std::shared_ptr<Store> get() const {
+    std::lock_guard lock(mu_);
+    if (!store_) raise_invalid("the store is closed");
+    return store_;
+  }
+
+  // Waits for submitted batches and in-flight calls of other threads, then closes.
+  void close() {
+    std::shared_ptr<Store> store;
+    {
+      std::lock_guard lock(mu_);
+      store = std::move(store_);
+    }
+    if (store) {
+      py::gil_scoped_release unlocked;
+      store.reset();
+    }
+  }
+
+  bool closed() const {
+    std::lock_guard lock(mu_);
+    return store_ == nullptr;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<Store> store_;
+};
+
+// Runs fn(store) without the GIL, dropping this call's reference to the store before the GIL
+// is taken back (closing waits for calls in flight, never under the GIL).
+template <typename Fn>
+auto unlocked_call(const PyStore& self, Fn&& fn) {
+  std::shared_ptr<Store> store = self.get();
+  py::gil_scoped_release unlocked;
+  auto result = fn(*store);
+  store.reset();
+  return result;
+}
+
+std::unique_ptr<PyStore> open_store(
+    const std::string& uri, const std::string& model, const std::string& dtype,
+    const std::string& layout, uint32_t page_tokens, uint64_t piece_bytes, uint32_t pieces_per_page,
+    std::pair<uint32_t, uint32_t> tp, std::pair<uint32_t, uint32_t> pp,
+    std::pair<uint32_t, uint32_t> cp, std::pair<uint32_t, uint32_t> dp, bool mla,
+    const std::string& salt, const std::string& backend, bool fsync, const std::string& direct_io,
+    bool verify_payload, bool drop_corrupt, size_t max_open_objects, size_t async_threads,
+    uint64_t staging_bytes) {
+  StoreConfig cfg;
+  Result<StoreLocation> location = parse_store_uri(uri);
+  if (!location.ok()) raise_status(location.status());
+  cfg.location = std::move(location).value();
+  cfg.ns.model = model;
+  cfg.ns.dtype = dtype;
+  cfg.ns.layout = layout;
+  cfg.ns.page_tokens = page_tokens;
+  cfg.ns.piece_bytes = piece_bytes;
+  cfg.ns.pieces_per_page = pieces_per_page;
+  cfg.ns.tp = to_rank(tp);
+  cfg.ns.pp = to_rank(pp);
+  cfg.ns.cp = to_rank(cp);
+  cfg.ns.dp = to_rank(dp);
+  cfg.ns.mla = mla;
+  cfg.ns.salt = salt;
+  cfg.backend = backend;
+  cfg.fsync = fsync;
+  Result<DirectIo> dio = parse_direct_io(direct_io);
+  if (!dio.ok()) raise_status(dio.status());
+  cfg.direct_io = *dio;
+  cfg.verify_payload = verify_payload;
+  cfg.drop_corrupt = drop_corrupt;
+  cfg.max_open_objects = max_open_objects;
+  cfg.async_threads = async_threads;
+  cfg.staging_bytes = staging_bytes;
+  Result<std::unique_ptr<Store>> store = [&] {
+    py::gil_scoped_release unlocked;
+    return Store::open(cfg);
+  }();
+  if (!store.ok()) raise_status(store.status());
+  return std::make_unique<PyStore>(std::move(store).value());
+}
+
+}  // namespace
+
+void bind_store(py::module_& m) {
+  py::class_<PyTicket>(m, "Ticket",
+                       "A batch running in the background (Store.submit_put/submit_get). The "
+                       "page memory it uses is kept alive until it is done.")
+      .def("done", &PyTicket::done)
+      .def("wait", &PyTicket::wait, "timeout"_a = py::none(),
+           "Blocks (without the GIL) until done or `timeout` seconds pass; True when done.")
+      .def("result", &PyTicket::result, "Waits, then returns the BatchResult.");
+
+  py::class_<PyStore>(m, "Store", R"(KV-cache pages by key, in one namespace, on any backend.
+
+Store(uri, *, model, dtype, layout, page_tokens, piece_bytes, pieces_per_page, tp, pp, cp, dp,
+      mla, salt, backend, fsync, direct_io, verify_payload, drop_corrupt, max_open_objects,
+      async_threads, staging_bytes)
+
+`uri` is a directory, file:///a[,/b][?backend=posix&...], or mem://name. The namespace fields
+decide which pages are shared: stores with equal fields share pages, any difference isolates
+them. Page memory must lie inside memory registered with register_memory(). Pages are a
+buffer (numpy array, bytearray), a tensor, an (address, nbytes) tuple, or a list of those
+pieces. Data calls raise only for caller errors; misses and storage faults come back as
+Status values (falsy).)")
+      .def(py::init(&open_store), "uri"_a, py::kw_only(), "model"_a = "", "dtype"_a = "",
+           "layout"_a = "", "page_tokens"_a = 0, "piece_bytes"_a = 0, "pieces_per_page"_a = 1,
+           "tp"_a = std::pair<uint32_t, uint32_t>{0, 1},
+           "pp"_a = std::pair<uint32_t, uint32_t>{0, 1},
+           "cp"_a = std::pair<uint32_t, uint32_t>{0, 1},
+           "dp"_a = std::pair<uint32_t, uint32_t>{0, 1}, "mla"_a = false, "salt"_a = "",
+           "backend"_a = "", "fsync"_a = false, "direct_io"_a = "off", "verify_payload"_a = true,
+           "drop_corrupt"_a = true, "max_open_objects"_a = 0, "async_threads"_a = 4,
+           "staging_bytes"_a = uint64_t{256} << 20)
+      .def(
+          "register_memory",
+          [](PyStore& self, const py::object& obj, const py::object& nbytes) {
+            HeldRegion region = hold_region(obj, nbytes);
+            Result<Registration> reg = unlocked_call(
+                self, [&](Store& s) { return s.register_memory(region.data, region.size); });
+            if (!reg.ok()) raise_status(reg.status());
+            return std::make_unique<PyRegistration>(std::move(reg).value(), std::move(region));
+          },
+          "memory"_a, "nbytes"_a = py::none(),
+          "Registers memory once for zero-copy pages: a buffer or tensor (pinned while "
+          "registered), or an integer address with nbytes.")
+      .def(
+          "put",
+          [](PyStore& self, const std::string& key, const py::object& page) {
+            BatchPages p = gather_pages(py::make_tuple(page), 1, /*writable=*/false);
+            Status st = unlocked_call(self, [&](Store& s) { return s.put(key, p.const_pieces); });
+            raise_if_caller_error(st);
+            return st;
+          },
+          "key"_a, "page"_a)
+      .def(
+          "get",
+          [](PyStore& self, const std::string& key, const py::object& page) {
+            BatchPages p = gather_pages(py::make_tuple(page), 1, /*writable=*/true);
+            Status st = unlocked_call(self, [&](Store& s) { return s.get(key, p.mutable_pieces); });
+            raise_if_caller_error(st);
+            return st;
+          },
+          "key"_a, "page"_a)
+      .def(
+          "batch_put",
+          [](PyStore& self, std::vector<std::string> keys, const py::sequence& pages) {
+            Keys k(std::move(keys));
+            BatchPages p = gather_pages(pages, k.views.size(), false);
+            BatchResult r =
+                unlocked_call(self, [&](Store& s) { return s.batch_put(k.views, p.const_pieces); });
+            return to_python(std::move(r), k.views.size());
+          },
+          "keys"_a, "pages"_a)
+      .def(
+          "batch_get",
+          [](PyStore& self, std::vector<std::string> keys, const py::sequence& pages) {
+            Keys k(std::move(keys));
+            BatchPages p = gather_pages(pages, k.views.size(), true);
+            BatchResult r = unlocked_call(
+                self, [&](Store& s) { return s.batch_get(k.views, p.mutable_pieces); });
+            return to_python(std::move(r), k.views.size());
+          },
+          "keys"_a, "pages"_a)
+      .def(
+          "batch_put_pieces",
+          [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
+             const std::vector<size_t>& sizes) {
+            Keys k(std::move(keys));
+            check_flat(k.views.size(), ptrs, sizes);
+            std::vector<ConstBuffer> pieces(ptrs.size());
+            for (size_t i = 0; i < ptrs.size(); ++i) {
+              pieces[i] = ConstBuffer{reinterpret_cast<const void*>(ptrs[i]), sizes[i]};
+            }
+            BatchResult r =
+                unlocked_call(self, [&](Store& s) { return s.batch_put(k.views, pieces); });
+            return to_python(std::move(r), k.views.size());
+          },
+          "keys"_a, "ptrs"_a, "sizes"_a,
+          "batch_put with pages given as flat address and size lists, len(ptrs) / len(keys) "
+          "pieces per page (the form of a host pool's get_page_buffer_meta()).")
+      .def(
+          "batch_get_pieces",
+          [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
+             const std::vector<size_t>& sizes) {
+            Keys k(std::move(keys));
+            check_flat(k.views.size(), ptrs, sizes);
+            std::vector<MutableBuffer> pieces(ptrs.size());
+            for (size_t i = 0; i < ptrs.size(); ++i) {
+              pieces[i] = MutableBuffer{reinterpret_cast<void*>(ptrs[i]), sizes[i]};
+            }
+            BatchResult r =
+                unlocked_call(self, [&](Store& s) { return s.batch_get(k.views, pieces); });
+            return to_python(std::move(r), k.views.size());
+          },
+          "keys"_a, "ptrs"_a, "sizes"_a, "batch_get with flat address and size lists.")
+      .def(
+          "submit_put",
+          [](PyStore& self, std::vector<std::string> keys, const py::sequence& pages) {
+            Keys k(std::move(keys));
+            BatchPages p = gather_pages(pages, k.views.size(), false);
+            BatchTicket t = unlocked_call(
+                self, [&](Store& s) { return s.submit_put(k.views, p.const_pieces); });
+            return std::make_unique<PyTicket>(std::move(t), std::move(p), k.views.size());
+          },
+          "keys"_a, "pages"_a, "batch_put without waiting: returns a Ticket.")
+      .def(
+          "submit_get",
+          [](PyStore& self, std::vector<std::string> keys, const py::sequence& pages) {
+            Keys k(std::move(keys));
+            BatchPages p = gather_pages(pages, k.views.size(), true);
+            BatchTicket t = unlocked_call(
+                self, [&](Store& s) { return s.submit_get(k.views, p.mutable_pieces); });
+            return std::make_unique<PyTicket>(std::move(t), std::move(p), k.views.size());
+          },
+          "keys"_a, "pages"_a, "batch_get without waiting: returns a Ticket.")
+      .def(
+          "exists",
+          [](PyStore& self, const std::string& key) {
+            Result<bool> r = unlocked_call(self, [&](Store& s) { return s.exists(key); });
+            if (!r.ok()) {
+              raise_if_caller_error(r.status());
+              return false;  // a storage fault: not known to be there
+            }
+            return *r;
+          },
+          "key"_a, "Whether the page is stored (False also when the store cannot tell).")
+      .def(
+          "batch_exists",
+          [](PyStore& self, std::vector<std::string> keys) {
+            Keys k(std::move(keys));
+            return unlocked_call(self, [&](Store& s) { return s.batch_exists(k.views); });
+          },
+          "keys"_a, "Number of leading keys that are stored.")
+      .def(
+          "remove",
+          [](PyStore& self, const std::string& key) {
+            Status st = unlocked_call(self, [&](Store& s) { return s.remove(key); });
+            raise_if_caller_error(st);
+            return st;
+          },
+          "key"_a)
+      .def(
+          "clear",
+          [](PyStore& self) { return unlocked_call(self, [](Store& s) { return s.clear(); }); },
+          "Removes every page of this store's namespace (and no other).")
+      .def("stats", [](PyStore& self) { return stats_dict(self.get()->stats()); })
+      .def_property_readonly(
+          "namespace", [](PyStore& self) { return namespace_dict(self.get()->namespace_spec()); })
+      .def_property_readonly("namespace_id",
+                             [](PyStore& self) { return self.get()->namespace_id().hex(); })
+      .def_property_readonly("backend",
+                             [](PyStore& self) { return self.get()->backend_description(); })
+      .def_property_readonly(
+          "backend_selection",
+          [](PyStore& self) { return self.get()->backend_selection().summary(); })
+      .def_property_readonly("namespace_dirs",
+                             [](PyStore& self) { return self.get()->namespace_dirs(); })
+      .def_property_readonly("closed", &PyStore::closed)
+      .def("close", &PyStore::close,
+           "Waits for submitted batches and calls in flight, then closes. Idempotent.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyStore& self, const py::args&) { self.close(); });
+}
+
+}  // namespace kvtier::python
