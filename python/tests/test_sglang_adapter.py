@@ -1,0 +1,435 @@
+"""kvtier.sglang.HiCacheKvtier against fakes of SGLang's storage config and host pool."""
+
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import kvtier
+from conftest import open_fds
+from fakes import LAYOUTS, HostPool, OldStorageConfig, StorageConfig, host_indices
+from kvtier.sglang import HiCacheKvtier
+
+
+def keys_for(prefix, n):
+    """SGLang-style keys: 64 hex digits (a SHA-256), distinct per (prefix, i)."""
+    return [hashlib.sha256(f"{prefix}/{i}".encode()).hexdigest() for i in range(n)]
+
+
+def adapter(store_dir, pool, config=None, **options):
+    config = config or StorageConfig()
+    options.setdefault("uri", f"file://{store_dir}")
+    backend = HiCacheKvtier(config, options)
+    backend.register_mem_pool_host(pool)
+    return backend
+
+
+def pool_pages(pool):
+    return pool.size // pool.page_size
+
+
+# -- byte-exact round trips through every layout ------------------------------------------
+
+@pytest.mark.parametrize("backing", ["numpy", "torch"])
+@pytest.mark.parametrize("mla", [False, True], ids=["mha", "mla"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_roundtrip_every_layout(store_dir, backing, mla, layout):
+    src = HostPool(layout=layout, mla=mla, backing=backing)
+    src.fill_random(seed=7)
+    writer = adapter(store_dir, src)
+    keys = keys_for("rt", 6)
+    pages = [1, 3, 4, 7, 8, 15]
+    assert writer.batch_set_v1(keys, host_indices(pages, src.page_size)) == [True] * 6
+    expected = [src.page_bytes(p * src.page_size) for p in pages]
+
+    # A fresh server process: another pool, the pages land in other slots.
+    dst = HostPool(layout=layout, mla=mla, backing=backing)
+    reader = adapter(store_dir, dst)
+    assert reader.batch_exists(keys) == 6
+    slots = [0, 2, 5, 9, 10, 11]
+    assert reader.batch_get_v1(keys, host_indices(slots, dst.page_size)) == [True] * 6
+    for slot, want in zip(slots, expected):
+        assert np.array_equal(dst.page_bytes(slot * dst.page_size), want)
+    untouched = [s for s in range(pool_pages(dst)) if s not in slots]
+    for slot in untouched:
+        assert not dst.page_bytes(slot * dst.page_size).any()
+    writer.close()
+    reader.close()
+
+
+def test_old_storage_config_shape(store_dir):
+    pool = HostPool()
+    pool.fill_random(seed=1)
+    old = OldStorageConfig(tp_rank=0, tp_size=1, is_mla_model=False, is_page_first_layout=True,
+                           model_name="test-model",
+                           extra_config={"uri": f"file://{store_dir}"})
+    a = HiCacheKvtier(old, {})
+    a.register_mem_pool_host(pool)
+    keys = keys_for("old", 2)
+    assert a.batch_set_v1(keys, host_indices([0, 1], pool.page_size)) == [True, True]
+    # A new-shape config with the same shard reads the same pages.
+    b = adapter(store_dir, HostPool())
+    assert b.batch_exists(keys) == 2
+    a.close()
+    b.close()
+
+
+# -- the NIXL backend's regression cases, for kvtier ------------------------------------
+
+def test_single_set_get(store_dir):
+    pool = HostPool(backing="torch", dtype=torch.float32)
+    pool.fill_random(seed=2)
+    a = adapter(store_dir, pool)
+    key = keys_for("single", 1)[0]
+    value = pool.get_data_page(0, flat=True).clone()
+    assert a.set(key, value)
+    assert a.exists(key)
+    target = torch.zeros_like(value)
+    got = a.get(key, target)
+    assert got is target
+    assert torch.equal(target.view(torch.uint8), value.view(torch.uint8))
+    assert a.get(keys_for("absent", 1)[0], torch.zeros_like(value)) is None
+    fresh = a.get(key)  # no target: a new flat page
+    assert torch.equal(fresh.view(torch.uint8), value.view(torch.uint8))
+    a.close()
+
+
+def test_batch_set_get(store_dir):
+    pool = HostPool(backing="torch", dtype=torch.float32)
+    pool.fill_random(seed=3)
+    a = adapter(store_dir, pool)
+    keys = keys_for("batch", 4)
+    values = [pool.get_data_page(p * pool.page_size, flat=True).clone() for p in range(4)]
+    assert a.batch_set(keys, values)
+    targets = [torch.zeros_like(v) for v in values]
+    got = a.batch_get(keys + keys_for("absent", 1), targets + [torch.zeros_like(values[0])])
+    assert got[-1] is None
+    for g, t, v in zip(got, targets, values):
+        assert g is t and torch.equal(t.view(torch.uint8), v.view(torch.uint8))
+    # Legacy zero-copy form: pointers into the registered pool.
+    ptrs, sizes = pool.get_page_buffer_meta(host_indices([5], pool.page_size))
+    assert a.get(keys[0], ptrs, sizes) == ptrs
+    assert np.array_equal(pool.page_bytes(5 * pool.page_size),
+                          values[0].view(torch.uint8).numpy())
+    a.close()
+
+
+def test_mixed_operations_keep_fd_count(store_dir):
+    before = open_fds()
+    pool = HostPool(backing="torch")
+    pool.fill_random(seed=4)
+    a = adapter(store_dir, pool)
+    steady = open_fds()
+    keys = keys_for("mixed", 8)
+    idx = host_indices(range(8), pool.page_size)
+    steps = [
+        lambda: a.batch_set_v1(keys, idx),
+        lambda: a.batch_exists(keys),
+        lambda: a.batch_get_v1(keys, idx),
+        lambda: a.set(keys[0], pool.get_data_page(0, flat=True).clone()),
+        lambda: a.get(keys[1]),
+        lambda: a.exists(keys[2]),
+        lambda: a.batch_get_v1(keys_for("absent", 4), host_indices(range(4), pool.page_size)),
+        lambda: a.batch_set(keys[:2], [pool.get_data_page(0, flat=True).clone()] * 2),
+        lambda: a.batch_get(keys[:2]),
+        lambda: a.get_stats(),
+        lambda: a.clear(),
+    ]
+    for step in steps * 3:
+        step()
+        assert open_fds() == steady
+    a.close()
+    assert open_fds() == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64,
+                                   torch.bool, torch.bfloat16, torch.float16, torch.uint8])
+def test_integrity_across_dtypes(store_dir, dtype):
+    src = HostPool(backing="torch", dtype=dtype)
+    src.fill_random(seed=5)
+    a = adapter(store_dir, src)
+    keys = keys_for(f"dt{str(dtype)[6:]}", 3)
+    assert a.batch_set_v1(keys, host_indices([0, 1, 2], src.page_size)) == [True] * 3
+    dst = HostPool(backing="torch", dtype=dtype)
+    b = adapter(store_dir, dst)
+    assert b.batch_get_v1(keys, host_indices([3, 4, 5], dst.page_size)) == [True] * 3
+    for s, d in zip([0, 1, 2], [3, 4, 5]):
+        assert np.array_equal(src.page_bytes(s * src.page_size),
+                              dst.page_bytes(d * dst.page_size))
+    # Another dtype is another namespace: no exchange of bytes between them.
+    other = HostPool(backing="torch", dtype=torch.int16 if dtype != torch.int16 else torch.int8)
+    c = adapter(store_dir, other)
+    assert c.batch_exists(keys) == 0
+    for x in (a, b, c):
+        x.close()
+
+
+def test_exists(store_dir):
+    pool = HostPool()
+    pool.fill_random(seed=6)
+    a = adapter(store_dir, pool)
+    keys = keys_for("ex", 3)
+    assert not a.exists(keys[0]) and a.batch_exists(keys) == 0
+    a.batch_set_v1(keys[:2], host_indices([0, 1], pool.page_size))
+    assert a.exists(keys[0]) and a.exists(keys[1]) and not a.exists(keys[2])
+    assert a.batch_exists(keys) == 2
+    a.close()
+
+
+def test_register_and_close_leave_nothing_open(store_dir):
+    before = open_fds()
+    for layout in LAYOUTS:
+        pool = HostPool(layout=layout, backing="torch")
+        a = adapter(store_dir, pool)
+        a.batch_set_v1(keys_for(layout, 2), host_indices([0, 1], pool.page_size))
+        a.get(keys_for(layout, 1)[0], torch.zeros(64))  # wrong size: False, no leak
+        a.close()
+        a.close()
+        assert open_fds() == before
+        # After close every call answers as a miss instead of raising.
+        assert a.batch_get_v1(keys_for(layout, 1), host_indices([0], pool.page_size)) == [False]
+        assert a.batch_exists(keys_for(layout, 1)) == 0
+    # The transfer layer: registrations and targets closed leave nothing open either.
+    agent = kvtier.Agent()
+    mem = np.zeros(1 << 16, dtype=np.uint8)
+    reg = agent.register_memory(mem)
+    targets = [agent.open_target(os.path.join(store_dir, f"f{i}"), mode="create")
+               for i in range(16)]
+    assert open_fds() > before
+    for t in targets:
+        t.close()
+    reg.release()
+    del agent, targets
+    assert open_fds() == before
+
+
+# -- prefix semantics and per-page failures ----------------------------------------------
+
+def test_holes_give_the_leading_run_and_per_page_results(store_dir):
+    pool = HostPool()
+    pool.fill_random(seed=8)
+    a = adapter(store_dir, pool)
+    keys = keys_for("hole", 6)
+    idx = host_indices(range(6), pool.page_size)
+    assert a.batch_set_v1(keys, idx) == [True] * 6
+    a._store.remove(keys[2])
+    assert a.batch_exists(keys) == 2
+    dst = HostPool()
+    b = adapter(store_dir, dst)
+    got = b.batch_get_v1(keys, host_indices(range(6, 12), dst.page_size))
+    assert got == [True, True, False, True, True, True]
+    for i in (0, 1, 3, 4, 5):
+        assert np.array_equal(dst.page_bytes((6 + i) * dst.page_size),
+                              pool.page_bytes(i * pool.page_size))
+    a.close()
+    b.close()
+
+
+# -- namespaces ---------------------------------------------------------------------------
+
+def test_different_deployments_never_share_pages(store_dir):
+    base = HostPool()
+    base.fill_random(seed=9)
+    writer = adapter(store_dir, base, StorageConfig(model_name="org/model-a", tp_size=2))
+    keys = keys_for("ns", 4)
+    assert writer.batch_set_v1(keys, host_indices(range(4), base.page_size)) == [True] * 4
+
+    def reads(config, pool, **options):
+        b = adapter(store_dir, pool, config, **options)
+        try:
+            return b.batch_exists(keys), b.batch_get_v1(keys, host_indices(range(4),
+                                                                           pool.page_size))
+        finally:
+            b.close()
+
+    others = [
+        (StorageConfig(model_name="org/model-b", tp_size=2), HostPool(), {}),
+        (StorageConfig(model_name="org/model-a", tp_size=4), HostPool(), {}),
+        (StorageConfig(model_name="org/model-a", tp_rank=1, tp_size=2), HostPool(), {}),
+        (StorageConfig(model_name="org/model-a", tp_size=2), HostPool(page_size=8), {}),
+        (StorageConfig(model_name="org/model-a", tp_size=2), HostPool(layout="page_first_direct"),
+         {}),
+        (StorageConfig(model_name="org/model-a", tp_size=2, pp_size=2), HostPool(), {}),
+        (StorageConfig(model_name="org/model-a", tp_size=2), HostPool(), {"salt": "tenant-2"}),
+        (StorageConfig(model_name="org/model-a", tp_size=2), HostPool(),
+         {"model_revision": "abc123"}),
+        (StorageConfig(model_name="org/model-a", tp_size=2), HostPool(heads=4), {}),
+    ]
+    for config, pool, options in others:
+        assert reads(config, pool, **options) == (0, [False] * 4), (config, options)
+    same = HostPool()
+    assert reads(StorageConfig(model_name="org/model-a", tp_size=2), same) == (4, [True] * 4)
+    assert np.array_equal(same.page_bytes(0), base.page_bytes(0))
+    writer.close()
+
+
+def test_mla_rank0_writes_and_every_rank_reads(store_dir):
+    pool0 = HostPool(mla=True)
+    pool0.fill_random(seed=10)
+    rank0 = adapter(store_dir, pool0, StorageConfig(is_mla_model=True, tp_rank=0, tp_size=4))
+    pool2 = HostPool(mla=True)
+    pool2.fill_random(seed=11)  # different bytes: if rank 2 wrote, readers would see them
+    rank2 = adapter(store_dir, pool2, StorageConfig(is_mla_model=True, tp_rank=2, tp_size=4))
+    keys = keys_for("mla", 3)
+    idx = host_indices(range(3), pool0.page_size)
+    assert rank2.batch_set_v1(keys, idx) == [True] * 3  # no I/O on ranks other than 0
+    assert rank2.batch_exists(keys) == 0
+    assert rank0.batch_set_v1(keys, idx) == [True] * 3
+    dst = HostPool(mla=True)
+    rank3 = adapter(store_dir, dst, StorageConfig(is_mla_model=True, tp_rank=3, tp_size=4))
+    assert rank3.batch_get_v1(keys, host_indices(range(4, 7), dst.page_size)) == [True] * 3
+    assert np.array_equal(dst.page_bytes(4 * dst.page_size), pool0.page_bytes(0))
+    assert rank2.counters()["skipped_writes"] == 3
+    for a in (rank0, rank2, rank3):
+        a.close()
+
+
+# -- faults never raise ------------------------------------------------------------------
+
+def test_corrupt_page_is_a_miss_not_an_exception(store_dir):
+    pool = HostPool()
+    pool.fill_random(seed=12)
+    a = adapter(store_dir, pool)
+    keys = keys_for("corrupt", 3)
+    a.batch_set_v1(keys, host_indices(range(3), pool.page_size))
+    victim = None
+    for d in a._store.namespace_dirs:
+        for root, _, files in os.walk(d):
+            for f in files:
+                if f != "namespace.json":
+                    victim = os.path.join(root, f)
+    with open(victim, "r+b") as f:
+        f.seek(4096 + 100)  # inside the payload
+        f.write(b"\xff" * 16)
+    got = a.batch_get_v1(keys, host_indices(range(8, 11), pool.page_size))
+    assert got.count(False) == 1
+    assert a.counters()["store"]["get_corrupt"] == 1
+    a.close()
+
+
+def test_storage_faults_return_false(store_dir, caplog):
+    pool = HostPool()
+    pool.fill_random(seed=13)
+    a = adapter(store_dir, pool)
+    keys = keys_for("fault", 4)
+    idx = host_indices(range(4), pool.page_size)
+    assert a.batch_set_v1(keys, idx) == [True] * 4
+    # The namespace directory becomes a file: every access fails with ENOTDIR (root ignores
+    # permission bits, so an unwritable directory is made this way).
+    for d in a._store.namespace_dirs:
+        shutil.rmtree(d)
+        with open(d, "w") as f:
+            f.write("in the way")
+    with caplog.at_level(logging.WARNING, logger="kvtier.sglang"):
+        assert a.batch_set_v1(keys_for("more", 4), idx) == [False] * 4
+        assert a.batch_get_v1(keys, idx) == [False] * 4
+        assert a.batch_exists(keys) == 0
+        assert a.set(keys[0], pool.get_data_page(0, flat=True).copy()) is False
+        assert a.get(keys[0]) is None
+        assert a.clear() in (True, False)
+        # Caller errors inside SGLang's threads are contained the same way.
+        assert a.batch_get_v1(keys, host_indices(range(3), pool.page_size)) == [False] * 4
+    c = a.counters()
+    assert c["set_faults"] >= 4 and c["get_faults"] + c["get_misses"] >= 4
+    assert any("kvtier" in r.message for r in caplog.records)
+    assert len(caplog.records) < 12  # rate-limited, not one line per page
+    a.close()
+
+
+def test_options_and_environment(store_dir, monkeypatch):
+    monkeypatch.setenv("KVTIER_URI", f"file://{store_dir}")
+    monkeypatch.setenv("KVTIER_BACKEND", "posix")
+    monkeypatch.setenv("KVTIER_SALT", "env-tenant")
+    a = HiCacheKvtier(StorageConfig(), None)
+    a.register_mem_pool_host(HostPool())
+    assert a._store.backend.startswith("posix")
+    assert a._store.namespace["salt"] == "env-tenant"
+    assert a._store.namespace_dirs[0].startswith(store_dir)
+    a.close()
+    b = adapter(store_dir, HostPool(), salt="opt")  # options win over the environment
+    assert b._store.namespace["salt"] == "opt"
+    b.close()
+    with pytest.raises(ValueError, match="backend"):
+        HiCacheKvtier(StorageConfig(), {"backend": "ftp"})
+    with pytest.raises(ValueError, match="direct_io"):
+        HiCacheKvtier(StorageConfig(), {"direct_io": "maybe"})
+    with pytest.raises(ValueError, match="capacity"):
+        HiCacheKvtier(StorageConfig(), {"capacity": "100GiB"})
+
+
+def test_get_stats_reports_pages_and_bandwidth(store_dir):
+    pool = HostPool()
+    pool.fill_random(seed=14)
+    a = adapter(store_dir, pool, StorageConfig(enable_storage_metrics=True))
+    keys = keys_for("stats", 4)
+    idx = host_indices(range(4), pool.page_size)
+    a.batch_set_v1(keys, idx)
+    a.batch_get_v1(keys, idx)
+    m = a.get_stats()
+    assert m.backup_pgs == [4] and m.prefetch_pgs == [4]
+    assert len(m.backup_bandwidth) == 1 and m.backup_bandwidth[0] > 0
+    assert a.get_stats().prefetch_pgs == []  # per interval
+    c = a.counters()
+    assert c["set_ok"] == 4 and c["get_hits"] == 4 and c["store"]["put_pages"] == 4
+    a.close()
+
+
+# -- threads ------------------------------------------------------------------------------
+
+def test_reader_and_writer_threads_hammering(store_dir):
+    before = open_fds()
+    pool = HostPool(tokens=512, backing="torch")
+    pool.fill_random(seed=15)
+    a = adapter(store_dir, pool)
+    steady = open_fds()
+    errors = []
+    stop = time.monotonic() + 3.0
+    fd_samples = []
+
+    def writer():
+        try:
+            n = 0
+            while time.monotonic() < stop:
+                keys = keys_for(f"w{n % 16}-", 8)
+                res = a.batch_set_v1(keys, host_indices(range(8), pool.page_size))
+                if res != [True] * 8:
+                    errors.append(("set", res))
+                n += 1
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    def reader():
+        try:
+            n = 0
+            while time.monotonic() < stop:
+                keys = keys_for(f"w{n % 16}-", 8)
+                hit = a.batch_exists(keys)
+                got = a.batch_get_v1(keys[:hit], host_indices(range(64, 64 + hit),
+                                                              pool.page_size))
+                if got != [True] * hit:
+                    errors.append(("get", got))
+                fd_samples.append(open_fds())
+                n += 1
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert fd_samples and max(fd_samples) <= steady + 2 * 8 + 4  # at most the open batches
+    assert open_fds() == steady
+    # Everything the writer wrote reads back byte-exactly.
+    assert a.batch_get_v1(keys_for("w0-", 8), host_indices(range(100, 108),
+                                                         pool.page_size)) == [True] * 8
+    assert np.array_equal(pool.page_bytes(100 * pool.page_size), pool.page_bytes(0))
+    a.close()
+    assert open_fds() == before
