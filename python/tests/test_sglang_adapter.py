@@ -433,3 +433,62 @@ def test_reader_and_writer_threads_hammering(store_dir):
     assert np.array_equal(pool.page_bytes(100 * pool.page_size), pool.page_bytes(0))
     a.close()
     assert open_fds() == before
+
+
+# -- inside SGLang ------------------------------------------------------------------------
+
+def test_subclasses_sglang_interface_when_importable(store_dir, monkeypatch):
+    """With SGLang importable the adapter is a HiCacheStorage (whose abstract methods it
+    must all implement) and get_stats() returns SGLang's StorageMetrics."""
+    import abc
+    import importlib
+    import sys
+    import types
+
+    import kvtier.sglang as adapter_module
+
+    class HiCacheStorage(abc.ABC):
+        @abc.abstractmethod
+        def get(self, key, target_location=None, target_sizes=None): ...
+
+        @abc.abstractmethod
+        def batch_get(self, keys, target_locations=None, target_sizes=None): ...
+
+        @abc.abstractmethod
+        def set(self, key, value=None, target_location=None, target_sizes=None): ...
+
+        @abc.abstractmethod
+        def batch_set(self, keys, values=None, target_locations=None, target_sizes=None): ...
+
+        @abc.abstractmethod
+        def exists(self, key): ...
+
+    class StorageMetrics:
+        def __init__(self):
+            self.prefetch_pgs, self.backup_pgs = [], []
+            self.prefetch_bandwidth, self.backup_bandwidth = [], []
+
+    storage_mod = types.ModuleType("sglang.srt.mem_cache.hicache_storage")
+    storage_mod.HiCacheStorage = HiCacheStorage
+    metrics_mod = types.ModuleType("sglang.srt.metrics.collector")
+    metrics_mod.StorageMetrics = StorageMetrics
+    for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache", "sglang.srt.metrics"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, storage_mod.__name__, storage_mod)
+    monkeypatch.setitem(sys.modules, metrics_mod.__name__, metrics_mod)
+    try:
+        module = importlib.reload(adapter_module)
+        assert issubclass(module.HiCacheKvtier, HiCacheStorage)
+        pool = HostPool()
+        pool.fill_random(seed=16)
+        a = module.HiCacheKvtier(StorageConfig(), {"uri": store_dir})
+        a.register_mem_pool_host(pool)
+        assert a.batch_set_v1(keys_for("sg", 2), host_indices([0, 1], pool.page_size)) == \
+            [True, True]
+        m = a.get_stats()
+        assert isinstance(m, StorageMetrics) and m.backup_pgs == [2]
+        a.close()
+    finally:
+        monkeypatch.undo()
+        importlib.reload(adapter_module)
+    assert adapter_module._HiCacheStorage is object
