@@ -565,6 +565,13 @@ Result<ObjectInfo> Agent::stat(std::string_view path) {
 Status Agent::remove(std::string_view path, const ObjectIdentity* if_identity) {
   return core_->backend->remove(path, if_identity);
 }
+std::vector<Result<ObjectInfo>> Agent::stat_many(std::span<const std::string> paths,
+                                                 bool until_missing) {
+  return core_->backend->stat_many(paths, until_missing);
+}
+std::vector<Status> Agent::remove_many(std::span<const std::string> paths) {
+  return core_->backend->remove_many(paths);
+}
 Status Agent::list(std::string_view dir, const ListOptions& options,
                    const std::function<Status(const ObjectInfo&)>& fn) {
   return core_->backend->list(dir, options, fn);

@@ -29,6 +29,29 @@ Status Backend::register_memory(MemoryRecord& /*region*/) {
 void Backend::deregister_memory(MemoryRecord& /*region*/) noexcept {}
 void Backend::cancel(IoBatch& /*batch*/) noexcept {}
 
+std::vector<Result<ObjectInfo>> Backend::stat_many(std::span<const std::string> paths,
+                                                   bool until_missing) {
+  std::vector<Result<ObjectInfo>> out;
+  out.reserve(paths.size());
+  bool missing = false;
+  for (const std::string& p : paths) {
+    if (missing) {
+      out.emplace_back(not_found_error(fmt::format("'{}' not checked", p)));
+      continue;
+    }
+    out.push_back(stat(p));
+    missing = until_missing && (!out.back().ok() || out.back()->is_dir);
+  }
+  return out;
+}
+
+std::vector<Status> Backend::remove_many(std::span<const std::string> paths) {
+  std::vector<Status> out;
+  out.reserve(paths.size());
+  for (const std::string& p : paths) out.push_back(remove(p, nullptr));
+  return out;
+}
+
 std::vector<Result<std::unique_ptr<BackendTarget>>> Backend::open_batch(
     std::span<const TargetSpec> specs) {
   std::vector<Result<std::unique_ptr<BackendTarget>>> out;

@@ -222,7 +222,10 @@ class Agent {
   // Object management, forwarded to the backend.
   Status make_dirs(std::string_view path);
   Result<ObjectInfo> stat(std::string_view path);
+  std::vector<Result<ObjectInfo>> stat_many(std::span<const std::string> paths, bool until_missing);
   Status remove(std::string_view path, const ObjectIdentity* if_identity = nullptr);
+  // One status per path (object stores delete in bulk).
+  std::vector<Status> remove_many(std::span<const std::string> paths);
   Status list(std::string_view dir, const ListOptions& options,
               const std::function<Status(const ObjectInfo&)>& fn);
   Result<size_t> sweep_temporaries(std::string_view temp_dir, uint64_t min_age_s);

@@ -181,9 +181,17 @@ class Backend {
 
   virtual Status make_dirs(std::string_view path) = 0;
   virtual Result<ObjectInfo> stat(std::string_view path) = 0;
+  // stat() of many paths, one result per path. With `until_missing`, paths after the first
+  // one that is not an object may be left unchecked (kNotFound, "not checked"). The default
+  // loops over stat(); object stores ask in parallel.
+  virtual std::vector<Result<ObjectInfo>> stat_many(std::span<const std::string> paths,
+                                                    bool until_missing);
   // Removes the object at `path`; with `if_identity`, only if it is still that object
   // (kNotFound otherwise). Directories are removed only when empty.
   virtual Status remove(std::string_view path, const ObjectIdentity* if_identity) = 0;
+  // Removes many objects (no identity check); one status per path, in order. An absent object
+  // may report OK (object stores do not tell). The default loops over remove().
+  virtual std::vector<Status> remove_many(std::span<const std::string> paths);
   // Calls `fn` for each direct child of `dir` (kNotFound when `dir` does not exist); stops at
   // and returns the first non-OK status from `fn`.
   virtual Status list(std::string_view dir, const ListOptions& options,
@@ -230,8 +238,15 @@ class BackendWrapper : public Backend {
   }
   Status make_dirs(std::string_view path) override { return inner_->make_dirs(path); }
   Result<ObjectInfo> stat(std::string_view path) override { return inner_->stat(path); }
+  std::vector<Result<ObjectInfo>> stat_many(std::span<const std::string> paths,
+                                            bool until_missing) override {
+    return inner_->stat_many(paths, until_missing);
+  }
   Status remove(std::string_view path, const ObjectIdentity* if_identity) override {
     return inner_->remove(path, if_identity);
+  }
+  std::vector<Status> remove_many(std::span<const std::string> paths) override {
+    return inner_->remove_many(paths);
   }
   Status list(std::string_view dir, const ListOptions& options,
               const std::function<Status(const ObjectInfo&)>& fn) override {
