@@ -48,23 +48,44 @@ Result<std::string> normalize_dir(std::string_view raw) {
   return s;
 }
 
+// S3 bucket naming rules (the DNS-compatible subset every S3 implementation accepts).
+bool valid_bucket_name(std::string_view b) {
+  if (b.size() < 3 || b.size() > 63) return false;
+  for (char c : b) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-')) return false;
+  }
+  return b.front() != '.' && b.front() != '-' && b.back() != '.' && b.back() != '-';
+}
+
+// Parameters whose values are secrets: never printed.
+bool is_secret_param(std::string_view name) {
+  return name.find("secret") != std::string_view::npos ||
+         name.find("token") != std::string_view::npos ||
+         name.find("password") != std::string_view::npos;
+}
+
 }  // namespace
 
 std::string StoreLocation::uri() const {
   std::string s;
   if (storage_class == StorageClass::kMemory) {
     s = "mem://" + (bases.empty() ? std::string() : bases.front().substr(1));
+  } else if (storage_class == StorageClass::kObject) {
+    auto bucket = params.find("bucket");
+    s = "s3://" + (bucket == params.end() ? std::string() : bucket->second);
+    if (!bases.empty() && bases.front() != "/") s += bases.front();
   } else {
     s = "file://";
     for (size_t i = 0; i < bases.size(); ++i) s += (i ? "," : "") + bases[i];
   }
   char sep = '?';
-  if (backend != "auto") {
+  if (backend != "auto" && !(storage_class == StorageClass::kObject && backend == "s3")) {
     s += fmt::format("{}backend={}", sep, backend);
     sep = '&';
   }
   for (const auto& [k, v] : params) {
-    s += fmt::format("{}{}={}", sep, k, v);
+    if (storage_class == StorageClass::kObject && k == "bucket") continue;
+    s += fmt::format("{}{}={}", sep, k, is_secret_param(k) ? "REDACTED" : v);
     sep = '&';
   }
   return s;
@@ -133,10 +154,35 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
     return loc;
   }
   if (scheme == "s3") {
-    return unsupported_error("s3:// stores need the s3 backend, which this build does not have");
+    // s3://bucket[/prefix]: the bucket goes to the backend, the prefix is the base.
+    const size_t slash = rest.find('/');
+    const std::string bucket(rest.substr(0, slash));
+    if (!valid_bucket_name(bucket)) {
+      return invalid_argument_error(fmt::format(
+          "'{}' is not a bucket name (3-63 lowercase letters, digits, '.' and '-')", bucket));
+    }
+    std::string prefix;
+    if (slash != std::string_view::npos) {
+      KVTIER_ASSIGN_OR_RETURN(prefix, percent_decode(rest.substr(slash + 1)));
+    }
+    std::string base;
+    for (size_t i = 0; i < prefix.size();) {
+      const size_t end = std::min(prefix.find('/', i), prefix.size());
+      const std::string_view part = std::string_view(prefix).substr(i, end - i);
+      if (part == "." || part == "..") {
+        return invalid_argument_error(fmt::format("s3 prefix '{}' contains '{}'", prefix, part));
+      }
+      if (!part.empty()) base += "/" + std::string(part);
+      i = end + 1;
+    }
+    loc.storage_class = StorageClass::kObject;
+    loc.bases.push_back(base.empty() ? "/" : base);
+    loc.params["bucket"] = bucket;
+    if (loc.backend == "auto") loc.backend = "s3";
+    return loc;
   }
-  return invalid_argument_error(
-      fmt::format("unknown scheme '{}' in '{}' (use a path, file://, or mem://)", scheme, uri));
+  return invalid_argument_error(fmt::format(
+      "unknown scheme '{}' in '{}' (use a path, file://, mem:// or s3://)", scheme, uri));
 }
 
 }  // namespace kvtier

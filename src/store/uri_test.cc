@@ -53,7 +53,32 @@ TEST(StoreUri, Errors) {
   EXPECT_EQ(parse_store_uri("file:///a?novalue").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(parse_store_uri("file:///a%zz").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(parse_store_uri("file:///a%2").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(parse_store_uri("s3://bucket/prefix").status().code(), StatusCode::kUnsupported);
+  EXPECT_EQ(parse_store_uri("s3://B/x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_store_uri("s3://ab/x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_store_uri("s3://bucket/a/../b").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(StoreUri, S3) {
+  Result<StoreLocation> a = parse_store_uri(
+      "s3://kv-cache/team%20a//pages/?endpoint=http://127.0.0.1:7480&region=us-east-1&"
+      "secret_key=hunter2&session_token=abc");
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(a->storage_class, StorageClass::kObject);
+  EXPECT_EQ(a->backend, "s3");
+  EXPECT_EQ(a->bases, std::vector<std::string>{"/team a/pages"});
+  EXPECT_EQ(a->params.at("bucket"), "kv-cache");
+  EXPECT_EQ(a->params.at("endpoint"), "http://127.0.0.1:7480");
+  EXPECT_EQ(a->params.at("secret_key"), "hunter2");
+  // Secrets never print.
+  const std::string printed = a->uri();
+  EXPECT_EQ(printed.find("hunter2"), std::string::npos) << printed;
+  EXPECT_EQ(printed.find("abc"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("s3://kv-cache/team a/pages?"), std::string::npos) << printed;
+
+  Result<StoreLocation> b = parse_store_uri("s3://kv-cache");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->bases, std::vector<std::string>{"/"});
+  EXPECT_EQ(b->uri(), "s3://kv-cache");
 }
 
 }  // namespace

@@ -6,9 +6,13 @@
 //   file:///data/kv?backend=posix&io_threads=16
 //   mem://name                              process memory (the dram backend), shared by
 //                                           every store opened on the same name
+//   s3://bucket/prefix?endpoint=http://127.0.0.1:7480&region=us-east-1
+//                                           an S3 bucket (the s3 backend); objects under
+//                                           `prefix`
 //
 // Query parameters: `backend` picks the backend ("auto" by default); every other parameter
-// goes to the backend (io_threads, max_io_bytes, ...).
+// goes to the backend (io_threads, max_io_bytes, endpoint, region, ...). uri() prints
+// parameters that hold secrets (names with "secret", "token" or "password") as REDACTED.
 #pragma once
 
 #include <string>
