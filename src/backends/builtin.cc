@@ -7,6 +7,9 @@
 #if KVTIER_WITH_URING
 #include "kvtier/backends/uring/uring_backend.h"
 #endif
+#if KVTIER_WITH_S3
+#include "kvtier/backends/s3/s3_backend.h"
+#endif
 
 namespace kvtier {
 
@@ -20,6 +23,9 @@ const BackendRegistry& builtin_backends() {
     }
 #if KVTIER_WITH_URING
     if (!r.add("uring", StorageClass::kFile, 20, create_uring_backend).ok()) std::abort();
+#endif
+#if KVTIER_WITH_S3
+    if (!r.add("s3", StorageClass::kObject, 10, create_s3_backend).ok()) std::abort();
 #endif
     return r;
   }();

@@ -19,6 +19,9 @@ using testing::StoreCase;
 class StoreBehaviour : public ::testing::TestWithParam<StoreCase> {
  protected:
   void SetUp() override {
+    if (GetParam().backend == "s3" && !testing::s3_test_server().available()) {
+      GTEST_SKIP() << testing::s3_test_server().skip_reason;
+    }
     loc_ = testing::location_for(GetParam(), dir_);
     if (GetParam().backend == "uring") {
       StoreConfig probe{.location = loc_, .ns = testing::test_namespace()};
@@ -292,7 +295,8 @@ INSTANTIATE_TEST_SUITE_P(
         StoreCase{"uring", "uring", "", 1}, StoreCase{"uring_three_dirs", "uring", "", 3},
         StoreCase{"uring_short_io", "uring", "&max_io_bytes=1000", 1},
         StoreCase{"uring_direct_on", "uring", "", 1, DirectIo::kOn},
-        StoreCase{"dram", "dram", "", 1}),
+        StoreCase{"dram", "dram", "", 1}, StoreCase{"s3", "s3", "", 1},
+        StoreCase{"s3_multipart", "s3", "&multipart_bytes=6000000&part_bytes=5242880", 1}),
     testing::case_name);
 
 }  // namespace

@@ -45,6 +45,12 @@ inline std::string case_name(const ::testing::TestParamInfo<StoreCase>& info) {
 // The location of `c` under `dir` (mem:// names are unique per directory).
 inline StoreLocation location_for(const StoreCase& c, const TempDir& dir) {
   std::string uri;
+  if (c.backend == "s3") {
+    // A fresh prefix per test directory: tests never see each other's objects.
+    Result<StoreLocation> loc = parse_store_uri(s3_test_server().uri(dir.path(), c.query));
+    EXPECT_TRUE(loc.ok()) << loc.status().to_string();
+    return loc.ok() ? *loc : StoreLocation{};
+  }
   if (c.backend == "dram") {
     std::string name = dir.path();
     for (char& ch : name) ch = ch == '/' ? '_' : ch;

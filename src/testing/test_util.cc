@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -101,6 +102,39 @@ void write_file(const std::string& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!out) ADD_FAILURE() << "cannot write " << path;
+}
+
+const S3TestServer& s3_test_server() {
+  static const S3TestServer server = [] {
+    S3TestServer s;
+    auto env = [](const char* name) {
+      const char* v = std::getenv(name);
+      return v == nullptr ? std::string() : std::string(v);
+    };
+    s.endpoint = env("KVTIER_TEST_S3_ENDPOINT");
+    s.region = env("KVTIER_TEST_S3_REGION");
+    s.bucket = env("KVTIER_TEST_S3_BUCKET");
+    if (s.region.empty()) s.region = "us-east-1";
+    if (s.endpoint.empty() || s.bucket.empty()) {
+      const std::string why = env("KVTIER_TEST_S3_UNAVAILABLE");
+      s.skip_reason = why.empty() ? "no S3 server: KVTIER_TEST_S3_ENDPOINT and _BUCKET are not set "
+                                    "(`make test` starts one with tests/s3/server.sh)"
+                                  : "no S3 server: " + why;
+    } else if (env("AWS_ACCESS_KEY_ID").empty() || env("AWS_SECRET_ACCESS_KEY").empty()) {
+      s.skip_reason = "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set";
+    }
+    return s;
+  }();
+  return server;
+}
+
+std::string S3TestServer::uri(std::string_view prefix, std::string_view extra_query) const {
+  std::string p(prefix);
+  for (char& c : p) {
+    if (c == '?' || c == '&' || c == '%' || c == '#') c = '_';
+  }
+  return "s3://" + bucket + "/" + p + "?endpoint=" + endpoint + "&region=" + region +
+         std::string(extra_query);
 }
 
 }  // namespace kvtier::testing

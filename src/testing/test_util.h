@@ -43,6 +43,20 @@ std::vector<std::string> list_files(const std::string& dir);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, std::string_view bytes);
 
+// The S3 server of the tests, from the environment `tests/s3/server.sh start` sets up
+// (KVTIER_TEST_S3_ENDPOINT, _REGION, _BUCKET; credentials in AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY). `skip_reason` is set when there is none.
+struct S3TestServer {
+  std::string endpoint;
+  std::string region;
+  std::string bucket;
+  std::string skip_reason;
+  bool available() const { return skip_reason.empty(); }
+  // s3://bucket/<prefix>?endpoint=...&region=...<extra_query>
+  std::string uri(std::string_view prefix, std::string_view extra_query = {}) const;
+};
+const S3TestServer& s3_test_server();
+
 }  // namespace kvtier::testing
 
 // Status assertions that print the status and accept `<< more`:

@@ -4,6 +4,7 @@
 //   uring   FILE   20        io_uring rings (when built with liburing)
 //   posix   FILE   10        pread/pwrite worker pool: the fallback when io_uring cannot start
 //   dram    MEM    10        process memory
+//   s3      OBJ    10        S3-compatible object stores (when built with libcurl)
 #pragma once
 
 #include "kvtier/transfer/backend.h"

@@ -1,0 +1,422 @@
+// The s3 backend against a real S3 server (tests/s3/server.sh; skipped with the reason when
+// there is none) and against a fault-injecting TCP proxy in front of it: open errors, corrupt
+// objects, multipart uploads, retries through 503s and stalls, a server that stops mid-batch,
+// descriptor counts, and secrets kept out of messages.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kvtier/backends/builtin.h"
+#include "kvtier/core/unique_fd.h"
+#include "kvtier/store/store.h"
+#include "src/store/store_test_util.h"
+#include "src/testing/test_util.h"
+
+namespace kvtier {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::PagePool;
+
+// A TCP relay in front of the S3 server that can answer 503, stall, or drop everything.
+// SigV4 signs the Host header as sent, so bytes are relayed unchanged.
+class FaultProxy {
+ public:
+  enum class Mode { kRelay, kFail503, kStall, kDrop };
+
+  explicit FaultProxy(const std::string& endpoint) {
+    // endpoint: http://127.0.0.1:PORT
+    const size_t colon = endpoint.rfind(':');
+    upstream_port_ = static_cast<uint16_t>(std::atoi(endpoint.c_str() + colon + 1));
+    listen_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const int one = 1;
+    ::setsockopt(listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listen_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(listen_.get(), 128), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+
+  ~FaultProxy() {
+    stop_.store(true);
+    ::shutdown(listen_.get(), SHUT_RDWR);
+    acceptor_.join();
+    std::vector<std::thread> relays;
+    {
+      std::lock_guard lock(mu_);
+      relays = std::move(relays_);
+    }
+    for (auto& t : relays) t.join();
+  }
+
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // The next `n` connections get `mode`; later ones are relayed.
+  void inject(Mode mode, int n) {
+    mode_.store(mode);
+    remaining_.store(n);
+  }
+  // Every connection from now on, and those open, get `mode`.
+  void set_all(Mode mode) {
+    mode_.store(mode);
+    remaining_.store(INT32_MAX);
+    generation_.fetch_add(1);
+  }
+  int injected() const { return injected_.load(); }
+
+ private:
+  void accept_loop() {
+    while (!stop_.load()) {
+      const int c = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) {
+        if (stop_.load()) return;
+        continue;
+      }
+      std::lock_guard lock(mu_);
+      relays_.emplace_back([this, c] { serve(UniqueFd(c)); });
+    }
+  }
+
+  Mode take_mode() {
+    int left = remaining_.load();
+    while (left > 0) {
+      if (remaining_.compare_exchange_weak(left, left - 1)) {
+        injected_.fetch_add(1);
+        return mode_.load();
+      }
+    }
+    return Mode::kRelay;
+  }
+
+  void serve(UniqueFd client) {
+    const Mode mode = take_mode();
+    const int gen = generation_.load();
+    if (mode == Mode::kDrop) return;  // closed at once
+    if (mode == Mode::kFail503) {
+      char buf[65536];
+      (void)!::recv(client.get(), buf, sizeof buf, 0);  // the request head
+      const char reply[] =
+          "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: 62\r\n"
+          "Connection: close\r\n\r\n<Error><Code>SlowDown</Code><Message>busy</Message></Error>";
+      (void)!::send(client.get(), reply, sizeof reply - 1, MSG_NOSIGNAL);
+      return;
+    }
+    if (mode == Mode::kStall) {
+      while (!stop_.load() && generation_.load() == gen) std::this_thread::sleep_for(10ms);
+      return;
+    }
+    UniqueFd up(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(upstream_port_);
+    if (::connect(up.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
+    std::vector<char> buf(1 << 16);
+    pollfd fds[2] = {{client.get(), POLLIN, 0}, {up.get(), POLLIN, 0}};
+    while (!stop_.load() && generation_.load() == gen) {
+      if (::poll(fds, 2, 20) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        const ssize_t n = ::recv(fds[i].fd, buf.data(), buf.size(), 0);
+        if (n <= 0) return;
+        for (ssize_t sent = 0; sent < n;) {
+          const ssize_t k = ::send(fds[1 - i].fd, buf.data() + sent, n - sent, MSG_NOSIGNAL);
+          if (k <= 0) return;
+          sent += k;
+        }
+      }
+    }
+  }
+
+  uint16_t upstream_port_ = 0;
+  uint16_t port_ = 0;
+  UniqueFd listen_;
+  std::atomic<bool> stop_{false};
+  std::atomic<Mode> mode_{Mode::kRelay};
+  std::atomic<int> remaining_{0};
+  std::atomic<int> injected_{0};
+  std::atomic<int> generation_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> relays_;
+};
+
+class S3Backend : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (builtin_backends().find("s3") == nullptr) GTEST_SKIP() << "built without the s3 backend";
+    if (!testing::s3_test_server().available())
+      GTEST_SKIP() << testing::s3_test_server().skip_reason;
+  }
+
+  StoreLocation location(std::string_view extra = {}, std::string endpoint = {}) {
+    testing::S3TestServer s = testing::s3_test_server();
+    if (!endpoint.empty()) s.endpoint = std::move(endpoint);
+    Result<StoreLocation> loc = parse_store_uri(s.uri(dir_.path(), extra));
+    EXPECT_TRUE(loc.ok()) << loc.status().to_string();
+    return *loc;
+  }
+
+  testing::TempDir dir_;  // only its name is used: a fresh prefix per test
+};
+
+// These need no server.
+TEST(S3BackendOpen, NoCredentialsIsAClearError) {
+  if (builtin_backends().find("s3") == nullptr) GTEST_SKIP() << "built without the s3 backend";
+  BackendParams p{{"bucket", "kv-test"},
+                  {"endpoint", "http://127.0.0.1:1"},
+                  {"access_key", ""},
+                  {"secret_key", ""}};
+  // Without credentials in the environment either (restored afterwards).
+  const char* saved_key = std::getenv("AWS_ACCESS_KEY_ID");
+  const char* saved_secret = std::getenv("AWS_SECRET_ACCESS_KEY");
+  const std::string key = saved_key ? saved_key : "", secret = saved_secret ? saved_secret : "";
+  ::unsetenv("AWS_ACCESS_KEY_ID");
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
+  Result<std::unique_ptr<Backend>> b = builtin_backends().find("s3")->factory(p);
+  if (saved_key) ::setenv("AWS_ACCESS_KEY_ID", key.c_str(), 1);
+  if (saved_secret) ::setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("AWS_ACCESS_KEY_ID"), std::string::npos);
+}
+
+TEST(S3BackendOpen, UnreachableEndpointFailsFastAndKeepsSecrets) {
+  if (builtin_backends().find("s3") == nullptr) GTEST_SKIP() << "built without the s3 backend";
+  const size_t fds = testing::open_fds();
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri(
+      "s3://kv-test/p?endpoint=http://127.0.0.1:1&deadline_ms=2000&access_key=AKID&"
+      "secret_key=sup3rs3cret");
+  cfg.ns = testing::test_namespace();
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<std::unique_ptr<Store>> s = Store::open(cfg);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kUnavailable) << s.status().to_string();
+  EXPECT_NE(s.status().message().find("cannot reach"), std::string::npos);
+  EXPECT_EQ(s.status().to_string().find("sup3rs3cret"), std::string::npos);
+  EXPECT_EQ(testing::open_fds(), fds);
+}
+
+TEST_F(S3Backend, WrongCredentialsFailAtOpen) {
+  StoreConfig cfg;
+  cfg.location = location();
+  cfg.location.params["access_key"] = "NOSUCHKEY";
+  cfg.location.params["secret_key"] = "wrongsecretwrongsecret";
+  cfg.ns = testing::test_namespace();
+  Result<std::unique_ptr<Store>> s = Store::open(cfg);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kPermissionDenied) << s.status().to_string();
+  EXPECT_NE(s.status().message().find("credentials"), std::string::npos);
+  EXPECT_EQ(s.status().to_string().find("wrongsecret"), std::string::npos);
+}
+
+TEST_F(S3Backend, MissingBucketFailsAtOpen) {
+  StoreConfig cfg;
+  cfg.location = location();
+  cfg.location.params["bucket"] = "no-such-bucket-kvtier";
+  cfg.ns = testing::test_namespace();
+  Result<std::unique_ptr<Store>> s = Store::open(cfg);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound) << s.status().to_string();
+  EXPECT_NE(s.status().message().find("does not exist"), std::string::npos);
+}
+
+TEST_F(S3Backend, DescribeNamesTheEndpointNotTheSecret) {
+  auto store = testing::open_store(location(), testing::test_namespace());
+  ASSERT_NE(store, nullptr);
+  const std::string d = store->backend_description();
+  EXPECT_NE(d.find(testing::s3_test_server().endpoint), std::string::npos) << d;
+  EXPECT_EQ(d.find(std::getenv("AWS_SECRET_ACCESS_KEY")), std::string::npos);
+}
+
+TEST_F(S3Backend, CorruptOrForeignObjectIsAMiss) {
+  const StoreLocation loc = location();
+  auto store = testing::open_store(loc, testing::test_namespace());
+  ASSERT_NE(store, nullptr);
+  PagePool pool(*store, 2, 65536);
+  pool.fill(0, 65536, 7);
+  KVTIER_ASSERT_OK(store->put("victim", pool.slot(0), 65536));
+
+  // Overwrite the object with garbage of the same size through a raw PUT.
+  AgentConfig ac;
+  ac.backend = "s3";
+  ac.storage_class = StorageClass::kObject;
+  ac.params = loc.params;
+  ac.registry = &builtin_backends();
+  Agent agent = std::move(Agent::create(ac)).value();
+  std::string page;
+  const std::string ns_dir = store->namespace_dirs().front();
+  KVTIER_ASSERT_OK(agent.list(ns_dir, {}, [&](const ObjectInfo& fan) {
+    if (!fan.is_dir || fan.name.size() != 2) return ok_status();
+    return agent.list(ns_dir + "/" + fan.name, {}, [&](const ObjectInfo& e) {
+      page = ns_dir + "/" + fan.name + "/" + e.name;
+      return ok_status();
+    });
+  }));
+  ASSERT_FALSE(page.empty());
+  AlignedBuffer garbage = testing::make_buffer(65536 + 4096);
+  testing::fill_pattern(garbage.data(), garbage.size(), 99);
+  Registration reg = std::move(agent.register_memory(garbage.data(), garbage.size())).value();
+  Target t = std::move(agent.open_target({page, TargetMode::kCreate, garbage.size(), {}})).value();
+  MemDesc m{garbage.data(), garbage.size()};
+  StorageDesc sd{&t, 0, garbage.size()};
+  Transfer x = std::move(agent.make_request(TransferOp::kWrite, {&m, 1}, {&sd, 1})).value();
+  KVTIER_ASSERT_OK(x.post());
+  x.wait();
+  KVTIER_ASSERT_OK(x.first_error());
+  KVTIER_ASSERT_OK(t.publish());
+
+  Status st = store->get("victim", pool.slot(1), 65536);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.to_string();
+  EXPECT_EQ(store->stats().get_corrupt, 1u);
+  // Dropped: the next read is a plain miss.
+  EXPECT_EQ(store->get("victim", pool.slot(1), 65536).code(), StatusCode::kNotFound);
+}
+
+TEST_F(S3Backend, MultipartUploadsOfLargePages) {
+  auto store = testing::open_store(location("&multipart_bytes=6000000&part_bytes=5242880"),
+                                   testing::test_namespace());
+  ASSERT_NE(store, nullptr);
+  constexpr size_t kPage = (12 << 20) + 123;  // three parts
+  PagePool pool(*store, 2, kPage + 4096);
+  pool.fill(0, kPage, 3);
+  KVTIER_ASSERT_OK(store->put("big", pool.slot(0), kPage));
+  KVTIER_ASSERT_OK(store->get("big", pool.slot(1), kPage));
+  EXPECT_TRUE(pool.holds(1, kPage, 3));
+}
+
+TEST_F(S3Backend, RetriesThrough503sAndStalledConnections) {
+  FaultProxy proxy(testing::s3_test_server().endpoint);
+  auto store = testing::open_store(
+      location("&max_attempts=6&deadline_ms=15000&max_parallel=4", proxy.endpoint()),
+      testing::test_namespace());
+  ASSERT_NE(store, nullptr);
+  constexpr size_t kPages = 16, kPage = 40000;
+  PagePool pool(*store, 2 * kPages, kPage);
+  const auto keys = testing::keys_for("retry", kPages);
+  std::vector<ConstBuffer> in;
+  std::vector<MutableBuffer> out;
+  for (size_t i = 0; i < kPages; ++i) {
+    pool.fill(i, kPage, i);
+    in.push_back(pool.in(i, kPage));
+    out.push_back(pool.out(kPages + i, kPage));
+  }
+  proxy.inject(FaultProxy::Mode::kFail503, 3);
+  BatchResult w = store->batch_put(testing::views(keys), in);
+  EXPECT_TRUE(w.all_ok()) << (w.pages.empty() ? w.status : w.pages[0]).to_string();
+  EXPECT_EQ(proxy.injected(), 3);
+  proxy.inject(FaultProxy::Mode::kFail503, 2);
+  BatchResult r = store->batch_get(testing::views(keys), out);
+  EXPECT_TRUE(r.all_ok());
+  for (size_t i = 0; i < kPages; ++i) EXPECT_TRUE(pool.holds(kPages + i, kPage, i)) << i;
+}
+
+TEST_F(S3Backend, UnresponsiveServerGivesMissesWithinTheDeadline) {
+  FaultProxy proxy(testing::s3_test_server().endpoint);
+  auto store = testing::open_store(location("&deadline_ms=1500", proxy.endpoint()),
+                                   testing::test_namespace());
+  ASSERT_NE(store, nullptr);
+  PagePool pool(*store, 8, 16384);
+  const auto keys = testing::keys_for("stall", 8);
+  std::vector<ConstBuffer> in;
+  std::vector<MutableBuffer> out;
+  for (size_t i = 0; i < 8; ++i) {
+    in.push_back(pool.in(i, 16384));
+    out.push_back(pool.out(i, 16384));
+  }
+  ASSERT_TRUE(store->batch_put(testing::views(keys), in).all_ok());
+  proxy.set_all(FaultProxy::Mode::kStall);
+  const auto t0 = std::chrono::steady_clock::now();
+  BatchResult r = store->batch_get(testing::views(keys), out);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 5s) << "a batch must end near its deadline";
+  EXPECT_EQ(r.ok_count(), 0u);
+  for (const Status& s : r.pages) {
+    EXPECT_TRUE(s.code() == StatusCode::kTimeout || s.code() == StatusCode::kUnavailable)
+        << s.to_string();
+  }
+}
+
+TEST_F(S3Backend, ServerStoppedMidBatchEndsEveryPageWithinTheDeadline) {
+  FaultProxy proxy(testing::s3_test_server().endpoint);
+  auto store = testing::open_store(location("&deadline_ms=2000&max_parallel=2", proxy.endpoint()),
+                                   testing::test_namespace());
+  ASSERT_NE(store, nullptr);
+  constexpr size_t kPages = 64, kPage = 256 << 10;
+  PagePool pool(*store, 2 * kPages, kPage);
+  const auto keys = testing::keys_for("stop", kPages);
+  std::vector<ConstBuffer> in;
+  std::vector<MutableBuffer> out;
+  for (size_t i = 0; i < kPages; ++i) {
+    pool.fill(i, kPage, i);
+    in.push_back(pool.in(i, kPage));
+    out.push_back(pool.out(kPages + i, kPage));
+  }
+  ASSERT_TRUE(store->batch_put(testing::views(keys), in).all_ok());
+  BatchTicket t = store->submit_get(testing::views(keys), out);
+  std::this_thread::sleep_for(30ms);
+  proxy.set_all(FaultProxy::Mode::kDrop);  // the server goes away, mid-batch
+  const auto t0 = std::chrono::steady_clock::now();
+  t.wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  BatchResult r = t.take();
+  size_t failed = 0;
+  for (size_t i = 0; i < kPages; ++i) {
+    if (r.pages[i].ok()) {
+      EXPECT_TRUE(pool.holds(kPages + i, kPage, i)) << i;  // what arrived is whole
+    } else {
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, 0u);
+}
+
+TEST_F(S3Backend, NoDescriptorGrowthAfterAThousandOperationsWithFaults) {
+  FaultProxy proxy(testing::s3_test_server().endpoint);
+  auto store = testing::open_store(
+      location("&deadline_ms=3000&max_attempts=3&max_parallel=8", proxy.endpoint()),
+      testing::test_namespace());
+  ASSERT_NE(store, nullptr);
+  PagePool pool(*store, 16, 8192);
+  const auto keys = testing::keys_for("fd", 8);
+  std::vector<ConstBuffer> in;
+  std::vector<MutableBuffer> out;
+  for (size_t i = 0; i < 8; ++i) {
+    in.push_back(pool.in(i, 8192));
+    out.push_back(pool.out(8 + i, 8192));
+  }
+  ASSERT_TRUE(store->batch_put(testing::views(keys), in).all_ok());
+  const size_t steady = testing::open_fds();
+  size_t ops = 0;
+  for (int round = 0; ops < 1000; ++round) {
+    if (round % 5 == 0) proxy.inject(FaultProxy::Mode::kFail503, 2);
+    if (round % 7 == 0) proxy.inject(FaultProxy::Mode::kDrop, 1);
+    (void)store->batch_get(testing::views(keys), out);
+    (void)store->batch_put(testing::views(keys), in);
+    (void)store->batch_exists(testing::views(keys));
+    ops += 8 + 8 + 8;
+  }
+  // Connections in the client's cache are bounded by max_parallel (each holds one socket).
+  EXPECT_LE(testing::open_fds(), steady + 8);
+  store.reset();
+  EXPECT_LE(testing::open_fds(), steady);
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,603 @@
+#include "s3_client.h"
+
+#include <curl/curl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <pugixml.hpp>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+namespace kvtier::s3 {
+namespace {
+
+constexpr size_t kMaxResponseBytes = size_t{16} << 20;
+
+bool unreserved(unsigned char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_' || c == '.' || c == '~';
+}
+
+std::string percent_encode(std::string_view s, bool keep_slash) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (unreserved(c) || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+bool retryable_curl(CURLcode c) {
+  switch (c) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool retryable_http(long code) {
+  return code == 429 || code == 500 || code == 502 || code == 503 || code == 504;
+}
+
+// "<Code>: <Message>" of an S3 error document, or "".
+std::string s3_error(const std::string& body) {
+  if (body.empty()) return {};
+  pugi::xml_document doc;
+  if (!doc.load_buffer(body.data(), body.size())) return {};
+  pugi::xml_node e = doc.child("Error");
+  if (!e) return {};
+  std::string code = e.child_value("Code");
+  std::string msg = e.child_value("Message");
+  if (msg.empty()) return code;
+  return code.empty() ? msg : code + ": " + msg;
+}
+
+Status http_status(const Request& r, std::string_view what) {
+  const long code = r.http_code;
+  std::string detail = s3_error(r.response);
+  if (!detail.empty()) detail = " (" + detail + ")";
+  switch (code) {
+    case 404:
+      return not_found_error(fmt::format("{}: not found{}", what, detail));
+    case 403:
+      return permission_denied_error(
+          fmt::format("{}: access denied{}: check the credentials and the region", what, detail));
+    case 412:
+      return not_found_error(
+          fmt::format("{}: the object changed since it was opened{}", what, detail));
+    case 416:
+      return corrupt_error(fmt::format("{}: the object is shorter than expected{}", what, detail));
+    default:
+      break;
+  }
+  if (retryable_http(code)) {
+    return unavailable_error(fmt::format("{}: HTTP {}{}", what, code, detail));
+  }
+  return internal_error(fmt::format("{}: HTTP {}{}", what, code, detail));
+}
+
+}  // namespace
+
+std::string encode_key(std::string_view key) {
+  return percent_encode(key, /*keep_slash=*/true);
+}
+
+std::string encode_query_value(std::string_view value) {
+  return percent_encode(value, /*keep_slash=*/false);
+}
+
+struct Client::Impl {
+  struct Attempt {
+    CURL* easy = nullptr;
+    curl_slist* headers = nullptr;
+    std::shared_ptr<Request> req;
+  };
+
+  explicit Impl(ClientOptions o) : opt(std::move(o)), rng(std::random_device{}()) {}
+
+  ClientOptions opt;
+  std::string sigv4;
+  CURLM* multi = nullptr;
+  std::thread loop;
+
+  std::mutex mu;
+  std::condition_variable done_cv;
+  std::deque<std::shared_ptr<Request>> incoming;  // guarded by mu
+  bool stopping = false;                          // guarded by mu
+
+  // Loop thread only.
+  std::deque<std::shared_ptr<Request>> pending;
+  std::vector<std::shared_ptr<Request>> retrying;
+  std::unordered_map<CURL*, std::unique_ptr<Attempt>> active;
+  std::vector<CURL*> idle;
+  std::mt19937_64 rng;
+
+  std::string url_for(const Request& r) const {
+    std::string url;
+    const size_t scheme_end = opt.endpoint.find("://");
+    if (opt.virtual_host && scheme_end != std::string::npos) {
+      url = opt.endpoint.substr(0, scheme_end + 3) + opt.bucket + "." +
+            opt.endpoint.substr(scheme_end + 3);
+      url += "/" + encode_key(r.key);
+    } else {
+      url = opt.endpoint + "/" + opt.bucket;
+      if (!r.key.empty()) url += "/" + encode_key(r.key);
+    }
+    if (!r.query.empty()) {
+      auto q = r.query;
+      std::sort(q.begin(), q.end());
+      char sep = '?';
+      for (const auto& [name, value] : q) {
+        url += sep + encode_query_value(name) + "=" + encode_query_value(value);
+        sep = '&';
+      }
+    }
+    return url;
+  }
+
+  std::string what(const Request& r) const {
+    return fmt::format("S3 {} '{}'", r.method, r.key.empty() ? opt.bucket : r.key);
+  }
+
+  static size_t on_header(char* data, size_t size, size_t n, void* ud) {
+    auto* a = static_cast<Attempt*>(ud);
+    const size_t len = size * n;
+    std::string_view line(data, len);
+    while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.remove_suffix(1);
+    if (line.starts_with("HTTP/")) {
+      a->req->etag.clear();  // a new response (after 100-continue or a redirect)
+      return len;
+    }
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) return len;
+    std::string name(line.substr(0, colon));
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    if (name == "etag") {
+      if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+        value = value.substr(1, value.size() - 2);
+      }
+      a->req->etag = std::string(value);
+    }
+    return len;
+  }
+
+  static size_t on_write(char* data, size_t size, size_t n, void* ud) {
+    auto* a = static_cast<Attempt*>(ud);
+    Request& r = *a->req;
+    const size_t len = size * n;
+    long code = 0;
+    curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &code);
+    if (code >= 300 || r.sink.empty()) {
+      if (r.response.size() + len > kMaxResponseBytes) return 0;
+      r.response.append(data, len);
+      return len;
+    }
+    size_t done = 0;
+    while (done < len) {
+      if (r.piece_ >= r.sink.size()) {
+        r.sink_overflow_ = true;
+        return 0;  // more bytes than the object should have: abort
+      }
+      std::span<std::byte> p = r.sink[r.piece_];
+      const size_t take = std::min<size_t>(p.size() - r.piece_off_, len - done);
+      std::memcpy(p.data() + r.piece_off_, data + done, take);
+      done += take;
+      r.piece_off_ += take;
+      if (r.piece_off_ == p.size()) {
+        ++r.piece_;
+        r.piece_off_ = 0;
+      }
+    }
+    r.received += len;
+    return len;
+  }
+
+  static size_t on_read(char* buf, size_t size, size_t n, void* ud) {
+    auto* a = static_cast<Attempt*>(ud);
+    Request& r = *a->req;
+    const size_t room = size * n;
+    if (r.body_pieces.empty()) {
+      const size_t take = std::min<size_t>(room, r.body.size() - r.sent_);
+      std::memcpy(buf, r.body.data() + r.sent_, take);
+      r.sent_ += take;
+      return take;
+    }
+    size_t done = 0;
+    while (done < room && r.piece_ < r.body_pieces.size()) {
+      std::span<const std::byte> p = r.body_pieces[r.piece_];
+      const size_t take = std::min<size_t>(p.size() - r.piece_off_, room - done);
+      std::memcpy(buf + done, p.data() + r.piece_off_, take);
+      done += take;
+      r.piece_off_ += take;
+      if (r.piece_off_ == p.size()) {
+        ++r.piece_;
+        r.piece_off_ = 0;
+      }
+    }
+    r.sent_ += done;
+    return done;
+  }
+
+  static int on_seek(void* ud, curl_off_t offset, int origin) {
+    auto* a = static_cast<Attempt*>(ud);
+    Request& r = *a->req;
+    if (origin != SEEK_SET || offset < 0) return CURL_SEEKFUNC_CANTSEEK;
+    auto left = static_cast<uint64_t>(offset);
+    r.sent_ = left;
+    if (r.body_pieces.empty()) return left <= r.body.size() ? CURL_SEEKFUNC_OK : CURL_SEEKFUNC_FAIL;
+    r.piece_ = 0;
+    r.piece_off_ = 0;
+    while (r.piece_ < r.body_pieces.size() && left >= r.body_pieces[r.piece_].size()) {
+      left -= r.body_pieces[r.piece_].size();
+      ++r.piece_;
+    }
+    r.piece_off_ = left;
+    return CURL_SEEKFUNC_OK;
+  }
+
+  uint64_t body_bytes(const Request& r) const {
+    if (r.body_pieces.empty()) return r.body.size();
+    uint64_t n = 0;
+    for (const auto& p : r.body_pieces) n += p.size();
+    return n;
+  }
+
+  void begin(std::shared_ptr<Request> r) {
+    const auto now = Clock::now();
+    if (r->cancel.load()) return finish(r, cancelled_error(what(*r) + ": cancelled"));
+    if (now >= r->deadline) {
+      return finish(r, timeout_error(fmt::format("{}: deadline passed after {} attempt(s)",
+                                                 what(*r), r->attempts)));
+    }
+    CURL* easy = nullptr;
+    if (!idle.empty()) {
+      easy = idle.back();
+      idle.pop_back();
+      curl_easy_reset(easy);
+    } else {
+      easy = curl_easy_init();
+      if (easy == nullptr) return finish(r, internal_error("curl_easy_init failed"));
+    }
+    auto a = std::make_unique<Attempt>();
+    a->easy = easy;
+    a->req = r;
+    ++r->attempts;
+    r->response.clear();
+    r->etag.clear();
+    r->received = 0;
+    r->sent_ = 0;
+    r->piece_ = 0;
+    r->piece_off_ = 0;
+    r->sink_overflow_ = false;
+    r->http_code = 0;
+
+    const std::string url = url_for(*r);
+    curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    curl_easy_setopt(easy, CURLOPT_USERNAME, opt.access_key.c_str());
+    curl_easy_setopt(easy, CURLOPT_PASSWORD, opt.secret_key.c_str());
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(opt.connect_timeout.count()));
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(r->deadline - now).count();
+    if (r->deadline != Clock::time_point::max()) {
+      curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(1, left)));
+    }
+    curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &Impl::on_header);
+    curl_easy_setopt(easy, CURLOPT_HEADERDATA, a.get());
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &Impl::on_write);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, a.get());
+    curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 512L * 1024);
+    curl_easy_setopt(easy, CURLOPT_PRIVATE, a.get());
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, &Impl::open_socket);
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, this);
+    curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, &Impl::close_socket);
+    curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, this);
+    if (!opt.ca_bundle.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, opt.ca_bundle.c_str());
+
+    // libcurl signs these (x-amz-* headers are part of the signature).
+    curl_slist* h = nullptr;
+    bool has_sha = false;
+    for (const std::string& line : r->headers) {
+      h = curl_slist_append(h, line.c_str());
+      has_sha = has_sha || line.starts_with("x-amz-content-sha256:");
+    }
+    if (!has_sha) h = curl_slist_append(h, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (!opt.session_token.empty()) {
+      h = curl_slist_append(h, ("x-amz-security-token: " + opt.session_token).c_str());
+    }
+    a->headers = h;
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, h);
+
+    if (r->method == "HEAD") {
+      curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
+      curl_easy_setopt(easy, CURLOPT_FILETIME, 1L);
+    } else if (r->method == "PUT") {
+      curl_easy_setopt(easy, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(easy, CURLOPT_READFUNCTION, &Impl::on_read);
+      curl_easy_setopt(easy, CURLOPT_READDATA, a.get());
+      curl_easy_setopt(easy, CURLOPT_SEEKFUNCTION, &Impl::on_seek);
+      curl_easy_setopt(easy, CURLOPT_SEEKDATA, a.get());
+      curl_easy_setopt(easy, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body_bytes(*r)));
+      curl_easy_setopt(easy, CURLOPT_UPLOAD_BUFFERSIZE, 1024L * 1024);
+    } else if (r->method == "POST") {
+      curl_easy_setopt(easy, CURLOPT_POST, 1L);
+      curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r->body.data());
+      curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r->body.size()));
+    } else if (r->method != "GET") {
+      curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, r->method.c_str());
+    }
+    const CURLMcode mc = curl_multi_add_handle(multi, easy);
+    if (mc != CURLM_OK) {
+      curl_slist_free_all(a->headers);
+      idle.push_back(easy);
+      return finish(
+          r, internal_error(fmt::format("curl_multi_add_handle: {}", curl_multi_strerror(mc))));
+    }
+    active.emplace(easy, std::move(a));
+  }
+
+  // One attempt ended: retry it, or finish the request.
+  void attempt_done(CURL* easy, CURLcode result) {
+    auto it = active.find(easy);
+    if (it == active.end()) return;
+    std::unique_ptr<Attempt> a = std::move(it->second);
+    active.erase(it);
+    curl_multi_remove_handle(multi, easy);
+    curl_slist_free_all(a->headers);
+    std::shared_ptr<Request> r = std::move(a->req);
+
+    long code = 0;
+    curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
+    r->http_code = code;
+    curl_off_t length = -1;
+    curl_easy_getinfo(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+    r->content_length = length > 0 ? static_cast<uint64_t>(length) : 0;
+    curl_off_t filetime = -1;
+    curl_easy_getinfo(easy, CURLINFO_FILETIME_T, &filetime);
+    r->last_modified_s = filetime;
+    idle.push_back(easy);
+
+    if (r->cancel.load()) return finish(r, cancelled_error(what(*r) + ": cancelled"));
+    Status st;
+    bool retry = false;
+    if (result != CURLE_OK) {
+      if (result == CURLE_WRITE_ERROR && r->sink_overflow_) {
+        return finish(r, corrupt_error(what(*r) + ": the object is larger than expected"));
+      }
+      retry = retryable_curl(result);
+      const std::string msg =
+          fmt::format("{}: {} ({})", what(*r), curl_easy_strerror(result), opt.endpoint);
+      st = result == CURLE_OPERATION_TIMEDOUT ? timeout_error(msg) : unavailable_error(msg);
+    } else if (code >= 200 && code < 300) {
+      st = ok_status();
+    } else {
+      retry = retryable_http(code);
+      st = http_status(*r, what(*r));
+    }
+    if (retry && r->attempts < opt.max_attempts) {
+      // Full jitter: a random wait up to min(cap, base * 2^attempt).
+      const auto ceiling = std::min<int64_t>(
+          opt.backoff_cap.count(), opt.backoff_base.count() << std::min<uint32_t>(r->attempts, 16));
+      std::uniform_int_distribution<int64_t> pick(0, std::max<int64_t>(1, ceiling));
+      r->retry_at_ = Clock::now() + std::chrono::milliseconds(pick(rng));
+      if (r->retry_at_ < r->deadline) {
+        retrying.push_back(std::move(r));
+        return;
+      }
+    }
+    if (!st.ok() && r->attempts > 1) {
+      st = st.with_context(fmt::format("after {} attempts", r->attempts));
+    }
+    finish(r, std::move(st));
+  }
+
+  void finish(const std::shared_ptr<Request>& r, Status st) {
+    r->status = std::move(st);
+    if (r->on_done) r->on_done(*r);
+    {
+      std::lock_guard lock(mu);
+      done_flags.erase(r.get());
+    }
+    done_cv.notify_all();
+  }
+
+  // Servers that write a response's head and body separately (radosgw does) hold the body
+  // back under Nagle's algorithm until the head is acknowledged, and Linux delays that ACK by
+  // up to 40 ms on a reused connection: every small response would take 40 ms. Asking for
+  // immediate ACKs before each wait keeps responses at the network's speed. (TCP_QUICKACK is
+  // not sticky, hence every iteration.)
+  void quick_acks() {
+    if (active.empty()) return;
+    for (curl_socket_t fd : sockets) {
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+    }
+  }
+
+  // Connections' sockets, opened and closed for libcurl (which calls these on the loop thread,
+  // or in curl_multi_cleanup): opened close-on-exec, and known for quick_acks().
+  static curl_socket_t open_socket(void* ud, curlsocktype /*purpose*/, curl_sockaddr* addr) {
+    auto* self = static_cast<Impl*>(ud);
+    const curl_socket_t fd = ::socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+    if (fd != CURL_SOCKET_BAD) self->sockets.push_back(fd);
+    return fd;
+  }
+  static int close_socket(void* ud, curl_socket_t fd) {
+    auto* self = static_cast<Impl*>(ud);
+    std::erase(self->sockets, fd);
+    return ::close(fd);
+  }
+  std::vector<curl_socket_t> sockets;  // loop thread (and the destructor, after it)
+
+  void run_loop() {
+    for (;;) {
+      {
+        std::lock_guard lock(mu);
+        while (!incoming.empty()) {
+          pending.push_back(std::move(incoming.front()));
+          incoming.pop_front();
+        }
+        if (stopping) break;
+      }
+      const auto now = Clock::now();
+      // Retries whose time has come go back to the queue (or time out).
+      for (size_t i = 0; i < retrying.size();) {
+        if (retrying[i]->retry_at_ <= now || retrying[i]->cancel.load()) {
+          pending.push_back(std::move(retrying[i]));
+          retrying[i] = std::move(retrying.back());
+          retrying.pop_back();
+        } else {
+          ++i;
+        }
+      }
+      // Cancelled requests in flight stop now.
+      std::vector<CURL*> cancelled;
+      for (const auto& [easy, a] : active) {
+        if (a->req->cancel.load()) cancelled.push_back(easy);
+      }
+      for (CURL* easy : cancelled) attempt_done(easy, CURLE_ABORTED_BY_CALLBACK);
+      while (!pending.empty() && active.size() < opt.max_parallel) {
+        std::shared_ptr<Request> r = std::move(pending.front());
+        pending.pop_front();
+        begin(std::move(r));
+      }
+      int running = 0;
+      curl_multi_perform(multi, &running);
+      int left = 0;
+      while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
+        if (m->msg == CURLMSG_DONE) attempt_done(m->easy_handle, m->data.result);
+      }
+      int timeout_ms = 100;
+      for (const auto& r : retrying) {
+        const auto wait =
+            std::chrono::duration_cast<std::chrono::milliseconds>(r->retry_at_ - Clock::now());
+        timeout_ms = std::clamp<int>(static_cast<int>(wait.count()), 0, timeout_ms);
+      }
+      if (!pending.empty() && active.size() < opt.max_parallel) timeout_ms = 0;
+      quick_acks();
+      curl_multi_poll(multi, nullptr, 0, timeout_ms, nullptr);
+    }
+    // Stopping: everything not done ends as cancelled.
+    std::vector<CURL*> all;
+    for (const auto& [easy, a] : active) all.push_back(easy);
+    for (CURL* easy : all) {
+      auto it = active.find(easy);
+      std::unique_ptr<Attempt> a = std::move(it->second);
+      active.erase(it);
+      curl_multi_remove_handle(multi, easy);
+      curl_slist_free_all(a->headers);
+      idle.push_back(easy);
+      finish(a->req, cancelled_error(what(*a->req) + ": the S3 client is shutting down"));
+    }
+    for (auto& r : pending)
+      finish(r, cancelled_error(what(*r) + ": the S3 client is shutting down"));
+    for (auto& r : retrying) {
+      finish(r, cancelled_error(what(*r) + ": the S3 client is shutting down"));
+    }
+    pending.clear();
+    retrying.clear();
+  }
+
+  // Requests started but not finished, for run_all(); guarded by mu.
+  std::unordered_map<const Request*, bool> done_flags;
+};
+
+Result<std::unique_ptr<Client>> Client::create(ClientOptions options) {
+  static std::once_flag global;
+  std::call_once(global, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (options.max_parallel == 0) options.max_parallel = 1;
+  if (options.max_attempts == 0) options.max_attempts = 1;
+  auto impl = std::make_unique<Impl>(std::move(options));
+  impl->sigv4 = "aws:amz:" + impl->opt.region + ":s3";
+  impl->multi = curl_multi_init();
+  if (impl->multi == nullptr) return internal_error("curl_multi_init failed");
+  curl_multi_setopt(impl->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
+                    static_cast<long>(impl->opt.max_parallel));
+  curl_multi_setopt(impl->multi, CURLMOPT_MAXCONNECTS, static_cast<long>(impl->opt.max_parallel));
+  Impl* raw = impl.get();
+  impl->loop = std::thread([raw] { raw->run_loop(); });
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  curl_multi_wakeup(impl_->multi);
+  impl_->loop.join();
+  for (CURL* easy : impl_->idle) curl_easy_cleanup(easy);
+  curl_multi_cleanup(impl_->multi);
+}
+
+void Client::start(std::shared_ptr<Request> r) {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->stopping) {
+      r->status = cancelled_error("the S3 client is shutting down");
+      if (r->on_done) r->on_done(*r);
+      return;
+    }
+    impl_->done_flags[r.get()] = false;
+    impl_->incoming.push_back(std::move(r));
+  }
+  curl_multi_wakeup(impl_->multi);
+}
+
+void Client::run_all(std::span<const std::shared_ptr<Request>> requests) {
+  for (const auto& r : requests) start(r);
+  std::unique_lock lock(impl_->mu);
+  impl_->done_cv.wait(lock, [&] {
+    return std::none_of(requests.begin(), requests.end(),
+                        [&](const auto& r) { return impl_->done_flags.count(r.get()) != 0; });
+  });
+}
+
+Status Client::run(const std::shared_ptr<Request>& r) {
+  run_all(std::span<const std::shared_ptr<Request>>(&r, 1));
+  return r->status;
+}
+
+void Client::wake() {
+  curl_multi_wakeup(impl_->multi);
+}
+
+const ClientOptions& Client::options() const {
+  return impl_->opt;
+}
+
+std::string Client::url_for(const Request& r) const {
+  return impl_->url_for(r);
+}
+
+}  // namespace kvtier::s3
