@@ -947,10 +947,17 @@ Result<bool> Store::exists(std::string_view key) {
 }
 
 size_t Store::batch_exists(std::span<const std::string_view> keys) {
-  size_t n = 0;
+  std::vector<std::string> paths;
+  paths.reserve(keys.size());
   for (std::string_view key : keys) {
-    Result<bool> e = exists(key);
-    if (!e.ok() || !*e) break;
+    if (!routing::validate_key(key).ok()) break;  // a bad key ends the prefix
+    paths.push_back(impl_->router.route(key).path);
+  }
+  bump(impl_->counters.exists_queries, paths.size());
+  // One call for all: object stores ask in parallel, files stop at the first absent page.
+  std::vector<Result<ObjectInfo>> infos = impl_->agent.stat_many(paths, /*until_missing=*/true);
+  size_t n = 0;
+  while (n < infos.size() && infos[n].ok() && !infos[n]->is_dir && infos[n]->size > kHeaderBytes) {
     ++n;
   }
   return n;
@@ -983,12 +990,11 @@ Status Store::clear() {
       });
       if (st.code() == StatusCode::kNotFound) continue;
       KVTIER_RETURN_IF_ERROR(st);
-      for (const std::string& p : pages) {
-        st = agent.remove(p);
-        if (st.ok()) {
+      for (Status& removed : agent.remove_many(pages)) {
+        if (removed.ok()) {
           bump(impl_->counters.cleared);
-        } else if (st.code() != StatusCode::kNotFound) {
-          return st;
+        } else if (removed.code() != StatusCode::kNotFound) {
+          return removed;
         }
       }
     }
