@@ -4,7 +4,8 @@
 #   make build        Release build into build/ (CLI: build/bin/kvtier)
 #   make run          kvtier bench on the default directory (extra flags: ARGS="--pages 64")
 #   make test         format check, Release tests, the whole suite under ASan+UBSan, and the
-#                     concurrency suites under TSan (SANITIZE=0 skips the sanitizer passes)
+#                     concurrency suites under TSan (SANITIZE=0 skips the sanitizer passes),
+#                     beside a throw-away local S3 server for the S3 tests (KVTIER_S3=0: none)
 #   make bench        kvtier against fio and memcpy, side by side (bench/compare.py; ARGS=...)
 #   make format       clang-format every C++ file in place
 
@@ -29,10 +30,14 @@ run: build
 bench: build
 	bench/compare.py $(ARGS)
 
-test: deps format-check test-release
+# One throw-away S3 server (tests/s3/server.sh) serves every pass's S3 tests.
+SUITES := test-release
 ifneq ($(SANITIZE),0)
-test: test-asan test-tsan
+SUITES += test-asan test-tsan
 endif
+
+test: deps format-check
+	@scripts/with-s3-server $(MAKE) --no-print-directory $(SUITES)
 
 test-release: build
 	ctest --preset release
