@@ -10,8 +10,9 @@ namespace {
 
 constexpr const char* kDescription =
     "kvtier: a storage tier for LLM KV-cache pages.\n"
-    "Locations are a directory, file:///dir[,/dir2...][?backend=posix&io_threads=N], or "
-    "mem://name.";
+    "Locations are a directory, file:///dir[,/dir2...][?backend=posix&io_threads=N], "
+    "mem://name, or s3://bucket/prefix?endpoint=http://host:port&region=R (credentials from "
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).";
 
 }  // namespace
 
