@@ -522,6 +522,9 @@ def test_roundtrip_through_s3(monkeypatch):
         assert np.array_equal(dst.page_bytes((8 + i) * dst.page_size),
                               src.page_bytes(i * src.page_size))
     assert a.clear()
+    assert a.batch_exists(keys) == 0
+    # b learns of another process's removal when it reads: a miss, then no longer indexed.
+    assert b.batch_get_v1(keys, host_indices(range(8, 16), dst.page_size)) == [False] * 8
     assert b.batch_exists(keys) == 0
     a.close()
     b.close()

@@ -63,7 +63,8 @@ Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<
       KVTIER_RETURN_IF_ERROR(agent.list(ns.dir, ListOptions{}, [&](const ObjectInfo& e) {
         if (e.is_dir && routing::is_fanout_name(e.name)) {
           fanouts.push_back(e.name);
-        } else if (e.name != routing::kManifest && e.name != routing::kTempDir) {
+        } else if (e.name != routing::kManifest && e.name != routing::kTempDir &&
+                   e.name != routing::kUsageFile && e.name != routing::kMembersFile) {
           ++ns.other_files;
         }
         return ok_status();

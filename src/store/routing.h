@@ -20,6 +20,9 @@ namespace kvtier::routing {
 inline constexpr std::string_view kRootDir = "kvtier";
 inline constexpr std::string_view kTempDir = "tmp";
 inline constexpr std::string_view kManifest = "namespace.json";
+// The capacity ledger's files (see ledger.h).
+inline constexpr std::string_view kUsageFile = "usage";
+inline constexpr std::string_view kMembersFile = "members";
 
 // kInvalidArgument for empty keys and keys over page::kMaxKeyBytes.
 Status validate_key(std::string_view key);

@@ -1,6 +1,7 @@
 #include "kvtier/store/store.h"
 
 #include <fmt/format.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -12,8 +13,10 @@
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/worker_pool.h"
+#include "ledger.h"
 #include "object_io.h"
 #include "page_format.h"
+#include "page_index.h"
 #include "pools.h"
 #include "routing.h"
 
@@ -33,6 +36,7 @@ struct Counters {
   std::atomic<uint64_t> corrupt_dropped{0}, exists_queries{0}, removes{0}, cleared{0},
       invalid_requests{0}, temps_swept{0};
   std::atomic<uint64_t> direct_pages{0}, staged_pages{0}, direct_fallback_pages{0};
+  std::atomic<uint64_t> evicted_pages{0}, evicted_bytes{0}, index_stats{0}, capacity_refusals{0};
 };
 
 void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
@@ -150,6 +154,10 @@ struct Store::Impl {
   StagingPool staging;
   ObjectBudget budget;
   Counters counters;
+  // The namespace's pages as this process knows them (see page_index.h), and the shared
+  // capacity budget when the store has one (see ledger.h).
+  PageIndex index;
+  std::unique_ptr<Ledger> ledger;
   // kBlockBytes of zeros, registered: the source of every object's tail padding.
   AlignedBuffer zeros;
   Registration zeros_registration;
@@ -308,12 +316,22 @@ struct Store::Impl {
   }
 
   // Removes a corrupt object if it is still the one that was read.
-  void drop(const std::string& path, const ObjectIdentity& identity) {
+  void drop(const routing::Route& route, const ObjectIdentity& identity, uint64_t bytes) {
     if (!config.drop_corrupt) return;
-    if (agent.remove(path, identity.valid() ? &identity : nullptr).ok()) {
+    if (agent.remove(route.path, identity.valid() ? &identity : nullptr).ok()) {
       bump(counters.corrupt_dropped);
+      index.erase(route.key_hash);
+      if (ledger) ledger->release(bytes).ignore_error();  // drift only: healed on restart
     }
   }
+
+  // The bytes `need` fit the capacity: least recently used pages are evicted until they do.
+  // kResourceExhausted when they cannot (a page larger than the capacity, or every page this
+  // process knows of is gone and a rescan finds no more).
+  Status reserve(uint64_t need);
+  // Lists the namespace's pages into the index: `as_recent` puts them in their modification
+  // order as used; otherwise they go in as least recently used (found later).
+  Status scan_index(bool as_recent);
 
   // Runs a batch in windows of at most budget.capacity() pages, each holding its permits.
   template <typename Buffer, typename Window>
@@ -405,6 +423,18 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
     for (const auto& w : work) out[w.page] = lease.status();
     bump(counters.put_failures, work.size());
     return;
+  }
+  // Capacity: the window's bytes are reserved (evicting as needed) before anything is written.
+  uint64_t reserved = 0;
+  if (ledger && !work.empty()) {
+    for (const auto& w : work) reserved += object_bytes(w.payload);
+    Status st = reserve(reserved);
+    if (!st.ok()) {
+      for (const auto& w : work) out[w.page] = st;
+      bump(counters.put_failures, work.size());
+      bump(counters.capacity_refusals, work.size());
+      return;
+    }
   }
 
   std::vector<TargetSpec> specs;
@@ -514,6 +544,109 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
   for (const Status& s : out) {
     if (!s.ok()) bump(counters.put_failures);
   }
+  // Published pages are indexed as just used; bytes reserved for pages that were not
+  // published, and those of pages a publish replaced, go back to the budget.
+  uint64_t give_back = 0;
+  for (const auto& w : work) {
+    const uint64_t bytes = object_bytes(w.payload);
+    if (out[w.page].ok()) {
+      const std::optional<uint64_t> old =
+          index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), bytes});
+      if (old) give_back += *old;
+    } else {
+      give_back += bytes;
+    }
+  }
+  if (reserved != 0) ledger->release(give_back).ignore_error();  // drift only: healed on restart
+}
+
+Status Store::Impl::reserve(uint64_t need) {
+  bool rescanned = false;
+  const uint64_t capacity = config.capacity_bytes != 0 ? config.capacity_bytes : UINT64_MAX;
+  return ledger->update([&](uint64_t& used) -> Status {
+    for (;;) {
+      uint64_t limit = capacity;
+      if (config.min_free_bytes != 0) {
+        struct statvfs fs {};
+        if (::statvfs(router.namespace_dir(0).c_str(), &fs) == 0) {
+          const uint64_t avail = uint64_t{fs.f_bavail} * fs.f_frsize;
+          const uint64_t room = avail > config.min_free_bytes ? avail - config.min_free_bytes : 0;
+          limit = std::min(limit, used + room);
+        }
+      }
+      if (used + need <= limit) break;
+      std::optional<PageIndex::Page> victim = index.pop_oldest();
+      if (!victim) {
+        if (!rescanned) {
+          // Every page this process knew of is gone: learn the ones others wrote.
+          rescanned = true;
+          KVTIER_RETURN_IF_ERROR(scan_index(/*as_recent=*/false));
+          continue;
+        }
+        return resource_exhausted_error(fmt::format(
+            "capacity: {} more bytes do not fit ({} of {} used{}), and there is nothing left "
+            "to evict",
+            need, used, limit, config.min_free_bytes ? ", keeping min_free_bytes free" : ""));
+      }
+      // Readers holding the object open keep reading it: unlinking never tears a read.
+      Status st = agent.remove(router.page_path(victim->base, victim->hash));
+      if (st.ok()) {
+        used = used > victim->bytes ? used - victim->bytes : 0;
+        bump(counters.evicted_pages);
+        bump(counters.evicted_bytes, victim->bytes);
+      } else if (st.code() != StatusCode::kNotFound) {
+        return st.with_context("evicting a page");
+      }
+      // kNotFound: another process removed it and gave its bytes back.
+      // A fresh statvfs next round sees the space the unlink freed.
+    }
+    used += need;
+    return ok_status();
+  });
+}
+
+Status Store::Impl::scan_index(bool as_recent) {
+  const NamespaceSpec& ns = config.ns;
+  // With a fixed page geometry every object has the same size: names alone are enough (one
+  // getdents per directory, no stat per page).
+  const bool fixed = ns.piece_bytes != 0;
+  const uint64_t fixed_bytes = fixed ? object_bytes(ns.piece_bytes * ns.pieces_per_page) : 0;
+  struct Found {
+    PageIndex::Page page;
+    uint64_t mtime_ns;
+  };
+  std::vector<Found> found;
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    const std::string& ns_dir = router.namespace_dir(b);
+    std::vector<std::string> fanouts;
+    Status st = agent.list(ns_dir, ListOptions{}, [&](const ObjectInfo& e) {
+      if (e.is_dir && routing::is_fanout_name(e.name)) fanouts.push_back(ns_dir + "/" + e.name);
+      return ok_status();
+    });
+    if (st.code() == StatusCode::kNotFound) continue;
+    KVTIER_RETURN_IF_ERROR(st);
+    for (const std::string& dir : fanouts) {
+      st = agent.list(dir, ListOptions{.with_details = !fixed}, [&](const ObjectInfo& e) {
+        if (e.is_dir || !routing::is_page_name(e.name)) return ok_status();
+        const std::optional<Hash128> h = parse_hash_hex(e.name);
+        if (h && (fixed || e.size > kHeaderBytes)) {
+          found.push_back(
+              {{*h, static_cast<uint32_t>(b), fixed ? fixed_bytes : e.size}, e.mtime_ns});
+        }
+        return ok_status();
+      });
+      if (st.code() == StatusCode::kNotFound) continue;
+      KVTIER_RETURN_IF_ERROR(st);
+    }
+  }
+  if (as_recent) {
+    std::sort(found.begin(), found.end(),
+              [](const Found& a, const Found& b) { return a.mtime_ns < b.mtime_ns; });
+    for (const Found& f : found) index.put(f.page);
+  } else {
+    for (const Found& f : found) index.put_cold(f.page);
+  }
+  return ok_status();
 }
 
 Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
@@ -730,8 +863,20 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
       count_io(w);
     } else if (st.code() == StatusCode::kCorrupt && w.target.valid()) {
       const ObjectIdentity id = w.target.identity();
+      const uint64_t bytes = w.target.size();
       w.target.reset();
-      drop(w.route.path, id);
+      drop(w.route, id, bytes);
+    }
+  }
+  // The index follows what reads found: hits are recent, misses are gone.
+  for (const auto& w : work) {
+    const Status& st = out[w.page];
+    if (st.ok()) {
+      if (!index.touch(w.route.key_hash)) {
+        index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), object_bytes(w.payload)});
+      }
+    } else if (st.code() == StatusCode::kNotFound) {
+      index.erase(w.route.key_hash);
     }
   }
 }
@@ -860,6 +1005,19 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   auto impl = std::make_unique<Impl>(config, std::move(agent), std::move(router));
   KVTIER_RETURN_IF_ERROR(impl->open_namespace().with_context(
       fmt::format("opening store at {}", config.location.uri())));
+  KVTIER_RETURN_IF_ERROR(
+      impl->scan_index(/*as_recent=*/true)
+          .with_context(fmt::format("indexing the store at {}", config.location.uri())));
+  if (config.capacity_bytes != 0 || config.min_free_bytes != 0) {
+    if (config.location.storage_class != StorageClass::kFile) {
+      return unsupported_error(fmt::format(
+          "{}: capacity_bytes and min_free_bytes need a FILE store (directories); object stores "
+          "bound their size with the bucket's own lifecycle rules",
+          config.location.uri()));
+    }
+    KVTIER_ASSIGN_OR_RETURN(impl->ledger,
+                            Ledger::open(impl->router.namespace_dir(0), impl->index.bytes()));
+  }
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
 
@@ -940,40 +1098,75 @@ Result<bool> Store::exists(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   bump(impl_->counters.exists_queries);
   const routing::Route r = impl_->router.route(key);
+  if (impl_->index.contains(r.key_hash)) return true;
+  // Not indexed: perhaps another process wrote it since this one looked.
+  bump(impl_->counters.index_stats);
   Result<ObjectInfo> info = impl_->agent.stat(r.path);
-  if (info.ok()) return !info->is_dir && info->size > kHeaderBytes;
+  if (info.ok()) {
+    if (info->is_dir || info->size <= kHeaderBytes) return false;
+    impl_->index.put_cold({r.key_hash, static_cast<uint32_t>(r.base), info->size});
+    return true;
+  }
   if (info.status().code() == StatusCode::kNotFound) return false;
   return info.status();
 }
 
 size_t Store::batch_exists(std::span<const std::string_view> keys) {
-  std::vector<std::string> paths;
-  paths.reserve(keys.size());
-  for (std::string_view key : keys) {
-    if (!routing::validate_key(key).ok()) break;  // a bad key ends the prefix
-    paths.push_back(impl_->router.route(key).path);
-  }
-  bump(impl_->counters.exists_queries, paths.size());
-  // One call for all: object stores ask in parallel, files stop at the first absent page.
-  std::vector<Result<ObjectInfo>> infos = impl_->agent.stat_many(paths, /*until_missing=*/true);
+  Impl& impl = *impl_;
   size_t n = 0;
-  while (n < infos.size() && infos[n].ok() && !infos[n]->is_dir && infos[n]->size > kHeaderBytes) {
-    ++n;
+  // Indexed keys cost no system call; from the first one that is not, ask storage.
+  for (; n < keys.size(); ++n) {
+    if (!routing::validate_key(keys[n]).ok()) {
+      bump(impl.counters.exists_queries, n + 1);
+      return n;  // a bad key ends the prefix
+    }
+    if (!impl.index.contains(impl.router.route(keys[n]).key_hash)) break;
   }
-  return n;
+  std::vector<routing::Route> rest;
+  std::vector<std::string> paths;
+  for (size_t i = n; i < keys.size(); ++i) {
+    if (!routing::validate_key(keys[i]).ok()) break;
+    rest.push_back(impl.router.route(keys[i]));
+    paths.push_back(rest.back().path);
+  }
+  bump(impl.counters.exists_queries, n + paths.size());
+  if (paths.empty()) return n;
+  // One call for the rest: object stores ask in parallel, files stop at the first absent page.
+  std::vector<Result<ObjectInfo>> infos = impl.agent.stat_many(paths, /*until_missing=*/true);
+  size_t found = 0;
+  for (; found < infos.size(); ++found) {
+    const Result<ObjectInfo>& info = infos[found];
+    if (!info.ok() || info->is_dir || info->size <= kHeaderBytes) break;
+    impl.index.put_cold(
+        {rest[found].key_hash, static_cast<uint32_t>(rest[found].base), info->size});
+  }
+  // The keys the index could not answer, up to and including the one that ended the prefix.
+  bump(impl.counters.index_stats, found + (found < infos.size() ? 1 : 0));
+  return n + found;
 }
 
 Status Store::remove(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   const routing::Route r = impl_->router.route(key);
-  KVTIER_RETURN_IF_ERROR(impl_->agent.remove(r.path));
+  uint64_t bytes = 0;
+  if (impl_->ledger) {
+    Result<ObjectInfo> info = impl_->agent.stat(r.path);
+    if (info.ok()) bytes = info->size;
+  }
+  Status st = impl_->agent.remove(r.path);
+  impl_->index.erase(r.key_hash);
+  KVTIER_RETURN_IF_ERROR(st);
+  if (impl_->ledger) impl_->ledger->release(bytes).ignore_error();
   bump(impl_->counters.removes);
   return ok_status();
 }
 
 Status Store::clear() {
   Agent& agent = impl_->agent;
-  for (size_t b = 0; b < impl_->router.base_count(); ++b) {
+  const bool ledger = impl_->ledger != nullptr;
+  uint64_t freed = 0;
+  Status result;
+  for (size_t b = 0; b < impl_->router.base_count() && result.ok(); ++b) {
     const std::string& ns_dir = impl_->router.namespace_dir(b);
     std::vector<std::string> fanouts;
     Status st = agent.list(ns_dir, ListOptions{}, [&](const ObjectInfo& e) {
@@ -981,25 +1174,40 @@ Status Store::clear() {
       return ok_status();
     });
     if (st.code() == StatusCode::kNotFound) continue;
-    KVTIER_RETURN_IF_ERROR(st);
+    if (!st.ok()) {
+      result = st;
+      break;
+    }
     for (const std::string& dir : fanouts) {
       std::vector<std::string> pages;
-      st = agent.list(dir, ListOptions{}, [&](const ObjectInfo& e) {
-        if (!e.is_dir && routing::is_page_name(e.name)) pages.push_back(dir + "/" + e.name);
+      std::vector<uint64_t> sizes;
+      st = agent.list(dir, ListOptions{.with_details = ledger}, [&](const ObjectInfo& e) {
+        if (!e.is_dir && routing::is_page_name(e.name)) {
+          pages.push_back(dir + "/" + e.name);
+          sizes.push_back(e.size);
+        }
         return ok_status();
       });
       if (st.code() == StatusCode::kNotFound) continue;
-      KVTIER_RETURN_IF_ERROR(st);
-      for (Status& removed : agent.remove_many(pages)) {
-        if (removed.ok()) {
+      if (!st.ok()) {
+        result = st;
+        break;
+      }
+      std::vector<Status> removed = agent.remove_many(pages);
+      for (size_t i = 0; i < removed.size(); ++i) {
+        if (removed[i].ok()) {
           bump(impl_->counters.cleared);
-        } else if (removed.code() != StatusCode::kNotFound) {
-          return removed;
+          freed += sizes[i];
+        } else if (removed[i].code() != StatusCode::kNotFound && result.ok()) {
+          result = removed[i];
         }
       }
+      if (!result.ok()) break;
     }
   }
-  return ok_status();
+  impl_->index.clear();
+  if (ledger) impl_->ledger->release(freed).ignore_error();
+  return result;
 }
 
 StoreStats Store::stats() const {
@@ -1024,6 +1232,18 @@ StoreStats Store::stats() const {
   s.direct_pages = v(c.direct_pages);
   s.staged_pages = v(c.staged_pages);
   s.direct_fallback_pages = v(c.direct_fallback_pages);
+  s.pages = impl_->index.pages();
+  s.bytes = impl_->index.bytes();
+  s.capacity_bytes = impl_->config.capacity_bytes;
+  s.min_free_bytes = impl_->config.min_free_bytes;
+  if (impl_->ledger) {
+    Result<uint64_t> used = impl_->ledger->used();
+    if (used.ok()) s.used_bytes = *used;
+  }
+  s.evicted_pages = v(c.evicted_pages);
+  s.evicted_bytes = v(c.evicted_bytes);
+  s.capacity_refusals = v(c.capacity_refusals);
+  s.index_stats = v(c.index_stats);
   return s;
 }
 

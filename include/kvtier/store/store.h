@@ -103,6 +103,12 @@ struct StoreConfig {
   size_t max_open_objects = 0;
   // Threads that run submitted batches (submit_put/submit_get), started on first use.
   size_t async_threads = 4;
+  // Capacity (FILE stores): the namespace's objects never take more than `capacity_bytes`
+  // (0: no limit), and writes leave at least `min_free_bytes` free on the first base's
+  // filesystem (0: no floor). Least recently used pages (reads count) are evicted to make
+  // room. Every process opening the namespace shares one budget (see docs/architecture.md).
+  uint64_t capacity_bytes = 0;
+  uint64_t min_free_bytes = 0;
   // Wraps the selected backend (fault injection in tests, metrics).
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> decorate;
 };
@@ -176,6 +182,17 @@ struct StoreStats {
   uint64_t direct_pages = 0;           // pages moved by direct I/O in place
   uint64_t staged_pages = 0;           // pages moved by direct I/O through staging buffers
   uint64_t direct_fallback_pages = 0;  // pages that went buffered though direct I/O was asked
+  // The index: pages (and their object bytes) this process knows to be stored.
+  uint64_t pages = 0;
+  uint64_t bytes = 0;
+  // Capacity: the limits, the shared usage (0 without a limit), and what made room.
+  uint64_t capacity_bytes = 0;
+  uint64_t min_free_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t evicted_pages = 0;
+  uint64_t evicted_bytes = 0;
+  uint64_t capacity_refusals = 0;  // pages refused: they did not fit even after evicting
+  uint64_t index_stats = 0;        // exists checks the index could not answer (a stat each)
 };
 
 class Store {
@@ -210,7 +227,10 @@ class Store {
   BatchTicket submit_get(std::span<const std::string_view> keys,
                          std::span<const MutableBuffer> pieces, BatchCallback on_done = {});
 
-  // Whether a page is stored (not verified: a later get may still find it corrupt).
+  // Whether a page is stored (not verified: a later get may still find it corrupt). Answered
+  // from the index without a system call; a key the index lacks is looked up in storage (a
+  // page another process wrote) and indexed. A page another process removed is reported
+  // until a read misses it.
   Result<bool> exists(std::string_view key);
   // Number of leading keys that exist; stops at the first absent key (or fault).
   size_t batch_exists(std::span<const std::string_view> keys);

@@ -1,0 +1,345 @@
+// The store's lifecycle: the page index (exists without system calls, other processes' pages
+// found on a miss, exact after a restart), capacity shared by several processes with
+// least-recently-used eviction that never tears a read, and crash safety under SIGKILL.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "kvtier/backends/builtin.h"
+#include "kvtier/store/store.h"
+#include "store_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using testing::PagePool;
+
+constexpr size_t kPage = 16384;             // payload
+constexpr uint64_t kObject = kPage + 4096;  // header + payload (4 KiB aligned)
+
+NamespaceSpec fixed_namespace() {
+  NamespaceSpec ns = testing::test_namespace("lifecycle-model");
+  ns.piece_bytes = kPage;
+  ns.pieces_per_page = 1;
+  return ns;
+}
+
+// Every page object under the store's namespace directories: count and bytes on disk (files
+// other processes remove meanwhile are skipped).
+std::pair<size_t, uint64_t> on_disk(const Store& store) {
+  size_t n = 0;
+  uint64_t bytes = 0;
+  for (const std::string& dir : store.namespace_dirs()) {
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code size_ec;
+      const uintmax_t size = std::filesystem::file_size(it->path(), size_ec);
+      if (!size_ec && name.size() == 32) {
+        ++n;
+        bytes += size;
+      }
+    }
+  }
+  return {n, bytes};
+}
+
+// Runs `body` in a child process and returns its exit code: nothing of the test framework
+// runs in the child (an exception or a failed check ends it with code 9).
+template <typename Body>
+pid_t spawn(Body body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 9;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  return pid;
+}
+
+class StoreLifecycle : public ::testing::Test {
+ protected:
+  std::unique_ptr<Store> open(uint64_t capacity = 0, std::string query = "?backend=posix",
+                              NamespaceSpec ns = fixed_namespace()) {
+    StoreConfig cfg;
+    cfg.location = *parse_store_uri(dir_.file("store") + query);
+    cfg.ns = std::move(ns);
+    cfg.capacity_bytes = capacity;
+    return testing::open_store(std::move(cfg));
+  }
+
+  static BatchResult put(Store& s, PagePool& pool, const std::vector<std::string>& keys,
+                         size_t first_slot = 0) {
+    std::vector<ConstBuffer> in;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      pool.fill(first_slot + i, kPage, std::hash<std::string>{}(keys[i]));
+      in.push_back(pool.in(first_slot + i, kPage));
+    }
+    return s.batch_put(testing::views(keys), in);
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(StoreLifecycle, IndexAnswersExistsWithoutAStatPerKey) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 64, kPage);
+  const auto keys = testing::keys_for("idx", 64);
+  ASSERT_TRUE(put(*s, pool, keys).all_ok());
+  EXPECT_EQ(s->batch_exists(testing::views(keys)), 64u);
+  EXPECT_EQ(s->stats().index_stats, 0u);
+  EXPECT_EQ(s->stats().pages, 64u);
+  EXPECT_EQ(s->stats().bytes, 64 * kObject);
+  // An absent key costs one stat, and ends the prefix there.
+  std::vector<std::string> holed = keys;
+  holed[10] = "absent";
+  EXPECT_EQ(s->batch_exists(testing::views(holed)), 10u);
+  EXPECT_EQ(s->stats().index_stats, 1u);
+  KVTIER_ASSERT_OK(s->remove(keys[3]));
+  EXPECT_EQ(s->batch_exists(testing::views(keys)), 3u);
+}
+
+TEST_F(StoreLifecycle, RestartRebuildsTheIndexExactly) {
+  // 100,000 of the smallest pages (one byte: an 8 KiB object).
+  constexpr size_t kPages = 100000;
+  constexpr uint64_t kSmallObject = 8192;
+  NamespaceSpec ns = fixed_namespace();
+  ns.piece_bytes = 1;
+  {
+    auto s = open(0, "?backend=posix", ns);
+    ASSERT_NE(s, nullptr);
+    PagePool pool(*s, 128, 4096);
+    for (size_t first = 0; first < kPages; first += 128) {
+      std::vector<std::string> keys;
+      for (size_t i = first; i < std::min(kPages, first + 128); ++i) {
+        keys.push_back("restart-" + std::to_string(i));
+      }
+      std::vector<ConstBuffer> in;
+      for (size_t i = 0; i < keys.size(); ++i) in.push_back(pool.in(i, 1));
+      ASSERT_TRUE(s->batch_put(testing::views(keys), in).all_ok()) << first;
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = open(0, "?backend=posix", ns);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_NE(s, nullptr);
+  RecordProperty(
+      "reopen_ms",
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  const StoreStats st = s->stats();
+  EXPECT_EQ(st.pages, kPages);
+  EXPECT_EQ(st.bytes, kPages * kSmallObject);
+  const auto [n, bytes] = on_disk(*s);
+  EXPECT_EQ(n, kPages);
+  EXPECT_EQ(bytes, st.bytes);
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < 128; ++i) keys.push_back("restart-" + std::to_string(i * 700));
+  EXPECT_EQ(s->batch_exists(testing::views(keys)), 128u);
+  keys[100] = "restart-absent";
+  EXPECT_EQ(s->batch_exists(testing::views(keys)), 100u);
+  EXPECT_EQ(s->stats().index_stats, 1u);
+  // With a capacity, the usage after the restart is exact at once.
+  s.reset();
+  auto capped = open(uint64_t{1} << 40, "?backend=posix", ns);
+  ASSERT_NE(capped, nullptr);
+  EXPECT_EQ(capped->stats().used_bytes, kPages * kSmallObject);
+}
+
+TEST_F(StoreLifecycle, AnotherProcessesPagesAreFoundOnAnIndexMiss) {
+  auto reader = open();
+  auto writer = open();
+  ASSERT_NE(reader, nullptr);
+  ASSERT_NE(writer, nullptr);
+  PagePool pool(*writer, 4, kPage);
+  ASSERT_TRUE(put(*writer, pool, {"late"}).all_ok());
+  // The reader indexed before the page existed: a stat finds it, and indexes it.
+  EXPECT_EQ(reader->exists("late").value_or(false), true);
+  EXPECT_EQ(reader->stats().index_stats, 1u);
+  EXPECT_EQ(reader->exists("late").value_or(false), true);
+  EXPECT_EQ(reader->stats().index_stats, 1u);
+  // A removal by another process shows when a read misses.
+  KVTIER_ASSERT_OK(writer->remove("late"));
+  PagePool rpool(*reader, 1, kPage);
+  EXPECT_EQ(reader->get("late", rpool.slot(0), kPage).code(), StatusCode::kNotFound);
+  EXPECT_EQ(reader->exists("late").value_or(true), false);
+}
+
+TEST_F(StoreLifecycle, EvictionFollowsReadsNotOnlyWrites) {
+  auto s = open(4 * kObject);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  ASSERT_TRUE(put(*s, pool, {"p0", "p1", "p2", "p3"}).all_ok());
+  KVTIER_ASSERT_OK(s->get("p0", pool.slot(7), kPage));  // p0 is now the most recently used
+  ASSERT_TRUE(put(*s, pool, {"p4"}, 4).all_ok());
+  EXPECT_TRUE(s->exists("p0").value_or(false));
+  EXPECT_FALSE(s->exists("p1").value_or(true));  // the least recently used went
+  EXPECT_TRUE(s->exists("p4").value_or(false));
+  const StoreStats st = s->stats();
+  EXPECT_EQ(st.evicted_pages, 1u);
+  EXPECT_EQ(st.used_bytes, 4 * kObject);
+  EXPECT_EQ(on_disk(*s).second, 4 * kObject);
+  // A page larger than the whole capacity is refused, not half-written.
+  auto tiny = open(kObject / 2);
+  ASSERT_NE(tiny, nullptr);
+  PagePool tpool(*tiny, 1, kPage);
+  EXPECT_EQ(put(*tiny, tpool, {"huge"}).pages[0].code(), StatusCode::kResourceExhausted);
+}
+
+TEST_F(StoreLifecycle, EvictionNeverTearsAReadInFlight) {
+  auto s = open(2 * kObject);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 4, kPage);
+  ASSERT_TRUE(put(*s, pool, {"held"}).all_ok());
+  // A reader opens the page (as a batch read does) ...
+  AgentConfig ac;
+  ac.backend = "posix";
+  ac.registry = &builtin_backends();
+  Agent agent = std::move(Agent::create(ac)).value();
+  const std::string hex = hash128("held").hex();
+  const std::string path = s->namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
+  Target t = std::move(agent.open_target({path, TargetMode::kRead, 0, {}})).value();
+  // ... then two more pages evict it ...
+  ASSERT_TRUE(put(*s, pool, {"a", "b"}, 1).all_ok());
+  ASSERT_FALSE(s->exists("held").value_or(true));
+  EXPECT_FALSE(std::filesystem::exists(path));
+  // ... and the reader still reads every byte of it.
+  AlignedBuffer buf = testing::make_buffer(kObject);
+  Registration reg = std::move(agent.register_memory(buf.data(), buf.size())).value();
+  MemDesc m{buf.data(), kObject};
+  StorageDesc d{&t, 0, kObject};
+  Transfer x = std::move(agent.make_request(TransferOp::kRead, {&m, 1}, {&d, 1})).value();
+  KVTIER_ASSERT_OK(x.post());
+  x.wait();
+  KVTIER_ASSERT_OK(x.first_error());
+  EXPECT_EQ(
+      testing::find_pattern_mismatch(buf.data() + 4096, kPage, std::hash<std::string>{}("held")),
+      SIZE_MAX);
+}
+
+// Three processes write ten times the capacity at once; the namespace never holds more than
+// the capacity (checked by the writers after every batch, and on disk at the end).
+TEST_F(StoreLifecycle, CapacityIsOneBudgetAcrossProcesses) {
+  constexpr uint64_t kCapacity = 64 * kObject;
+  constexpr int kWriters = 3;
+  std::vector<pid_t> children;
+  for (int w = 0; w < kWriters; ++w) {
+    const pid_t pid = spawn([&] {
+      int code = 0;
+      auto s = open(kCapacity);
+      if (s == nullptr) return 2;
+      PagePool pool(*s, 16, kPage);
+      for (size_t round = 0; round < 10 * 64 / 16 + 4; ++round) {
+        std::vector<std::string> keys;
+        for (size_t i = 0; i < 16; ++i) {
+          keys.push_back("w" + std::to_string(w) + "-r" + std::to_string(round) + "-" +
+                         std::to_string(i));
+        }
+        if (!put(*s, pool, keys).all_ok()) code = 3;
+        if (s->stats().used_bytes > kCapacity) code = 4;
+        if (on_disk(*s).second > kCapacity + kObject) code = 5;
+      }
+      return code;
+    });
+    ASSERT_GE(pid, 0);
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "writer " << pid
+                                      << " (3: a put failed, 4: usage over capacity, "
+                                         "5: bytes on disk over capacity by more than a page)";
+  }
+  auto s = open(kCapacity);
+  ASSERT_NE(s, nullptr);
+  const auto [n, bytes] = on_disk(*s);
+  EXPECT_LE(bytes, kCapacity);
+  EXPECT_GT(n, 0u);
+  EXPECT_EQ(s->stats().used_bytes, bytes);  // alone again: exact
+}
+
+// A writer is killed at random moments, 50 times: every page reads back whole or is a miss,
+// and no temporary outlives the next open.
+void crash_test(const std::string& query, const std::function<std::unique_ptr<Store>()>& open) {
+  std::mt19937_64 rng(42);
+  for (int round = 0; round < 50; ++round) {
+    const pid_t pid = spawn([&]() -> int {
+      auto s = open();
+      if (s == nullptr) return 2;
+      PagePool pool(*s, 8, kPage);
+      for (size_t n = 0;; ++n) {
+        std::vector<std::string> keys;
+        std::vector<ConstBuffer> in;
+        for (size_t i = 0; i < 8; ++i) {
+          keys.push_back("crash-" + std::to_string((n * 8 + i) % 40));
+          // The content names the key: whichever version survives must be whole.
+          pool.fill(i, kPage, std::hash<std::string>{}(keys.back()));
+          in.push_back(pool.in(i, kPage));
+        }
+        (void)s->batch_put(testing::views(keys), in);
+      }
+    });
+    ASSERT_GE(pid, 0);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30000));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  }
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 1, kPage);
+  size_t hits = 0;
+  for (size_t i = 0; i < 40; ++i) {
+    const std::string key = "crash-" + std::to_string(i);
+    Status st = s->get(key, pool.slot(0), kPage);
+    if (st.ok()) {
+      ++hits;
+      EXPECT_TRUE(pool.holds(0, kPage, std::hash<std::string>{}(key))) << key;
+    } else {
+      EXPECT_EQ(st.code(), StatusCode::kNotFound) << key << ": " << st.to_string();
+    }
+  }
+  EXPECT_GT(hits, 0u);
+  EXPECT_EQ(s->stats().get_corrupt, 0u);
+  // Nothing left in the temporaries directory once a store has opened again.
+  size_t temps = 0;
+  for (const std::string& dir : s->namespace_dirs()) {
+    for (const auto& e : std::filesystem::directory_iterator(dir + "/tmp")) {
+      (void)e;
+      ++temps;
+    }
+  }
+  EXPECT_EQ(temps, 0u) << query;
+}
+
+TEST_F(StoreLifecycle, SigkillDuringWritesNeverLeavesAWrongPage) {
+  crash_test("", [this] { return open(); });
+}
+
+TEST_F(StoreLifecycle, SigkillWithNamedTemporariesLeavesNoneBehind) {
+  crash_test("named", [this] { return open(0, "?backend=posix&use_tmpfile=0"); });
+}
+
+TEST_F(StoreLifecycle, CapacityNeedsAFileStore) {
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri("mem://lifecycle-capacity");
+  cfg.ns = fixed_namespace();
+  cfg.capacity_bytes = 1 << 20;
+  Result<std::unique_ptr<Store>> s = Store::open(cfg);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kUnsupported);
+}
+
+}  // namespace
+}  // namespace kvtier
