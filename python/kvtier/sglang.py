@@ -17,8 +17,9 @@ Options (keys of the extra config; the environment variable is the fallback):
     salt          KVTIER_SALT       tenant/deployment salt: different salts never share pages
                                     ("tenant" is accepted as a synonym)
     model_revision                  weights revision, appended to the model name
-    capacity      KVTIER_CAPACITY   most bytes to keep (not enforced by this version: setting
-                                    it is refused rather than ignored)
+    capacity      KVTIER_CAPACITY   most bytes this deployment's pages may take ("100GiB");
+                                    least recently used pages are evicted (FILE stores only)
+    min_free      KVTIER_MIN_FREE   bytes to leave free on the filesystem ("20GiB")
     staging_mb                      memory for layer_first staging, per direction (default 64)
 
 Pages are shared exactly between servers whose model, revision, dtype, memory layout, page
@@ -109,6 +110,28 @@ def _as_bool(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     return bool(value)
+
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
+          "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20,
+          "gib": 1 << 30, "tib": 1 << 40}
+
+
+def _parse_bytes(value: Any, name: str) -> int:
+    """100, "100GiB", "1.5TB", "64 MiB" -> bytes; 0/None/"" -> 0 (no limit)."""
+    if value in (None, ""):
+        return 0
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise kvtier.InvalidArgumentError(f"{name}: {value} is negative")
+        return int(value)
+    text = str(value).strip().lower().replace(" ", "")
+    digits = len(text) - len(text.lstrip("0123456789."))
+    number, unit = text[:digits], text[digits:]
+    if not number or unit not in _UNITS:
+        raise kvtier.InvalidArgumentError(
+            f"{name}: '{value}' is not a size (examples: 107374182400, 100GiB, 1.5TB)")
+    return int(float(number) * _UNITS[unit])
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -222,12 +245,10 @@ class HiCacheKvtier(_HiCacheStorage):
         revision = options.get("model_revision")
         if revision:
             self.model_name = f"{self.model_name}@{revision}"
-        capacity = _option(options, "capacity", "KVTIER_CAPACITY", None)
-        if capacity not in (None, "", 0, "0"):
-            raise kvtier.InvalidArgumentError(
-                "capacity: this kvtier version does not enforce a capacity; remove the option "
-                "(or size the directory's filesystem) rather than run with a limit that is "
-                "silently ignored")
+        self.capacity_bytes = _parse_bytes(
+            _option(options, "capacity", "KVTIER_CAPACITY", 0), "capacity")
+        self.min_free_bytes = _parse_bytes(
+            _option(options, "min_free", "KVTIER_MIN_FREE", 0), "min_free")
         self.staging_bytes = int(float(options.get("staging_mb", 64)) * (1 << 20))
 
         self._lock = threading.Lock()
@@ -297,6 +318,8 @@ class HiCacheKvtier(_HiCacheStorage):
             salt=self.salt,
             fsync=self.fsync,
             direct_io=self.direct_io,
+            capacity_bytes=self.capacity_bytes,
+            min_free_bytes=self.min_free_bytes,
         )
         try:
             self._pool_registration = store.register_memory(buffer)

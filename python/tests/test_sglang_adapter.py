@@ -360,7 +360,33 @@ def test_options_and_environment(store_dir, monkeypatch):
     with pytest.raises(ValueError, match="direct_io"):
         HiCacheKvtier(StorageConfig(), {"direct_io": "maybe"})
     with pytest.raises(ValueError, match="capacity"):
-        HiCacheKvtier(StorageConfig(), {"capacity": "100GiB"})
+        HiCacheKvtier(StorageConfig(), {"capacity": "lots"})
+    assert HiCacheKvtier(StorageConfig(), {"capacity": "1.5GiB"}).capacity_bytes == 1610612736
+    assert HiCacheKvtier(StorageConfig(), {"capacity": 1000}).capacity_bytes == 1000
+
+
+def test_capacity_evicts_least_recently_used_pages(store_dir):
+    pool = HostPool(tokens=256)
+    pool.fill_random(seed=18)
+    probe = adapter(store_dir + "-probe", HostPool())
+    page_object = probe.page_bytes + 4096 + (-probe.page_bytes) % 4096
+    probe.close()
+    a = adapter(store_dir, pool, capacity=8 * page_object)
+    keys = keys_for("cap", 12)
+    for i in range(0, 12, 4):
+        assert a.batch_set_v1(keys[i:i + 4], host_indices(range(i, i + 4), pool.page_size)) == \
+            [True] * 4
+        if i == 4:
+            # The first four were read back: they are recent, 4..7 become the oldest.
+            assert a.batch_get_v1(keys[:4], host_indices(range(40, 44), pool.page_size)) == \
+                [True] * 4
+    stats = a.counters()["store"]
+    assert stats["used_bytes"] <= 8 * page_object
+    assert stats["evicted_pages"] == 4
+    assert a.batch_exists(keys[:4]) == 4
+    assert a.batch_exists(keys[4:8]) == 0
+    assert a.batch_exists(keys[8:]) == 4
+    a.close()
 
 
 def test_get_stats_reports_pages_and_bandwidth(store_dir):

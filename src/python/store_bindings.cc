@@ -84,7 +84,11 @@ py::dict stats_dict(const StoreStats& s) {
       "removes"_a = s.removes, "cleared"_a = s.cleared, "invalid_requests"_a = s.invalid_requests,
       "temps_swept"_a = s.temps_swept, "direct_io"_a = s.direct_io,
       "direct_pages"_a = s.direct_pages, "staged_pages"_a = s.staged_pages,
-      "direct_fallback_pages"_a = s.direct_fallback_pages);
+      "direct_fallback_pages"_a = s.direct_fallback_pages, "pages"_a = s.pages, "bytes"_a = s.bytes,
+      "capacity_bytes"_a = s.capacity_bytes, "min_free_bytes"_a = s.min_free_bytes,
+      "used_bytes"_a = s.used_bytes, "evicted_pages"_a = s.evicted_pages,
+      "evicted_bytes"_a = s.evicted_bytes, "capacity_refusals"_a = s.capacity_refusals,
+      "index_stats"_a = s.index_stats);
 }
 
 py::dict namespace_dict(const NamespaceSpec& ns) {
@@ -194,7 +198,7 @@ std::unique_ptr<PyStore> open_store(
     std::pair<uint32_t, uint32_t> cp, std::pair<uint32_t, uint32_t> dp, bool mla,
     const std::string& salt, const std::string& backend, bool fsync, const std::string& direct_io,
     bool verify_payload, bool drop_corrupt, size_t max_open_objects, size_t async_threads,
-    uint64_t staging_bytes) {
+    uint64_t staging_bytes, uint64_t capacity_bytes, uint64_t min_free_bytes) {
   StoreConfig cfg;
   Result<StoreLocation> location = parse_store_uri(uri);
   if (!location.ok()) raise_status(location.status());
@@ -221,6 +225,8 @@ std::unique_ptr<PyStore> open_store(
   cfg.max_open_objects = max_open_objects;
   cfg.async_threads = async_threads;
   cfg.staging_bytes = staging_bytes;
+  cfg.capacity_bytes = capacity_bytes;
+  cfg.min_free_bytes = min_free_bytes;
   Result<std::unique_ptr<Store>> store = [&] {
     py::gil_scoped_release unlocked;
     return Store::open(cfg);
@@ -244,7 +250,7 @@ void bind_store(py::module_& m) {
 
 Store(uri, *, model, dtype, layout, page_tokens, piece_bytes, pieces_per_page, tp, pp, cp, dp,
       mla, salt, backend, fsync, direct_io, verify_payload, drop_corrupt, max_open_objects,
-      async_threads, staging_bytes)
+      async_threads, staging_bytes, capacity_bytes, min_free_bytes)
 
 `uri` is a directory, file:///a[,/b][?backend=posix&...], or mem://name. The namespace fields
 decide which pages are shared: stores with equal fields share pages, any difference isolates
@@ -260,7 +266,7 @@ Status values (falsy).)")
            "dp"_a = std::pair<uint32_t, uint32_t>{0, 1}, "mla"_a = false, "salt"_a = "",
            "backend"_a = "", "fsync"_a = false, "direct_io"_a = "off", "verify_payload"_a = true,
            "drop_corrupt"_a = true, "max_open_objects"_a = 0, "async_threads"_a = 4,
-           "staging_bytes"_a = uint64_t{256} << 20)
+           "staging_bytes"_a = uint64_t{256} << 20, "capacity_bytes"_a = 0, "min_free_bytes"_a = 0)
       .def(
           "register_memory",
           [](PyStore& self, const py::object& obj, const py::object& nbytes) {
