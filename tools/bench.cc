@@ -298,6 +298,7 @@ int run_bench(const BenchOptions& o) {
     cfg.backend = o.backend;
     cfg.fsync = o.fsync;
     cfg.verify_payload = !o.skip_payload_checksum;
+    cfg.capacity_bytes = o.capacity;
     Result<DirectIo> dio = parse_direct_io(o.direct_io);
     if (!dio.ok()) {
       fmt::print(stderr, "kvtier bench: {}\n", dio.status().to_string());
@@ -346,7 +347,11 @@ int run_bench(const BenchOptions& o) {
   const size_t fds_after = count_open_fds().value_or(0);
 
   const uint64_t bytes = o.pages * shape.page_bytes();
-  const bool verified = wr.ok_pages == o.pages && rd.ok_pages == o.pages && rd.wrong_bytes == 0;
+  // With a capacity, pages evicted before the read phase are misses, not failures: verified
+  // means every page was written and no wrong byte was ever returned.
+  const bool verified =
+      wr.ok_pages == o.pages && rd.wrong_bytes == 0 && rd.corrupt == 0 && rd.errors == 0 &&
+      (o.capacity != 0 ? rd.ok_pages + rd.misses == o.pages : rd.ok_pages == o.pages);
   out = {{"write_gbps", phase_json(wr, bytes, o.pages)["gbps"]},
          {"read_gbps", phase_json(rd, bytes, o.pages)["gbps"]},
          {"write", phase_json(wr, bytes, o.pages)},
@@ -372,7 +377,10 @@ int run_bench(const BenchOptions& o) {
          {"direct_pages", store_stats.direct_pages},
          {"staged_pages", store_stats.staged_pages},
          {"direct_fallback_pages", store_stats.direct_fallback_pages},
-         {"kept", o.keep}};
+         {"kept", o.keep},
+         {"capacity_bytes", o.capacity},
+         {"evicted_pages", store_stats.evicted_pages},
+         {"read_misses", rd.misses}};
   if (o.json) {
     fmt::print("{}\n", out.dump());
   } else {
@@ -404,9 +412,13 @@ int run_bench(const BenchOptions& o) {
     }
     line("write", wr);
     line("read", rd);
-    fmt::print("  verified {}  ({} of {} pages byte-exact{})\n", verified ? "yes" : "NO",
+    fmt::print("  verified {}  ({} of {} pages byte-exact{}{})\n", verified ? "yes" : "NO",
                rd.ok_pages - rd.wrong_bytes, o.pages,
-               rd.wrong_bytes ? fmt::format(", {} with WRONG BYTES", rd.wrong_bytes) : "");
+               rd.wrong_bytes ? fmt::format(", {} with WRONG BYTES", rd.wrong_bytes) : "",
+               o.capacity
+                   ? fmt::format("; capacity {}: {} evicted, {} read as misses",
+                                 human_bytes(o.capacity), store_stats.evicted_pages, rd.misses)
+                   : "");
     fmt::print("  fds    before {}  during {}  after {}\n", fds_before, fds_during, fds_after);
     fmt::print("  pages  {}\n",
                o.keep ? "kept (kvtier stat / kvtier verify " + where + ")" : "cleared");

@@ -128,4 +128,58 @@ TEST(Cli, UsageAndOpenErrorsExitTwo) {
   EXPECT_EQ(run("bench --help").exit_code, 0);
 }
 
+TEST(Cli, CapacityBoundsTheBenchAndEvictionsAreMissesNotCorruption) {
+  kvtier::testing::TempDir dir;
+  // 64 pages of 69,632-byte objects into a budget of about 28 of them.
+  CliRun r = run("bench --dir " + dir.path() +
+                 " --page-bytes 65536 --pages 64 --batch 16 --capacity 2000000 --keep --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = json_of(r);
+  EXPECT_EQ(j["verified"], true);
+  EXPECT_EQ(j["capacity_bytes"], 2000000);
+  EXPECT_GT(j["evicted_pages"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["read_misses"], j["evicted_pages"]);
+  nlohmann::json s = json_of(run("stat " + dir.path() + " --json"));
+  EXPECT_LE(s["bytes"].get<uint64_t>(), 2000000u);
+}
+
+TEST(Cli, LsGcClearAndRepairMaintainAStore) {
+  kvtier::testing::TempDir dir;
+  ASSERT_EQ(run("bench --dir " + dir.path() + " --page-bytes 65536 --pages 20 --batch 10 --keep")
+                .exit_code,
+            0);
+  nlohmann::json pages = json_of(run("ls " + dir.path() + " --json"));
+  ASSERT_EQ(pages.size(), 20u);
+  const std::string ns = pages[0]["namespace"];
+  EXPECT_EQ(json_of(run("ls " + dir.path() + " --json --namespace ffff")).size(), 0u);
+
+  // Prometheus text names every namespace's pages and bytes.
+  CliRun prom = run("stat " + dir.path() + " --prometheus");
+  ASSERT_EQ(prom.exit_code, 0);
+  EXPECT_NE(prom.out.find("# TYPE kvtier_pages gauge"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("kvtier_pages{namespace=\"" + ns + "\""), std::string::npos);
+
+  // gc keeps at most --to bytes, oldest first.
+  nlohmann::json gc = json_of(run("gc " + dir.path() + " --to 300000 --json"));
+  EXPECT_EQ(gc["removed_pages"], 16);
+  EXPECT_LE(json_of(run("stat " + dir.path() + " --json"))["bytes"].get<uint64_t>(), 300000u);
+
+  // A damaged page: verify exits 1; --repair removes it; verify is clean again.
+  pages = json_of(run("ls " + dir.path() + " --json"));
+  ASSERT_EQ(pages.size(), 4u);
+  {
+    std::string bytes = kvtier::testing::read_file(pages[0]["path"]);
+    bytes[5000] ^= 1;
+    kvtier::testing::write_file(pages[0]["path"], bytes);
+  }
+  EXPECT_EQ(run("verify " + dir.path()).exit_code, 1);
+  EXPECT_EQ(json_of(run("verify " + dir.path() + " --repair --json"))["repaired"], 1);
+  EXPECT_EQ(run("verify " + dir.path()).exit_code, 0);
+
+  // clear removes one namespace's pages; an unknown namespace is a usage error.
+  EXPECT_EQ(run("clear " + dir.path() + " --namespace 0000000000").exit_code, 2);
+  EXPECT_EQ(run("clear " + dir.path() + " --namespace " + ns.substr(0, 8)).exit_code, 0);
+  EXPECT_EQ(json_of(run("stat " + dir.path() + " --json"))["pages"], 0);
+}
+
 }  // namespace

@@ -27,6 +27,7 @@ struct BenchOptions {
   bool skip_payload_checksum = false;
   bool keep = false;
   bool json = false;
+  uint64_t capacity = 0;  // --capacity: the store's capacity_bytes (0: none)
 };
 
 int run_bench(const BenchOptions& options);
@@ -34,10 +35,17 @@ int run_bench(const BenchOptions& options);
 struct InspectOptions {
   std::string location;
   bool json = false;
+  bool prometheus = false;       // stat --prometheus
+  bool repair = false;           // verify --repair
+  std::string namespace_prefix;  // ls/clear --namespace
+  uint64_t to_bytes = 0;         // gc --to
 };
 
 int run_stat(const InspectOptions& options);
 int run_verify(const InspectOptions& options);
+int run_ls(const InspectOptions& options);
+int run_gc(const InspectOptions& options);
+int run_clear(const InspectOptions& options);
 
 // The default store location of `kvtier bench`: $TMPDIR/kvtier-bench, or ./kvtier-bench when
 // TMPDIR is unset.

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "commands.h"
 #include "kvtier/store/inspect.h"
@@ -76,6 +77,31 @@ int run_stat(const InspectOptions& o) {
     fmt::print(stderr, "kvtier stat: {}\n", inv.status().to_string());
     return kExitUsage;
   }
+  if (o.prometheus) {
+    // Prometheus text exposition: one sample per namespace (and base), plus totals.
+    fmt::print("# HELP kvtier_pages Pages stored, by namespace.\n# TYPE kvtier_pages gauge\n");
+    for (const NamespaceSummary& ns : inv->namespaces) {
+      fmt::print("kvtier_pages{{namespace=\"{}\",dir=\"{}\"}} {}\n", ns.id, ns.dir, ns.pages);
+    }
+    fmt::print(
+        "# HELP kvtier_bytes Object bytes stored (headers and padding included), by "
+        "namespace.\n# TYPE kvtier_bytes gauge\n");
+    for (const NamespaceSummary& ns : inv->namespaces) {
+      fmt::print("kvtier_bytes{{namespace=\"{}\",dir=\"{}\"}} {}\n", ns.id, ns.dir, ns.bytes);
+    }
+    fmt::print(
+        "# HELP kvtier_temp_files Temporaries of live or crashed writers, by namespace.\n"
+        "# TYPE kvtier_temp_files gauge\n");
+    for (const NamespaceSummary& ns : inv->namespaces) {
+      fmt::print("kvtier_temp_files{{namespace=\"{}\",dir=\"{}\"}} {}\n", ns.id, ns.dir,
+                 ns.temp_files);
+    }
+    fmt::print(
+        "# HELP kvtier_namespaces Namespaces at the location.\n"
+        "# TYPE kvtier_namespaces gauge\nkvtier_namespaces {}\n",
+        inv->namespaces.size());
+    return kExitOk;
+  }
   if (o.json) {
     nlohmann::json namespaces = nlohmann::json::array();
     for (const NamespaceSummary& ns : inv->namespaces) {
@@ -124,6 +150,24 @@ int run_verify(const InspectOptions& o) {
     return kExitUsage;
   }
   const bool ok = report->problems.empty();
+  // --repair: corrupt pages are removed (faults that stopped a read are left alone).
+  uint64_t repaired = 0;
+  if (o.repair && !ok) {
+    std::vector<PageListing> bad;
+    for (const VerifyProblem& p : report->problems) {
+      if (p.status.code() != StatusCode::kCorrupt) continue;
+      const size_t slash = p.path.rfind('/');
+      const std::string fanout = p.path.substr(0, slash);
+      bad.push_back(PageListing{p.path, p.namespace_id, fanout.substr(0, fanout.rfind('/')),
+                                p.path.substr(slash + 1), p.bytes, 0});
+    }
+    Result<RemovalReport> removed = remove_pages(*loc, bad);
+    if (!removed.ok()) {
+      fmt::print(stderr, "kvtier verify: repairing: {}\n", removed.status().to_string());
+      return kExitUsage;
+    }
+    repaired = removed->pages;
+  }
   if (o.json) {
     nlohmann::json corrupt = nlohmann::json::array();
     for (const VerifyProblem& p : report->problems) {
@@ -134,16 +178,118 @@ int run_verify(const InspectOptions& o) {
     }
     nlohmann::json j = {{"uri", loc->uri()},        {"pages", report->pages},
                         {"intact", report->intact}, {"bytes", report->bytes},
-                        {"corrupt", corrupt},       {"ok", ok}};
+                        {"corrupt", corrupt},       {"ok", ok},
+                        {"repaired", repaired}};
     fmt::print("{}\n", j.dump());
   } else {
     for (const VerifyProblem& p : report->problems) {
       fmt::print("CORRUPT {}: {}\n", p.path, p.status.message());
     }
-    fmt::print("{}: {} pages checked, {} intact, {} corrupt\n", loc->uri(), report->pages,
-               report->intact, report->problems.size());
+    fmt::print("{}: {} pages checked, {} intact, {} corrupt{}\n", loc->uri(), report->pages,
+               report->intact, report->problems.size(),
+               o.repair ? fmt::format(", {} removed", repaired) : "");
   }
   return ok ? kExitOk : kExitFailed;
+}
+
+int run_ls(const InspectOptions& o) {
+  Result<StoreLocation> loc = location_of(o.location, "ls");
+  if (!loc.ok()) return kExitUsage;
+  Result<std::vector<PageListing>> pages = list_pages(*loc, o.namespace_prefix);
+  if (!pages.ok()) {
+    fmt::print(stderr, "kvtier ls: {}\n", pages.status().to_string());
+    return kExitUsage;
+  }
+  if (o.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const PageListing& p : *pages) {
+      j.push_back({{"namespace", p.namespace_id},
+                   {"page", p.name},
+                   {"bytes", p.bytes},
+                   {"mtime_ns", p.mtime_ns},
+                   {"path", p.path}});
+    }
+    fmt::print("{}\n", j.dump());
+    return kExitOk;
+  }
+  for (const PageListing& p : *pages) {
+    fmt::print("{}  {}  {:>12}  {}\n", p.namespace_id.substr(0, 12), p.name, p.bytes, p.path);
+  }
+  return kExitOk;
+}
+
+int run_gc(const InspectOptions& o) {
+  Result<StoreLocation> loc = location_of(o.location, "gc");
+  if (!loc.ok()) return kExitUsage;
+  Result<std::vector<PageListing>> pages = list_pages(*loc);  // least recently written first
+  if (!pages.ok()) {
+    fmt::print(stderr, "kvtier gc: {}\n", pages.status().to_string());
+    return kExitUsage;
+  }
+  uint64_t total = 0;
+  for (const PageListing& p : *pages) total += p.bytes;
+  std::vector<PageListing> victims;
+  for (const PageListing& p : *pages) {
+    if (total <= o.to_bytes) break;
+    victims.push_back(p);
+    total -= p.bytes;
+  }
+  Result<RemovalReport> removed = remove_pages(*loc, victims);
+  if (!removed.ok()) {
+    fmt::print(stderr, "kvtier gc: {}\n", removed.status().to_string());
+    return kExitUsage;
+  }
+  if (o.json) {
+    nlohmann::json j = {{"removed_pages", removed->pages},
+                        {"removed_bytes", removed->bytes},
+                        {"remaining_bytes", total}};
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("{}: removed {} pages ({} bytes), least recently written first; {} bytes remain\n",
+               loc->uri(), removed->pages, removed->bytes, total);
+  }
+  if (!removed->first_error.ok()) {
+    fmt::print(stderr, "kvtier gc: {}\n", removed->first_error.to_string());
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+int run_clear(const InspectOptions& o) {
+  Result<StoreLocation> loc = location_of(o.location, "clear");
+  if (!loc.ok()) return kExitUsage;
+  if (o.namespace_prefix.empty()) {
+    fmt::print(stderr, "kvtier clear: --namespace ID (or a unique prefix of it) is required\n");
+    return kExitUsage;
+  }
+  Result<Inventory> inv = take_inventory(*loc);
+  if (!inv.ok()) {
+    fmt::print(stderr, "kvtier clear: {}\n", inv.status().to_string());
+    return kExitUsage;
+  }
+  std::set<std::string> ids;
+  for (const NamespaceSummary& ns : inv->namespaces) {
+    if (ns.id.starts_with(o.namespace_prefix)) ids.insert(ns.id);
+  }
+  if (ids.size() != 1) {
+    fmt::print(stderr,
+               "kvtier clear: '{}' matches {} namespaces; give one (kvtier stat lists them)\n",
+               o.namespace_prefix, ids.size());
+    return kExitUsage;
+  }
+  Result<std::vector<PageListing>> pages = list_pages(*loc, *ids.begin());
+  if (!pages.ok()) {
+    fmt::print(stderr, "kvtier clear: {}\n", pages.status().to_string());
+    return kExitUsage;
+  }
+  Result<RemovalReport> removed = remove_pages(*loc, *pages);
+  if (!removed.ok()) {
+    fmt::print(stderr, "kvtier clear: {}\n", removed.status().to_string());
+    return kExitUsage;
+  }
+  fmt::print("{}: namespace {}: removed {} pages ({} bytes)\n", loc->uri(), *ids.begin(),
+             removed->pages, removed->bytes);
+  return removed->first_error.ok() ? kExitOk : kExitFailed;
 }
 
 }  // namespace kvtier::cli

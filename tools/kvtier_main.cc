@@ -68,12 +68,17 @@ int main(int argc, char** argv) {
               "measure what verification costs; the bench still compares every byte");
   b->add_flag("--keep", bench.keep, "Keep the pages (for kvtier stat/verify) instead of clearing");
   b->add_flag("--json", bench.json, "Print one JSON object");
+  b->add_option("--capacity", bench.capacity,
+                "Bound the store to BYTES (least recently used pages evicted); pages evicted "
+                "before the read phase count as misses, apart from corruption")
+      ->check(CLI::Range(uint64_t{1}, UINT64_MAX));
 
   InspectOptions stat;
   CLI::App* s = app.add_subcommand(
       "stat", "Pages, bytes, namespaces and leftover temporaries of a store location");
   s->add_option("location", stat.location, "Directory or URI")->required();
   s->add_flag("--json", stat.json, "Print one JSON object");
+  s->add_flag("--prometheus", stat.prometheus, "Print Prometheus text (gauges per namespace)");
 
   InspectOptions verify;
   CLI::App* v = app.add_subcommand(
@@ -82,6 +87,26 @@ int main(int argc, char** argv) {
       "pages found (each listed); 2: usage or open error");
   v->add_option("location", verify.location, "Directory or URI")->required();
   v->add_flag("--json", verify.json, "Print one JSON object");
+  v->add_flag("--repair", verify.repair, "Remove the corrupt pages found");
+
+  InspectOptions ls;
+  CLI::App* l = app.add_subcommand("ls", "List pages: namespace, key hash, bytes, path");
+  l->add_option("location", ls.location, "Directory or URI")->required();
+  l->add_option("--namespace", ls.namespace_prefix, "Only namespaces whose id starts with this");
+  l->add_flag("--json", ls.json, "Print one JSON array");
+
+  InspectOptions gc;
+  CLI::App* g = app.add_subcommand(
+      "gc", "Remove least recently written pages until the location holds at most --to bytes");
+  g->add_option("location", gc.location, "Directory or URI")->required();
+  g->add_option("--to", gc.to_bytes, "Bytes to keep at most")->required();
+  g->add_flag("--json", gc.json, "Print one JSON object");
+
+  InspectOptions clear;
+  CLI::App* c = app.add_subcommand("clear", "Remove every page of one namespace");
+  c->add_option("location", clear.location, "Directory or URI")->required();
+  c->add_option("--namespace", clear.namespace_prefix, "Namespace id (or a unique prefix)")
+      ->required();
 
   try {
     app.parse(argc, argv);
@@ -98,5 +123,8 @@ int main(int argc, char** argv) {
   if (b->parsed()) return run_bench(bench);
   if (s->parsed()) return run_stat(stat);
   if (v->parsed()) return run_verify(verify);
+  if (l->parsed()) return run_ls(ls);
+  if (g->parsed()) return run_gc(gc);
+  if (c->parsed()) return run_clear(clear);
   return kExitUsage;
 }

@@ -1,11 +1,14 @@
 #include "kvtier/store/inspect.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <map>
 
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
+#include "ledger.h"
 #include "object_io.h"
 #include "page_format.h"
 #include "routing.h"
@@ -25,12 +28,7 @@ Result<Agent> agent_for(const StoreLocation& loc) {
   return Agent::create(ac);
 }
 
-struct PageEntry {
-  std::string path;
-  std::string namespace_id;
-  std::string name;
-  uint64_t size;
-};
+using PageEntry = PageListing;
 
 // Walks <base>/kvtier/<ns>/<xx>/<page> for every base, filling summaries and (optionally) the
 // list of pages.
@@ -79,7 +77,9 @@ Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<
           }
           ++ns.pages;
           ns.bytes += e.size;
-          if (pages) pages->push_back(PageEntry{dir + "/" + e.name, id, e.name, e.size});
+          if (pages) {
+            pages->push_back(PageEntry{dir + "/" + e.name, id, ns.dir, e.name, e.size, e.mtime_ns});
+          }
           return ok_status();
         });
         if (st.code() == StatusCode::kNotFound) continue;
@@ -145,6 +145,56 @@ Result<Inventory> take_inventory(const StoreLocation& location) {
   return inv;
 }
 
+Result<std::vector<PageListing>> list_pages(const StoreLocation& location,
+                                            std::string_view namespace_prefix) {
+  KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
+  Inventory inv;
+  std::vector<PageEntry> pages;
+  KVTIER_RETURN_IF_ERROR(walk(agent, location, &inv, &pages));
+  std::erase_if(pages,
+                [&](const PageEntry& p) { return !p.namespace_id.starts_with(namespace_prefix); });
+  std::stable_sort(pages.begin(), pages.end(),
+                   [](const PageEntry& a, const PageEntry& b) { return a.mtime_ns < b.mtime_ns; });
+  return pages;
+}
+
+Result<RemovalReport> remove_pages(const StoreLocation& location,
+                                   std::span<const PageListing> pages) {
+  KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
+  RemovalReport report;
+  std::map<std::string, uint64_t> freed;  // namespace dir -> bytes
+  std::vector<std::string> paths;
+  for (const PageListing& p : pages) paths.push_back(p.path);
+  std::vector<Status> removed = agent.remove_many(paths);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (removed[i].ok()) {
+      ++report.pages;
+      report.bytes += pages[i].bytes;
+      freed[pages[i].namespace_dir] += pages[i].bytes;
+    } else if (removed[i].code() != StatusCode::kNotFound && report.first_error.ok()) {
+      report.first_error = removed[i];
+    }
+  }
+  // Namespaces with a capacity ledger get the bytes back (FILE stores only).
+  if (location.storage_class == StorageClass::kFile) {
+    for (const auto& [dir, bytes] : freed) {
+      const std::string usage = dir + "/" + std::string(routing::kUsageFile);
+      if (::access(usage.c_str(), F_OK) != 0) continue;
+      // Alone, the ledger is reset from a fresh count; with stores open, given back.
+      Inventory inv;
+      uint64_t now_bytes = 0;
+      if (walk(agent, location, &inv, nullptr).ok()) {
+        for (const NamespaceSummary& ns : inv.namespaces) {
+          if (ns.dir == dir) now_bytes = ns.bytes;
+        }
+      }
+      KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Ledger> ledger, Ledger::open(dir, now_bytes));
+      if (!ledger->reset_on_open()) KVTIER_RETURN_IF_ERROR(ledger->release(bytes));
+    }
+  }
+  return report;
+}
+
 Result<VerifyReport> verify_store(const StoreLocation& location, const VerifyProgress& progress) {
   KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
   Inventory inv;
@@ -159,9 +209,9 @@ Result<VerifyReport> verify_store(const StoreLocation& location, const VerifyPro
     Status st = verify_page(agent, p, buf);
     if (st.ok()) {
       ++report.intact;
-      report.bytes += p.size;
+      report.bytes += p.bytes;
     } else if (st.code() != StatusCode::kNotFound) {  // removed meanwhile: not a problem
-      report.problems.push_back(VerifyProblem{p.path, p.namespace_id, std::move(st)});
+      report.problems.push_back(VerifyProblem{p.path, p.namespace_id, std::move(st), p.bytes});
     } else {
       --report.pages;
     }

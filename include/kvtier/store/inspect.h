@@ -1,10 +1,12 @@
-// Inspection of a store location as a whole, across namespaces: what `kvtier stat` and
-// `kvtier verify` print. Read-only, except that nothing here removes anything either.
+// Inspection and maintenance of a store location as a whole, across namespaces: what
+// `kvtier stat`, `ls`, `verify`, `gc` and `clear` do. Only remove_pages() changes anything.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvtier/core/status.h"
@@ -32,10 +34,35 @@ struct Inventory {
 // kNotFound when a base directory does not exist.
 Result<Inventory> take_inventory(const StoreLocation& location);
 
+struct PageListing {
+  std::string path;
+  std::string namespace_id;
+  std::string namespace_dir;
+  std::string name;  // the key hash, 32 hex digits
+  uint64_t bytes = 0;
+  uint64_t mtime_ns = 0;
+};
+
+// Every page of the location whose namespace id starts with `namespace_prefix` (all when
+// empty), least recently written first.
+Result<std::vector<PageListing>> list_pages(const StoreLocation& location,
+                                            std::string_view namespace_prefix = {});
+
+struct RemovalReport {
+  uint64_t pages = 0;
+  uint64_t bytes = 0;
+  Status first_error;  // the first failure other than "already gone"
+};
+
+// Removes pages (as listed), giving their bytes back to their namespaces' capacity ledgers.
+Result<RemovalReport> remove_pages(const StoreLocation& location,
+                                   std::span<const PageListing> pages);
+
 struct VerifyProblem {
   std::string path;
   std::string namespace_id;
-  Status status;  // kCorrupt with the reason, or the fault that stopped the read
+  Status status;       // kCorrupt with the reason, or the fault that stopped the read
+  uint64_t bytes = 0;  // the object's size
 };
 
 struct VerifyReport {
