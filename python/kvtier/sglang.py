@@ -660,6 +660,18 @@ class HiCacheKvtier(_HiCacheStorage):
                 pass
         return out
 
+    def prometheus(self) -> str:
+        """The store's metrics as Prometheus text, labelled with this shard."""
+        store = self._store
+        if store is None:
+            return ""
+        labels = (f'namespace="{store.namespace_id}",tp_rank="{self.tp_rank}",'
+                  f'pp_rank="{self.pp_rank}"')
+        try:
+            return store.prometheus(labels)
+        except Exception:  # noqa: BLE001 - closed meanwhile
+            return ""
+
     def get_stats(self):
         """Pages and GB/s of every batch since the last call, and the cumulative counters."""
         with self._lock:

@@ -403,6 +403,11 @@ def test_get_stats_reports_pages_and_bandwidth(store_dir):
     assert a.get_stats().prefetch_pgs == []  # per interval
     c = a.counters()
     assert c["set_ok"] == 4 and c["get_hits"] == 4 and c["store"]["put_pages"] == 4
+    assert c["store"]["put_latency"]["count"] == 1 and c["store"]["get_latency"]["count"] == 1
+    assert sum(c["store"]["get_latency"]["buckets"]) == 1
+    text = a.prometheus()
+    assert "# TYPE kvtier_get_batch_seconds histogram" in text
+    assert 'kvtier_put_pages_total{namespace="' in text and 'tp_rank="0"' in text
     a.close()
 
 

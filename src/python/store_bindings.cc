@@ -75,6 +75,16 @@ void check_flat(size_t keys, const std::vector<uintptr_t>& ptrs, const std::vect
   }
 }
 
+// Bucket i: calls under 2^i microseconds (the last: slower ones).
+py::dict histogram_dict(const LatencyHistogram& h) {
+  py::list upper_us;
+  for (size_t i = 0; i + 1 < h.buckets.size(); ++i) upper_us.append(uint64_t{1} << i);
+  upper_us.append(py::none());
+  return py::dict("count"_a = h.count, "sum_us"_a = h.sum_us,
+                  "buckets"_a = std::vector<uint64_t>(h.buckets.begin(), h.buckets.end()),
+                  "upper_us"_a = upper_us);
+}
+
 py::dict stats_dict(const StoreStats& s) {
   return py::dict(
       "put_pages"_a = s.put_pages, "put_bytes"_a = s.put_bytes, "put_failures"_a = s.put_failures,
@@ -88,7 +98,11 @@ py::dict stats_dict(const StoreStats& s) {
       "capacity_bytes"_a = s.capacity_bytes, "min_free_bytes"_a = s.min_free_bytes,
       "used_bytes"_a = s.used_bytes, "evicted_pages"_a = s.evicted_pages,
       "evicted_bytes"_a = s.evicted_bytes, "capacity_refusals"_a = s.capacity_refusals,
-      "index_stats"_a = s.index_stats);
+      "index_stats"_a = s.index_stats, "batches_in_flight"_a = s.batches_in_flight,
+      "objects_open"_a = s.objects_open, "errors_by_code"_a = s.errors_by_code,
+      "put_latency"_a = histogram_dict(s.put_latency),
+      "get_latency"_a = histogram_dict(s.get_latency),
+      "exists_latency"_a = histogram_dict(s.exists_latency));
 }
 
 py::dict namespace_dict(const NamespaceSpec& ns) {
@@ -400,6 +414,13 @@ Status values (falsy).)")
           [](PyStore& self) { return unlocked_call(self, [](Store& s) { return s.clear(); }); },
           "Removes every page of this store's namespace (and no other).")
       .def("stats", [](PyStore& self) { return stats_dict(self.get()->stats()); })
+      .def(
+          "prometheus",
+          [](PyStore& self, const std::string& labels) {
+            return to_prometheus(self.get()->stats(), labels);
+          },
+          "labels"_a = "",
+          "The stats as Prometheus text; `labels` (name=\"value\",...) go on every sample.")
       .def_property_readonly(
           "namespace", [](PyStore& self) { return namespace_dict(self.get()->namespace_spec()); })
       .def_property_readonly("namespace_id",

@@ -129,6 +129,11 @@ class ObjectBudget {
 
   // A quarter of RLIMIT_NOFILE's soft limit, between 8 and 1024.
   static size_t default_capacity();
+  // Permits held now (objects the store may hold open).
+  size_t in_use() {
+    std::lock_guard lock(mu_);
+    return capacity_ - available_;
+  }
 
  private:
   const size_t capacity_;

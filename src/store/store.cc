@@ -37,6 +37,47 @@ struct Counters {
       invalid_requests{0}, temps_swept{0};
   std::atomic<uint64_t> direct_pages{0}, staged_pages{0}, direct_fallback_pages{0};
   std::atomic<uint64_t> evicted_pages{0}, evicted_bytes{0}, index_stats{0}, capacity_refusals{0};
+  std::atomic<uint64_t> batches_in_flight{0};
+  std::array<std::atomic<uint64_t>, 16> errors_by_code{};  // indexed by StatusCode
+
+  struct Histogram {
+    std::array<std::atomic<uint64_t>, LatencyHistogram::kBuckets> buckets{};
+    std::atomic<uint64_t> count{0}, sum_us{0};
+    void add(uint64_t us) {
+      size_t b = 0;
+      while (b + 1 < buckets.size() && us >= (uint64_t{1} << b)) ++b;
+      buckets[b].fetch_add(1, std::memory_order_relaxed);
+      count.fetch_add(1, std::memory_order_relaxed);
+      sum_us.fetch_add(us, std::memory_order_relaxed);
+    }
+    LatencyHistogram snapshot() const {
+      LatencyHistogram h;
+      for (size_t i = 0; i < buckets.size(); ++i) h.buckets[i] = buckets[i].load();
+      h.count = count.load();
+      h.sum_us = sum_us.load();
+      return h;
+    }
+  };
+  Histogram put_latency, get_latency, exists_latency;
+};
+
+// Times a batch call into a histogram and counts it in flight while it runs.
+class BatchTimer {
+ public:
+  BatchTimer(Counters& c, Counters::Histogram& h) : c_(c), h_(h), start_(now_ns()) {
+    c_.batches_in_flight.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~BatchTimer() {
+    c_.batches_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    h_.add((now_ns() - start_) / 1000);
+  }
+  BatchTimer(const BatchTimer&) = delete;
+  BatchTimer& operator=(const BatchTimer&) = delete;
+
+ private:
+  Counters& c_;
+  Counters::Histogram& h_;
+  uint64_t start_;
 };
 
 void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
@@ -172,10 +213,23 @@ struct Store::Impl {
   size_t async_pending = 0;  // guarded by async_mu
 
   BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
-    return run_batch(keys, pieces, [this](auto&&... args) { put_window(args...); });
+    BatchTimer timer(counters, counters.put_latency);
+    BatchResult r = run_batch(keys, pieces, [this](auto&&... args) { put_window(args...); });
+    count_errors(r);
+    return r;
   }
   BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces) {
-    return run_batch(keys, pieces, [this](auto&&... args) { get_window(args...); });
+    BatchTimer timer(counters, counters.get_latency);
+    BatchResult r = run_batch(keys, pieces, [this](auto&&... args) { get_window(args...); });
+    count_errors(r);
+    return r;
+  }
+  void count_errors(const BatchResult& r) {
+    for (const Status& st : r.pages) {
+      if (!st.ok() && st.code() != StatusCode::kNotFound) {
+        bump(counters.errors_by_code[static_cast<size_t>(st.code()) % 16]);
+      }
+    }
   }
   void submit(std::shared_ptr<detail::TicketState> state);
   class TicketJob;
@@ -1113,6 +1167,7 @@ Result<bool> Store::exists(std::string_view key) {
 
 size_t Store::batch_exists(std::span<const std::string_view> keys) {
   Impl& impl = *impl_;
+  BatchTimer timer(impl.counters, impl.counters.exists_latency);
   size_t n = 0;
   // Indexed keys cost no system call; from the first one that is not, ask storage.
   for (; n < keys.size(); ++n) {
@@ -1244,7 +1299,77 @@ StoreStats Store::stats() const {
   s.evicted_bytes = v(c.evicted_bytes);
   s.capacity_refusals = v(c.capacity_refusals);
   s.index_stats = v(c.index_stats);
+  s.put_latency = c.put_latency.snapshot();
+  s.get_latency = c.get_latency.snapshot();
+  s.exists_latency = c.exists_latency.snapshot();
+  s.batches_in_flight = v(c.batches_in_flight);
+  s.objects_open = impl_->budget.in_use();
+  for (size_t code = 1; code < c.errors_by_code.size(); ++code) {
+    if (const uint64_t n = v(c.errors_by_code[code]); n != 0) {
+      s.errors_by_code[std::string(status_code_name(static_cast<StatusCode>(code)))] = n;
+    }
+  }
   return s;
+}
+
+std::string to_prometheus(const StoreStats& s, std::string_view labels) {
+  std::string out;
+  const std::string l = labels.empty() ? std::string() : "{" + std::string(labels) + "}";
+  auto with = [&](std::string_view extra) {
+    if (labels.empty()) return "{" + std::string(extra) + "}";
+    return "{" + std::string(labels) + "," + std::string(extra) + "}";
+  };
+  auto metric = [&](std::string_view name, std::string_view type, std::string_view help,
+                    uint64_t value) {
+    out += fmt::format("# HELP kvtier_{0} {1}\n# TYPE kvtier_{0} {2}\nkvtier_{0}{3} {4}\n", name,
+                       help, type, l, value);
+  };
+  metric("put_pages_total", "counter", "Pages written and published.", s.put_pages);
+  metric("put_bytes_total", "counter", "Payload bytes of published pages.", s.put_bytes);
+  metric("put_failures_total", "counter", "Pages that failed to be written.", s.put_failures);
+  metric("get_hits_total", "counter", "Pages read and verified.", s.get_hits);
+  metric("get_bytes_total", "counter", "Payload bytes of pages read.", s.get_bytes);
+  metric("get_misses_total", "counter", "Pages not present.", s.get_misses);
+  metric("get_corrupt_total", "counter", "Pages that failed verification (misses).", s.get_corrupt);
+  metric("get_failures_total", "counter", "Reads that failed (faults, caller errors).",
+         s.get_failures);
+  metric("exists_queries_total", "counter", "Keys asked about by exists calls.", s.exists_queries);
+  metric("evicted_pages_total", "counter", "Pages evicted to stay within capacity.",
+         s.evicted_pages);
+  metric("evicted_bytes_total", "counter", "Object bytes evicted.", s.evicted_bytes);
+  metric("capacity_refusals_total", "counter", "Pages refused: no room even after evicting.",
+         s.capacity_refusals);
+  metric("pages", "gauge", "Pages in this process's index.", s.pages);
+  metric("bytes", "gauge", "Object bytes in this process's index.", s.bytes);
+  metric("used_bytes", "gauge", "Bytes used against the capacity (all processes).", s.used_bytes);
+  metric("capacity_bytes", "gauge", "The capacity (0: none).", s.capacity_bytes);
+  metric("batches_in_flight", "gauge", "Batch calls running now.", s.batches_in_flight);
+  metric("objects_open", "gauge", "Objects (descriptors) held open now.", s.objects_open);
+  out +=
+      "# HELP kvtier_errors_total Failed pages by status code (misses excluded).\n"
+      "# TYPE kvtier_errors_total counter\n";
+  for (const auto& [code, n] : s.errors_by_code) {
+    out += fmt::format("kvtier_errors_total{} {}\n", with(fmt::format("code=\"{}\"", code)), n);
+  }
+  auto histogram = [&](std::string_view name, std::string_view help, const LatencyHistogram& h) {
+    out += fmt::format("# HELP kvtier_{0}_seconds {1}\n# TYPE kvtier_{0}_seconds histogram\n", name,
+                       help);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i + 1 < h.buckets.size(); ++i) {
+      cumulative += h.buckets[i];
+      out +=
+          fmt::format("kvtier_{}_seconds_bucket{} {}\n", name,
+                      with(fmt::format("le=\"{:g}\"", static_cast<double>(uint64_t{1} << i) / 1e6)),
+                      cumulative);
+    }
+    out += fmt::format("kvtier_{}_seconds_bucket{} {}\n", name, with("le=\"+Inf\""), h.count);
+    out += fmt::format("kvtier_{}_seconds_sum{} {:g}\n", name, l, h.sum_us / 1e6);
+    out += fmt::format("kvtier_{}_seconds_count{} {}\n", name, l, h.count);
+  };
+  histogram("put_batch", "Latency of put and batch_put calls.", s.put_latency);
+  histogram("get_batch", "Latency of get and batch_get calls.", s.get_latency);
+  histogram("exists_batch", "Latency of batch_exists calls.", s.exists_latency);
+  return out;
 }
 
 const NamespaceSpec& Store::namespace_spec() const {

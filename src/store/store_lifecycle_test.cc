@@ -341,5 +341,40 @@ TEST_F(StoreLifecycle, CapacityNeedsAFileStore) {
   EXPECT_EQ(s.status().code(), StatusCode::kUnsupported);
 }
 
+TEST_F(StoreLifecycle, MetricsCountLatenciesErrorsAndRenderAsPrometheus) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  const auto keys = testing::keys_for("m", 4);
+  ASSERT_TRUE(put(*s, pool, keys).all_ok());
+  std::vector<MutableBuffer> out;
+  for (size_t i = 0; i < 4; ++i) out.push_back(pool.out(4 + i, kPage));
+  // Damage one page: the read reports it as CORRUPT, counted by code.
+  const std::string hex = hash128(keys[2]).hex();
+  const std::string path = s->namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
+  std::string bytes = testing::read_file(path);
+  bytes[5000] ^= 1;
+  testing::write_file(path, bytes);
+  BatchResult r = s->batch_get(testing::views(keys), out);
+  EXPECT_EQ(r.ok_count(), 3u);
+  (void)s->batch_exists(testing::views(keys));
+  const StoreStats st = s->stats();
+  EXPECT_EQ(st.put_latency.count, 1u);
+  EXPECT_EQ(st.get_latency.count, 1u);
+  EXPECT_EQ(st.exists_latency.count, 1u);
+  uint64_t in_buckets = 0;
+  for (uint64_t b : st.get_latency.buckets) in_buckets += b;
+  EXPECT_EQ(in_buckets, 1u);
+  EXPECT_EQ(st.batches_in_flight, 0u);
+  EXPECT_EQ(st.objects_open, 0u);
+  EXPECT_EQ(st.errors_by_code.at("CORRUPT"), 1u);
+  const std::string text = to_prometheus(st, "rank=\"0\"");
+  EXPECT_NE(text.find("kvtier_get_hits_total{rank=\"0\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("kvtier_errors_total{rank=\"0\",code=\"CORRUPT\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_get_batch_seconds_count{rank=\"0\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_put_batch_seconds_bucket{rank=\"0\",le=\"+Inf\"} 1\n"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvtier

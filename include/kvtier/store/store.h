@@ -36,11 +36,13 @@
 // the Store object; destroying them releases the memory.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -162,6 +164,15 @@ class BatchTicket {
   std::shared_ptr<detail::TicketState> state_;
 };
 
+// Batch latencies: bucket i counts calls that took less than 2^i microseconds (and at least
+// 2^(i-1)); the last bucket counts everything slower.
+struct LatencyHistogram {
+  static constexpr size_t kBuckets = 26;  // up to ~33 s
+  std::array<uint64_t, kBuckets> buckets{};
+  uint64_t count = 0;
+  uint64_t sum_us = 0;
+};
+
 struct StoreStats {
   uint64_t put_pages = 0;     // pages written and published
   uint64_t put_bytes = 0;     // payload bytes of those
@@ -193,7 +204,19 @@ struct StoreStats {
   uint64_t evicted_bytes = 0;
   uint64_t capacity_refusals = 0;  // pages refused: they did not fit even after evicting
   uint64_t index_stats = 0;        // exists checks the index could not answer (a stat each)
+  // Latency of batch calls (put/get: whole batches, single pages included; exists: batches).
+  LatencyHistogram put_latency;
+  LatencyHistogram get_latency;
+  LatencyHistogram exists_latency;
+  uint64_t batches_in_flight = 0;  // batch calls running now (all threads)
+  uint64_t objects_open = 0;       // objects (descriptors, for files) the store holds open now
+  // Failed pages by status code name ("NOT_FOUND" excluded: misses are counted above).
+  std::map<std::string, uint64_t> errors_by_code;
 };
+
+// Prometheus text exposition of `stats` (counters, gauges, histograms named kvtier_*), with
+// `labels` ("namespace=\"ab12\",rank=\"0\"", or empty) on every sample.
+std::string to_prometheus(const StoreStats& stats, std::string_view labels = {});
 
 class Store {
  public:
