@@ -227,7 +227,8 @@ TEST_F(StoreLifecycle, EvictionNeverTearsAReadInFlight) {
 }
 
 // Three processes write ten times the capacity at once; the namespace never holds more than
-// the capacity (checked by the writers after every batch, and on disk at the end).
+// the capacity (the shared usage checked by the writers after every batch, the bytes on disk
+// at the end).
 TEST_F(StoreLifecycle, CapacityIsOneBudgetAcrossProcesses) {
   constexpr uint64_t kCapacity = 64 * kObject;
   constexpr int kWriters = 3;
@@ -245,8 +246,9 @@ TEST_F(StoreLifecycle, CapacityIsOneBudgetAcrossProcesses) {
                          std::to_string(i));
         }
         if (!put(*s, pool, keys).all_ok()) code = 3;
+        // The shared usage, which bounds what is published at every moment. (A directory
+        // walk is no snapshot while others evict and write: it is checked at the end.)
         if (s->stats().used_bytes > kCapacity) code = 4;
-        if (on_disk(*s).second > kCapacity + kObject) code = 5;
       }
       return code;
     });
@@ -257,9 +259,8 @@ TEST_F(StoreLifecycle, CapacityIsOneBudgetAcrossProcesses) {
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "writer " << pid
-                                      << " (3: a put failed, 4: usage over capacity, "
-                                         "5: bytes on disk over capacity by more than a page)";
+    EXPECT_EQ(WEXITSTATUS(status), 0)
+        << "writer " << pid << " (3: a put failed, 4: usage over capacity)";
   }
   auto s = open(kCapacity);
   ASSERT_NE(s, nullptr);

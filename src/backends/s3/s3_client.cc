@@ -421,7 +421,12 @@ struct Client::Impl {
 
   void finish(const std::shared_ptr<Request>& r, Status st) {
     r->status = std::move(st);
-    if (r->on_done) r->on_done(*r);
+    // Moved out first: a callback's captures (the batch that lists this request) must not
+    // outlive the call, or they would keep each other alive.
+    if (std::function<void(Request&)> done = std::move(r->on_done)) {
+      r->on_done = nullptr;
+      done(*r);
+    }
     {
       std::lock_guard lock(mu);
       done_flags.erase(r.get());
@@ -565,7 +570,10 @@ void Client::start(std::shared_ptr<Request> r) {
     std::lock_guard lock(impl_->mu);
     if (impl_->stopping) {
       r->status = cancelled_error("the S3 client is shutting down");
-      if (r->on_done) r->on_done(*r);
+      if (std::function<void(Request&)> done = std::move(r->on_done)) {
+        r->on_done = nullptr;
+        done(*r);
+      }
       return;
     }
     impl_->done_flags[r.get()] = false;
