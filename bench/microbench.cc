@@ -3,6 +3,10 @@
 // Key routing, header encode and verify, checksum throughput by size, and batch_exists of 128
 // keys on a real directory (what SGLang calls before every prefetch).
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -10,6 +14,7 @@
 #include <vector>
 
 #include "../src/store/page_format.h"
+#include "../src/store/page_index.h"
 #include "../src/store/routing.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/checksum.h"
@@ -81,7 +86,7 @@ void BM_Checksum(benchmark::State& state) {
 }
 BENCHMARK(BM_Checksum)->Arg(70272)->Arg(1310720)->Arg(4 << 20)->Arg(256 << 20);
 
-// batch_exists of 128 present keys (stat per key until the index arrives).
+// batch_exists of 128 present keys, answered from the store's page index.
 void BM_BatchExists128(benchmark::State& state) {
   const std::string dir = std::filesystem::temp_directory_path() / "kvtier-microbench";
   std::filesystem::remove_all(dir);
@@ -106,6 +111,120 @@ void BM_BatchExists128(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_BatchExists128)->Unit(benchmark::kMicrosecond);
+
+// The same 128 keys by one stat() of each page path: what batch_exists cost without an index.
+void BM_StatPerKey128(benchmark::State& state) {
+  const std::string dir = std::filesystem::temp_directory_path() / "kvtier-microbench-stat";
+  std::filesystem::remove_all(dir);
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri(dir);
+  cfg.ns.model = "microbench";
+  auto store = std::move(Store::open(cfg)).value();
+  AlignedBuffer page = std::move(AlignedBuffer::allocate(4096)).value();
+  Registration reg = std::move(store->register_memory(page.data(), page.size())).value();
+  std::vector<std::string> paths;
+  for (int i = 0; i < 128; ++i) {
+    const std::string key = sglang_key(i);
+    if (!store->put(key, page.data(), page.size()).ok()) state.SkipWithError("put failed");
+    const std::string hex = hash128(key).hex();
+    paths.push_back(store->namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex);
+  }
+  for (auto _ : state) {
+    for (const std::string& p : paths) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) != 0) state.SkipWithError("stat failed");
+    }
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 128);
+  reg.reset();
+  store.reset();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_StatPerKey128)->Unit(benchmark::kMicrosecond);
+
+// The page index in memory: time and heap bytes per page for N pages.
+void BM_IndexInsert(benchmark::State& state) {
+  const auto n = static_cast<uint64_t>(state.range(0));
+  for (auto _ : state) {
+    const size_t before = mallinfo2().uordblks;
+    PageIndex index;
+    for (uint64_t i = 0; i < n; ++i) index.put({hash128(&i, sizeof i), 0, 8192});
+    state.counters["heap_bytes_per_page"] =
+        static_cast<double>(mallinfo2().uordblks - before) / static_cast<double>(n);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
+}
+BENCHMARK(BM_IndexInsert)->Arg(1 << 20)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// Store::open over N pages on disk (names only: a fixed page geometry), i.e. the index build
+// by listing. The pages are empty files with page names: only their names are read.
+void BM_OpenIndexScan(benchmark::State& state) {
+  const auto n = static_cast<uint64_t>(state.range(0));
+  const std::string dir = std::filesystem::temp_directory_path() / "kvtier-microbench-scan";
+  std::filesystem::remove_all(dir);
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri(dir);
+  cfg.ns.model = "microbench-scan";
+  cfg.ns.piece_bytes = 4096;
+  const std::string ns_dir = std::move(Store::open(cfg)).value()->namespace_dirs()[0];
+  for (uint64_t i = 0; i < n; ++i) {
+    const std::string hex = hash128(&i, sizeof i).hex();
+    const std::string fan = ns_dir + "/" + hex.substr(0, 2);
+    if (i < 256) std::filesystem::create_directories(fan);
+    const int fd = ::open((fan + "/" + hex).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      std::filesystem::create_directories(fan);
+      --i;
+      continue;
+    }
+    ::close(fd);
+  }
+  for (auto _ : state) {
+    auto store = std::move(Store::open(cfg)).value();
+    if (store->stats().pages != n) state.SkipWithError("index short");
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_OpenIndexScan)->Arg(1 << 20)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// Writing batches of 128 new pages into a store that is full: every page evicts one. Compare
+// with BM_PutBatch128 (no capacity) for the cost of eviction per page.
+void put_batches(benchmark::State& state, uint64_t capacity) {
+  const std::string dir = std::filesystem::temp_directory_path() / "kvtier-microbench-evict";
+  std::filesystem::remove_all(dir);
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri(dir);
+  cfg.ns.model = "microbench-evict";
+  cfg.ns.piece_bytes = 4096;
+  cfg.capacity_bytes = capacity;
+  auto store = std::move(Store::open(cfg)).value();
+  AlignedBuffer page = std::move(AlignedBuffer::allocate(4096)).value();
+  Registration reg = std::move(store->register_memory(page.data(), page.size())).value();
+  std::vector<ConstBuffer> pieces(128, ConstBuffer{page.data(), page.size()});
+  uint64_t next = 0;
+  auto batch = [&] {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 128; ++i) keys.push_back(sglang_key(static_cast<int>(next++)));
+    std::vector<std::string_view> views(keys.begin(), keys.end());
+    if (!store->batch_put(views, pieces).all_ok()) state.SkipWithError("put failed");
+  };
+  batch();  // full from here on
+  for (auto _ : state) batch();
+  state.counters["evicted_pages"] = static_cast<double>(store->stats().evicted_pages);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 128);
+  reg.reset();
+  store.reset();
+  std::filesystem::remove_all(dir);
+}
+void BM_PutBatch128(benchmark::State& state) {
+  put_batches(state, 0);
+}
+void BM_PutBatch128Evicting(benchmark::State& state) {
+  put_batches(state, 128 * 8192);
+}
+BENCHMARK(BM_PutBatch128)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PutBatch128Evicting)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvtier
