@@ -255,8 +255,9 @@ class HiCacheKvtier(_HiCacheStorage):
         self._store: Optional[kvtier.Store] = None
         self._pool_registration: Optional[kvtier.Registration] = None
         self._pool_range = (0, 0)
-        self._staging_get: Optional[_Staging] = None
-        self._staging_set: Optional[_Staging] = None
+        self._staging_get: Optional[_Staging] = None  # layer_first reads
+        self._staging_set: Optional[_Staging] = None  # layer_first writes
+        self._staging_legacy: Optional[_Staging] = None  # legacy calls outside the pool
         self.mem_pool_host = None
         self.layout = None
         self.page_size = 0
@@ -338,10 +339,10 @@ class HiCacheKvtier(_HiCacheStorage):
                     piece_bytes, "zero-copy" if self._staging_get is None else "staged")
 
     def _release(self, store: Optional[kvtier.Store]) -> None:
-        for staging in (self._staging_get, self._staging_set):
+        for staging in (self._staging_get, self._staging_set, self._staging_legacy):
             if staging is not None:
                 staging.release()
-        self._staging_get = self._staging_set = None
+        self._staging_get = self._staging_set = self._staging_legacy = None
         if self._pool_registration is not None:
             self._pool_registration.release()
             self._pool_registration = None
@@ -527,10 +528,10 @@ class HiCacheKvtier(_HiCacheStorage):
 
     def _legacy_staging(self, store: kvtier.Store) -> _Staging:
         with self._lock:
-            if self._staging_get is None:
-                self._staging_get = _Staging(store, self.mem_pool_host.kv_buffer, 1,
-                                             self.page_bytes)
-            return self._staging_get
+            if self._staging_legacy is None:
+                self._staging_legacy = _Staging(store, self.mem_pool_host.kv_buffer, 1,
+                                                self.page_bytes)
+            return self._staging_legacy
 
     @staticmethod
     def _location(target_location: Any, target_sizes: Any):

@@ -100,6 +100,25 @@ def test_single_set_get(store_dir):
     a.close()
 
 
+def test_legacy_calls_leave_the_zero_copy_path_alone(store_dir):
+    """A legacy call with memory outside the pool stages through its own row; v1 batches on a
+    page_first pool stay zero-copy (they never call get_data_page)."""
+    pool = HostPool(backing="torch", dtype=torch.float32)
+    pool.fill_random(seed=19)
+    a = adapter(store_dir, pool)
+    key = keys_for("legacy-then-v1", 1)[0]
+    assert a.set(key, pool.get_data_page(0, flat=True).clone())
+    calls = []
+    get_page, set_page = pool.get_data_page, pool.set_from_flat_data_page
+    pool.get_data_page = lambda *args, **kw: calls.append("get") or get_page(*args, **kw)
+    pool.set_from_flat_data_page = lambda *args: calls.append("set") or set_page(*args)
+    keys = keys_for("v1-after-legacy", 2)
+    assert a.batch_set_v1(keys, host_indices([1, 2], pool.page_size)) == [True, True]
+    assert a.batch_get_v1(keys, host_indices([3, 4], pool.page_size)) == [True, True]
+    assert calls == []
+    a.close()
+
+
 def test_batch_set_get(store_dir):
     pool = HostPool(backing="torch", dtype=torch.float32)
     pool.fill_random(seed=3)
