@@ -17,6 +17,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "kvtier/core/unique_fd.h"
+
 namespace kvtier::s3 {
 namespace {
 
@@ -441,26 +443,29 @@ struct Client::Impl {
   // not sticky, hence every iteration.)
   void quick_acks() {
     if (active.empty()) return;
-    for (curl_socket_t fd : sockets) {
+    for (const auto& [fd, owned] : sockets) {
       const int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
     }
   }
 
   // Connections' sockets, opened and closed for libcurl (which calls these on the loop thread,
-  // or in curl_multi_cleanup): opened close-on-exec, and known for quick_acks().
+  // or in curl_multi_cleanup). The client owns them (close-on-exec, closed by UniqueFd, and
+  // by the client's destruction at the latest); libcurl borrows them.
   static curl_socket_t open_socket(void* ud, curlsocktype /*purpose*/, curl_sockaddr* addr) {
     auto* self = static_cast<Impl*>(ud);
-    const curl_socket_t fd = ::socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
-    if (fd != CURL_SOCKET_BAD) self->sockets.push_back(fd);
-    return fd;
+    UniqueFd fd(::socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol));
+    if (!fd.valid()) return CURL_SOCKET_BAD;
+    const curl_socket_t raw = fd.get();
+    self->sockets.emplace(raw, std::move(fd));
+    return raw;
   }
   static int close_socket(void* ud, curl_socket_t fd) {
     auto* self = static_cast<Impl*>(ud);
-    std::erase(self->sockets, fd);
-    return ::close(fd);
+    self->sockets.erase(fd);  // closes it
+    return 0;
   }
-  std::vector<curl_socket_t> sockets;  // loop thread (and the destructor, after it)
+  std::unordered_map<curl_socket_t, UniqueFd> sockets;  // loop thread (and the destructor)
 
   void run_loop() {
     for (;;) {
