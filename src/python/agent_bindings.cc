@@ -28,7 +28,7 @@ class PyTarget {
     if (!target_.valid()) raise_invalid("the target is closed");
     return target_;
   }
-  void close() { target_.reset(); }
+  void release() { target_.reset(); }
   bool valid() const { return target_.valid(); }
 
  private:
@@ -143,10 +143,10 @@ void bind_agent(py::module_& m) {
             return st;
           },
           "durable"_a = false, "Makes a written 'create' target visible at its path.")
-      .def("close", &PyTarget::close,
+      .def("close", &PyTarget::release,
            "Releases the target now (an unpublished 'create' target leaves nothing).")
       .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](PyTarget& t, const py::args&) { t.close(); });
+      .def("__exit__", [](PyTarget& t, const py::args&) { t.release(); });
 
   py::class_<PyTransfer>(m, "Transfer", "An asynchronous transfer request (Agent.make_request).")
       .def("post", &PyTransfer::post, "Starts the transfer.")

@@ -163,7 +163,7 @@ class PyTicket {
 class PyStore {
  public:
   explicit PyStore(std::unique_ptr<Store> store) : store_(std::move(store)) {}
-  ~PyStore() { close(); }
+  ~PyStore() { close_store(); }
 
   std::shared_ptr<Store> get() const {
     std::lock_guard lock(mu_);
@@ -172,7 +172,7 @@ class PyStore {
   }
 
   // Waits for submitted batches and in-flight calls of other threads, then closes.
-  void close() {
+  void close_store() {
     std::shared_ptr<Store> store;
     {
       std::lock_guard lock(mu_);
@@ -433,10 +433,10 @@ Status values (falsy).)")
       .def_property_readonly("namespace_dirs",
                              [](PyStore& self) { return self.get()->namespace_dirs(); })
       .def_property_readonly("closed", &PyStore::closed)
-      .def("close", &PyStore::close,
+      .def("close", &PyStore::close_store,
            "Waits for submitted batches and calls in flight, then closes. Idempotent.")
       .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](PyStore& self, const py::args&) { self.close(); });
+      .def("__exit__", [](PyStore& self, const py::args&) { self.close_store(); });
 }
 
 }  // namespace kvtier::python
