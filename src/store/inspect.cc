@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
@@ -177,18 +178,22 @@ Result<RemovalReport> remove_pages(const StoreLocation& location,
   }
   // Namespaces with a capacity ledger get the bytes back (FILE stores only).
   if (location.storage_class == StorageClass::kFile) {
+    // Alone, a ledger is reset from a fresh count; with stores open, given the bytes back.
+    // One walk counts every namespace (taken when the first ledger needs it).
+    std::optional<std::map<std::string, uint64_t>> now;  // namespace dir -> bytes
     for (const auto& [dir, bytes] : freed) {
       const std::string usage = dir + "/" + std::string(routing::kUsageFile);
       if (::access(usage.c_str(), F_OK) != 0) continue;
-      // Alone, the ledger is reset from a fresh count; with stores open, given back.
-      Inventory inv;
-      uint64_t now_bytes = 0;
-      if (walk(agent, location, &inv, nullptr).ok()) {
-        for (const NamespaceSummary& ns : inv.namespaces) {
-          if (ns.dir == dir) now_bytes = ns.bytes;
+      if (!now) {
+        now.emplace();
+        Inventory inv;
+        if (walk(agent, location, &inv, nullptr).ok()) {
+          for (const NamespaceSummary& ns : inv.namespaces) (*now)[ns.dir] = ns.bytes;
         }
       }
-      KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Ledger> ledger, Ledger::open(dir, now_bytes));
+      const auto it = now->find(dir);
+      KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Ledger> ledger,
+                              Ledger::open(dir, it == now->end() ? 0 : it->second));
       if (!ledger->reset_on_open()) KVTIER_RETURN_IF_ERROR(ledger->release(bytes));
     }
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -386,6 +387,11 @@ struct Store::Impl {
   // Lists the namespace's pages into the index: `as_recent` puts them in their modification
   // order as used; otherwise they go in as least recently used (found later).
   Status scan_index(bool as_recent);
+  // Lists base `b`'s namespace directory one fan-out directory at a time: `fn(dir, pages)`
+  // gets the page entries of each (directories that vanish meanwhile are skipped).
+  Status for_each_fanout(size_t b, bool with_details,
+                         const std::function<Status(const std::string& dir,
+                                                    const std::vector<ObjectInfo>& pages)>& fn);
 
   // Runs a batch in windows of at most budget.capacity() pages, each holding its permits.
   template <typename Buffer, typename Window>
@@ -671,27 +677,17 @@ Status Store::Impl::scan_index(bool as_recent) {
   };
   std::vector<Found> found;
   for (size_t b = 0; b < router.base_count(); ++b) {
-    const std::string& ns_dir = router.namespace_dir(b);
-    std::vector<std::string> fanouts;
-    Status st = agent.list(ns_dir, ListOptions{}, [&](const ObjectInfo& e) {
-      if (e.is_dir && routing::is_fanout_name(e.name)) fanouts.push_back(ns_dir + "/" + e.name);
-      return ok_status();
-    });
-    if (st.code() == StatusCode::kNotFound) continue;
-    KVTIER_RETURN_IF_ERROR(st);
-    for (const std::string& dir : fanouts) {
-      st = agent.list(dir, ListOptions{.with_details = !fixed}, [&](const ObjectInfo& e) {
-        if (e.is_dir || !routing::is_page_name(e.name)) return ok_status();
-        const std::optional<Hash128> h = parse_hash_hex(e.name);
-        if (h && (fixed || e.size > kHeaderBytes)) {
-          found.push_back(
-              {{*h, static_cast<uint32_t>(b), fixed ? fixed_bytes : e.size}, e.mtime_ns});
-        }
-        return ok_status();
-      });
-      if (st.code() == StatusCode::kNotFound) continue;
-      KVTIER_RETURN_IF_ERROR(st);
-    }
+    KVTIER_RETURN_IF_ERROR(for_each_fanout(
+        b, /*with_details=*/!fixed, [&](const std::string&, const std::vector<ObjectInfo>& pages) {
+          for (const ObjectInfo& e : pages) {
+            const std::optional<Hash128> h = parse_hash_hex(e.name);
+            if (h && (fixed || e.size > kHeaderBytes)) {
+              found.push_back(
+                  {{*h, static_cast<uint32_t>(b), fixed ? fixed_bytes : e.size}, e.mtime_ns});
+            }
+          }
+          return ok_status();
+        }));
   }
   if (as_recent) {
     std::sort(found.begin(), found.end(),
@@ -699,6 +695,30 @@ Status Store::Impl::scan_index(bool as_recent) {
     for (const Found& f : found) index.put(f.page);
   } else {
     for (const Found& f : found) index.put_cold(f.page);
+  }
+  return ok_status();
+}
+
+Status Store::Impl::for_each_fanout(
+    size_t b, bool with_details,
+    const std::function<Status(const std::string& dir, const std::vector<ObjectInfo>& pages)>& fn) {
+  const std::string& ns_dir = router.namespace_dir(b);
+  std::vector<std::string> fanouts;
+  Status st = agent.list(ns_dir, ListOptions{}, [&](const ObjectInfo& e) {
+    if (e.is_dir && routing::is_fanout_name(e.name)) fanouts.push_back(ns_dir + "/" + e.name);
+    return ok_status();
+  });
+  if (st.code() == StatusCode::kNotFound) return ok_status();
+  KVTIER_RETURN_IF_ERROR(st);
+  for (const std::string& dir : fanouts) {
+    std::vector<ObjectInfo> pages;
+    st = agent.list(dir, ListOptions{.with_details = with_details}, [&](const ObjectInfo& e) {
+      if (!e.is_dir && routing::is_page_name(e.name)) pages.push_back(e);
+      return ok_status();
+    });
+    if (st.code() == StatusCode::kNotFound) continue;
+    KVTIER_RETURN_IF_ERROR(st);
+    KVTIER_RETURN_IF_ERROR(fn(dir, pages));
   }
   return ok_status();
 }
@@ -1217,51 +1237,32 @@ Status Store::remove(std::string_view key) {
 }
 
 Status Store::clear() {
-  Agent& agent = impl_->agent;
-  const bool ledger = impl_->ledger != nullptr;
+  Impl& impl = *impl_;
+  const bool ledger = impl.ledger != nullptr;
   uint64_t freed = 0;
   Status result;
-  for (size_t b = 0; b < impl_->router.base_count() && result.ok(); ++b) {
-    const std::string& ns_dir = impl_->router.namespace_dir(b);
-    std::vector<std::string> fanouts;
-    Status st = agent.list(ns_dir, ListOptions{}, [&](const ObjectInfo& e) {
-      if (e.is_dir && routing::is_fanout_name(e.name)) fanouts.push_back(ns_dir + "/" + e.name);
-      return ok_status();
-    });
-    if (st.code() == StatusCode::kNotFound) continue;
-    if (!st.ok()) {
-      result = st;
-      break;
-    }
-    for (const std::string& dir : fanouts) {
-      std::vector<std::string> pages;
-      std::vector<uint64_t> sizes;
-      st = agent.list(dir, ListOptions{.with_details = ledger}, [&](const ObjectInfo& e) {
-        if (!e.is_dir && routing::is_page_name(e.name)) {
-          pages.push_back(dir + "/" + e.name);
-          sizes.push_back(e.size);
-        }
-        return ok_status();
-      });
-      if (st.code() == StatusCode::kNotFound) continue;
-      if (!st.ok()) {
-        result = st;
-        break;
-      }
-      std::vector<Status> removed = agent.remove_many(pages);
-      for (size_t i = 0; i < removed.size(); ++i) {
-        if (removed[i].ok()) {
-          bump(impl_->counters.cleared);
-          freed += sizes[i];
-        } else if (removed[i].code() != StatusCode::kNotFound && result.ok()) {
-          result = removed[i];
-        }
-      }
-      if (!result.ok()) break;
-    }
+  for (size_t b = 0; b < impl.router.base_count() && result.ok(); ++b) {
+    result = impl.for_each_fanout(
+        b, /*with_details=*/ledger,
+        [&](const std::string& dir, const std::vector<ObjectInfo>& pages) {
+          std::vector<std::string> paths;
+          paths.reserve(pages.size());
+          for (const ObjectInfo& e : pages) paths.push_back(dir + "/" + e.name);
+          std::vector<Status> removed = impl.agent.remove_many(paths);
+          Status first;
+          for (size_t i = 0; i < removed.size(); ++i) {
+            if (removed[i].ok()) {
+              bump(impl.counters.cleared);
+              freed += pages[i].size;
+            } else if (removed[i].code() != StatusCode::kNotFound && first.ok()) {
+              first = removed[i];
+            }
+          }
+          return first;
+        });
   }
-  impl_->index.clear();
-  if (ledger) impl_->ledger->release(freed).ignore_error();
+  impl.index.clear();
+  if (ledger) impl.ledger->release(freed).ignore_error();
   return result;
 }
 
