@@ -29,8 +29,12 @@ constexpr uint64_t kWakeTag = ~uint64_t{0};
 // registered as consecutive slots of at most 1 GiB each.
 constexpr unsigned kFixedSlots = 1024;
 constexpr uint64_t kFixedChunk = uint64_t{1} << 30;
-// What a ring claims before it submits (see Ring::loop).
-constexpr uint64_t kRoundBytes = 1 << 20;
+// What a ring claims before it submits (see Ring::loop). Page-cache reads complete inside the
+// submission and their completions run right after it, where the store hashes each 256 KiB
+// checksum chunk: rounds of one chunk hash what was just copied while it is still in the
+// core's L2. With 1 MiB rounds verification cost 21% of a hot 4 MiB read, with 256 KiB 11%
+// (docs/benchmarks.md).
+constexpr uint64_t kRoundBytes = 256 << 10;
 constexpr size_t kRoundRequests = 32;
 
 // Work shared by the rings: units that each become one request, resubmitted until done.
@@ -492,7 +496,7 @@ void Ring::loop() {
       io_uring_sqe_set_data64(sqe, s);
     }
     resubmit.clear();
-    // Claim about 1 MiB (or 32 requests) per round, then submit without waiting while more
+    // Claim about 256 KiB (or 32 requests) per round, then submit without waiting while more
     // work is there: page-cache reads complete inside the submission, so small rounds let
     // every ring take its share of a batch instead of the first awake taking all of it.
     uint64_t claimed_bytes = 0;
