@@ -16,6 +16,10 @@ uint64_t checksum64(const void* data, size_t size) noexcept;
 inline uint64_t checksum64(std::string_view s) noexcept {
   return checksum64(s.data(), s.size());
 }
+// Which build of XXH3 checksum64 runs: "avx512" (kvtier's own, compiled for AVX-512 and
+// chosen where the CPU has it) or "libxxhash" (the library's run-time dispatch). Both compute
+// the same XXH3-64.
+std::string_view checksum64_implementation() noexcept;
 
 struct Hash128 {
   uint64_t high = 0;
