@@ -33,10 +33,10 @@ int main(int argc, char** argv) {
     }
   }
   if (page == 0 || pages == 0 || batch == 0 || reps == 0) return 2;
-  auto src = kvtier::AlignedBuffer::allocate(batch * page);
+  auto src = kvtier::AlignedBuffer::allocate(pages * page);
   auto dst = kvtier::AlignedBuffer::allocate(batch * page);
   if (!src.ok() || !dst.ok()) {
-    fmt::print(stderr, "cannot allocate {} bytes\n", 2 * batch * page);
+    fmt::print(stderr, "cannot allocate {} bytes\n", (pages + batch) * page);
     return 1;
   }
   std::memset(src->data(), 0x33, src->size());  // both pools touched before timing, as in
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     for (uint64_t p = 0; p < pages; ++p) {
       const uint64_t slot = p % batch;
-      std::memcpy(dst->data() + slot * page, src->data() + slot * page, page);
+      std::memcpy(dst->data() + slot * page, src->data() + p * page, page);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     gbps.push_back(static_cast<double>(pages * page) / s / 1e9);
