@@ -269,20 +269,20 @@ Result<DirectIoAlignment> FileBackend::probe_direct_io(std::string_view dir) {
 Result<std::unique_ptr<BackendTarget>> FileBackend::open_read(const TargetSpec& spec) {
   KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
                           open_file(spec.path.c_str(), O_RDONLY | (spec.direct ? O_DIRECT : 0)));
-  return adopt_read(spec, std::move(fd));
-}
-
-Result<std::unique_ptr<BackendTarget>> FileBackend::adopt_read(const TargetSpec& spec,
-                                                               UniqueFd fd) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return errno_status(errno, "fstat", spec.path);
+  return adopt_read(spec, std::move(fd), st);
+}
+
+Result<std::unique_ptr<BackendTarget>> FileBackend::adopt_read(const TargetSpec& spec, UniqueFd fd,
+                                                               const struct stat& st) {
   if (!S_ISREG(st.st_mode)) {
     return invalid_argument_error(fmt::format("'{}' is not a regular file", spec.path));
   }
   auto t =
       std::make_unique<FileTarget>(spec.path, TargetMode::kRead, static_cast<uint64_t>(st.st_size),
                                    identity_of(st), std::move(fd), std::string(), std::string());
-  if (spec.direct) KVTIER_RETURN_IF_ERROR(make_direct(*t));
+  if (spec.direct) KVTIER_RETURN_IF_ERROR(make_direct(*t, st.st_dev));
   return std::unique_ptr<BackendTarget>(std::move(t));
 }
 
@@ -290,16 +290,20 @@ Result<std::unique_ptr<BackendTarget>> FileBackend::adopt_read(const TargetSpec&
 Status FileBackend::make_direct(FileTarget& t) {
   struct stat st;
   if (::fstat(t.fd(), &st) != 0) return errno_status(errno, "fstat", t.path());
+  return make_direct(t, st.st_dev);
+}
+
+Status FileBackend::make_direct(FileTarget& t, dev_t dev) {
   {
     std::lock_guard lock(dio_mu_);
-    if (auto it = dio_by_dev_.find(st.st_dev); it != dio_by_dev_.end()) {
+    if (auto it = dio_by_dev_.find(dev); it != dio_by_dev_.end()) {
       t.set_direct(it->second);
       return ok_status();
     }
   }
   KVTIER_ASSIGN_OR_RETURN(DirectIoAlignment a, dio_alignment_of(t.fd(), t.path()));
   std::lock_guard lock(dio_mu_);
-  dio_by_dev_[st.st_dev] = a;
+  dio_by_dev_[dev] = a;
   t.set_direct(a);
   return ok_status();
 }

@@ -6,6 +6,7 @@
 // Internal to the backends; not installed.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -79,8 +80,10 @@ class FileBackend : public Backend {
 
   // Targets around descriptors a derived backend opened itself (io_uring OPENAT), finished
   // exactly as open() would finish them. The descriptor must carry O_CLOEXEC, and O_DIRECT
-  // when spec.direct is set.
-  Result<std::unique_ptr<BackendTarget>> adopt_read(const TargetSpec& spec, UniqueFd fd);
+  // when spec.direct is set. `st` is what fstat says of it (the backend may have asked on
+  // another thread).
+  Result<std::unique_ptr<BackendTarget>> adopt_read(const TargetSpec& spec, UniqueFd fd,
+                                                    const struct stat& st);
   // `fd` is an unnamed O_TMPFILE in `temp_dir`.
   Result<std::unique_ptr<BackendTarget>> adopt_created(const TargetSpec& spec, UniqueFd fd,
                                                        const std::string& temp_dir) {
@@ -98,6 +101,7 @@ class FileBackend : public Backend {
                                                        const std::string& temp_dir,
                                                        std::string temp_path);
   Status make_direct(FileTarget& t);
+  Status make_direct(FileTarget& t, dev_t dev);  // `dev`: the file's st_dev
   Status link_anonymous(FileTarget& t);
   Status rename_named(FileTarget& t);
   std::string temp_name(std::string_view final_path);

@@ -5,6 +5,7 @@
 #include <liburing.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -166,10 +167,15 @@ class OpenJob final : public Job {
   struct Open {
     std::string path;  // the object (kRead) or the directory of an unnamed temporary (kCreate)
     int flags;
+    bool stat = false;  // fstat what was opened (objects to read: their size and identity)
   };
 
   explicit OpenJob(std::vector<Open> opens)
-      : Job(opens.size()), opens_(std::move(opens)), fds_(opens_.size()), errors_(opens_.size()) {}
+      : Job(opens.size()),
+        opens_(std::move(opens)),
+        fds_(opens_.size()),
+        errors_(opens_.size()),
+        stats_(opens_.size()) {}
 
   bool start(size_t) override { return true; }
   uint64_t bytes(size_t) const override { return 0; }
@@ -183,6 +189,9 @@ class OpenJob final : public Job {
     if (res == -EAGAIN || res == -EINTR) return true;
     if (res >= 0) {
       fds_[unit] = UniqueFd(res);  // owned from the moment it exists
+      // The stat every read target needs, here on the ring's thread, in parallel with the
+      // other rings, instead of one after another on the caller's once all are open.
+      if (opens_[unit].stat && ::fstat(res, &stats_[unit]) != 0) stat_errors_[unit] = errno;
     } else {
       errors_[unit] = -res;
     }
@@ -201,11 +210,20 @@ class OpenJob final : public Job {
 
   UniqueFd take_fd(size_t unit) { return std::move(fds_[unit]); }
   int error(size_t unit) const { return errors_[unit]; }
+  // What fstat said of the unit's descriptor (Open::stat), or its errno.
+  Result<struct stat> stat(size_t unit) const {
+    if (stat_errors_[unit] != 0) {
+      return errno_status(stat_errors_[unit], "fstat", opens_[unit].path);
+    }
+    return stats_[unit];
+  }
 
  private:
   const std::vector<Open> opens_;
   std::vector<UniqueFd> fds_;
   std::vector<int> errors_;
+  std::vector<struct stat> stats_;
+  std::vector<int> stat_errors_ = std::vector<int>(opens_.size(), 0);
   std::atomic<size_t> completed_{0};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -327,7 +345,7 @@ class UringBackend final : public file::FileBackend {
       if (s.path.empty()) continue;
       if (s.mode == TargetMode::kRead) {
         unit_of[i] = opens.size();
-        opens.push_back({s.path, O_RDONLY | direct});
+        opens.push_back({s.path, O_RDONLY | direct, true});
       } else if (tmpfile_enabled()) {
         unit_of[i] = opens.size();
         opens.push_back({temp_dir_for(s), O_TMPFILE | O_RDWR | direct});
@@ -347,9 +365,12 @@ class UringBackend final : public file::FileBackend {
       if (u == SIZE_MAX) {
         out.push_back(FileBackend::open(s));
       } else if (UniqueFd fd = job->take_fd(u); fd.valid()) {
-        out.push_back(s.mode == TargetMode::kRead
-                          ? adopt_read(s, std::move(fd))
-                          : adopt_created(s, std::move(fd), temp_dir_for(s)));
+        if (s.mode == TargetMode::kRead) {
+          Result<struct stat> st = job->stat(u);
+          out.push_back(st.ok() ? adopt_read(s, std::move(fd), *st) : std::move(st).status());
+        } else {
+          out.push_back(adopt_created(s, std::move(fd), temp_dir_for(s)));
+        }
       } else if (s.mode == TargetMode::kRead) {
         out.push_back(errno_status(job->error(u), "open", s.path));
       } else {
