@@ -166,7 +166,9 @@ def main():
         def add(key, value):
             r.setdefault(key, []).append(value)
 
-        backend = kvtier_bench(args.dir, shape, BATCH, direct=False)["backend_description"]
+        probe = kvtier_bench(args.dir, shape, BATCH, direct=False)
+        backend = probe["backend_description"]
+        report["checksum_implementation"] = probe.get("checksum_implementation", "")
         jobs, depth, engine = queue_shape(backend)
         same = f"{engine} x{jobs} qd{depth}"
         configs = [("psync", 1, 1), ("psync", jobs, 1)] if engine == "io_uring" else []
@@ -249,7 +251,8 @@ def main():
         report["shapes"][shape] = shape_report
 
         print(f"== {shape}: {pages} pages of {page:,} B ({page // piece} x {piece:,} B pieces)")
-        print(f"   kvtier: {backend}; fio at the same depth: {same}")
+        print(f"   kvtier: {backend}, XXH3 {report['checksum_implementation']}; "
+              f"fio at the same depth: {same}")
         print(f"   {'':15} {'kvtier GB/s':>19} {'fio GB/s, same qd':>19} {'ratio':>6} "
               f"{'CPU s/GB kv/fio':>16}")
         for key, name in [("bw", "buffered write"), ("br", "buffered read"),
