@@ -161,7 +161,10 @@ class FaultBackend final : public BackendWrapper {
 
   void cancel(IoBatch& /*batch*/) noexcept override {
     // Delayed batches notice cancel_requested() when woken; forwarded ones through their
-    // sub-batch, which reports the parent's flag.
+    // sub-batch, which reports the parent's flag. Taking the lock first orders this wake
+    // after the delayer's check of the flag or before its wait: without it the wake could
+    // fall between the two, and the batch would sit out its whole delay.
+    { std::lock_guard lock(mu_); }
     cv_.notify_all();
   }
 
