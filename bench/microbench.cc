@@ -29,6 +29,19 @@ std::string sglang_key(uint64_t i) {
   return hash128(std::to_string(i)).hex() + hash128(std::to_string(i + 1)).hex();
 }
 
+// A store in an emptied temporary directory `name` (removed again by ~BenchDir), namespace
+// model `name`.
+struct BenchDir {
+  explicit BenchDir(const char* name) : path(std::filesystem::temp_directory_path() / name) {
+    std::filesystem::remove_all(path);
+    config.location = *parse_store_uri(path);
+    config.ns.model = name;
+  }
+  ~BenchDir() { std::filesystem::remove_all(path); }
+  const std::string path;
+  StoreConfig config;
+};
+
 void BM_RouteKey(benchmark::State& state) {
   routing::Router router({"/mnt/nvme0/kv", "/mnt/nvme1/kv"}, hash128("namespace"));
   std::vector<std::string> keys;
@@ -89,11 +102,8 @@ BENCHMARK(BM_Checksum)->Arg(70272)->Arg(256 << 10)->Arg(1310720)->Arg(4 << 20)->
 
 // batch_exists of 128 present keys, answered from the store's page index.
 void BM_BatchExists128(benchmark::State& state) {
-  const std::string dir = std::filesystem::temp_directory_path() / "kvtier-microbench";
-  std::filesystem::remove_all(dir);
-  StoreConfig cfg;
-  cfg.location = *parse_store_uri(dir);
-  cfg.ns.model = "microbench";
+  BenchDir dir("kvtier-microbench");
+  StoreConfig& cfg = dir.config;
   auto store = std::move(Store::open(cfg)).value();
   AlignedBuffer page = std::move(AlignedBuffer::allocate(4096)).value();
   Registration reg = std::move(store->register_memory(page.data(), page.size())).value();
@@ -109,17 +119,13 @@ void BM_BatchExists128(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 128);
   reg.reset();
   store.reset();
-  std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_BatchExists128)->Unit(benchmark::kMicrosecond);
 
 // The same 128 keys by one stat() of each page path: what batch_exists cost without an index.
 void BM_StatPerKey128(benchmark::State& state) {
-  const std::string dir = std::filesystem::temp_directory_path() / "kvtier-microbench-stat";
-  std::filesystem::remove_all(dir);
-  StoreConfig cfg;
-  cfg.location = *parse_store_uri(dir);
-  cfg.ns.model = "microbench";
+  BenchDir dir("kvtier-microbench-stat");
+  StoreConfig& cfg = dir.config;
   auto store = std::move(Store::open(cfg)).value();
   AlignedBuffer page = std::move(AlignedBuffer::allocate(4096)).value();
   Registration reg = std::move(store->register_memory(page.data(), page.size())).value();
@@ -139,7 +145,6 @@ void BM_StatPerKey128(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 128);
   reg.reset();
   store.reset();
-  std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_StatPerKey128)->Unit(benchmark::kMicrosecond);
 
@@ -161,11 +166,8 @@ BENCHMARK(BM_IndexInsert)->Arg(1 << 20)->Unit(benchmark::kMillisecond)->Iteratio
 // by listing. The pages are empty files with page names: only their names are read.
 void BM_OpenIndexScan(benchmark::State& state) {
   const auto n = static_cast<uint64_t>(state.range(0));
-  const std::string dir = std::filesystem::temp_directory_path() / "kvtier-microbench-scan";
-  std::filesystem::remove_all(dir);
-  StoreConfig cfg;
-  cfg.location = *parse_store_uri(dir);
-  cfg.ns.model = "microbench-scan";
+  BenchDir dir("kvtier-microbench-scan");
+  StoreConfig& cfg = dir.config;
   cfg.ns.piece_bytes = 4096;
   const std::string ns_dir = std::move(Store::open(cfg)).value()->namespace_dirs()[0];
   for (uint64_t i = 0; i < n; ++i) {
@@ -185,18 +187,14 @@ void BM_OpenIndexScan(benchmark::State& state) {
     if (store->stats().pages != n) state.SkipWithError("index short");
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
-  std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_OpenIndexScan)->Arg(1 << 20)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // Writing batches of 128 new pages into a store that is full: every page evicts one. Compare
 // with BM_PutBatch128 (no capacity) for the cost of eviction per page.
 void put_batches(benchmark::State& state, uint64_t capacity) {
-  const std::string dir = std::filesystem::temp_directory_path() / "kvtier-microbench-evict";
-  std::filesystem::remove_all(dir);
-  StoreConfig cfg;
-  cfg.location = *parse_store_uri(dir);
-  cfg.ns.model = "microbench-evict";
+  BenchDir dir("kvtier-microbench-evict");
+  StoreConfig& cfg = dir.config;
   cfg.ns.piece_bytes = 4096;
   cfg.capacity_bytes = capacity;
   auto store = std::move(Store::open(cfg)).value();
@@ -216,7 +214,6 @@ void put_batches(benchmark::State& state, uint64_t capacity) {
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 128);
   reg.reset();
   store.reset();
-  std::filesystem::remove_all(dir);
 }
 void BM_PutBatch128(benchmark::State& state) {
   put_batches(state, 0);
@@ -234,11 +231,8 @@ BENCHMARK(BM_PutBatch128Evicting)->Unit(benchmark::kMicrosecond);
 void BM_GetBatch128(benchmark::State& state) {
   const auto bytes = static_cast<uint64_t>(state.range(0));
   const auto stored = static_cast<uint64_t>(state.range(2));
-  const std::string dir = std::filesystem::temp_directory_path() / "kvtier-microbench-get";
-  std::filesystem::remove_all(dir);
-  StoreConfig cfg;
-  cfg.location = *parse_store_uri(dir);
-  cfg.ns.model = "microbench-get";
+  BenchDir dir("kvtier-microbench-get");
+  StoreConfig& cfg = dir.config;
   cfg.verify_payload = state.range(1) != 0;
   auto store = std::move(Store::open(cfg)).value();
   const uint64_t slot = (bytes + 4095) / 4096 * 4096;
@@ -267,7 +261,6 @@ void BM_GetBatch128(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 128);
   reg.reset();
   store.reset();
-  std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_GetBatch128)
     ->ArgsProduct({{70272}, {1, 0}, {128, 4096}})
