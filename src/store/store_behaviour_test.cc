@@ -234,13 +234,7 @@ TEST_P(StoreBehaviour, LargeBatchesLikeSglangs) {
   constexpr size_t kPages = 128, kPage = 16384;
   PagePool pool(*store_, 2 * kPages, kPage);
   const auto keys = testing::keys_for("big", kPages);
-  std::vector<ConstBuffer> in;
-  std::vector<MutableBuffer> out;
-  for (size_t i = 0; i < kPages; ++i) {
-    pool.fill(i, kPage, i);
-    in.push_back(pool.in(i, kPage));
-    out.push_back(pool.out(kPages + i, kPage));
-  }
+  auto [in, out] = pool.fill_batch(kPages, kPage);
   BatchResult w = store_->batch_put(testing::views(keys), in);
   ASSERT_TRUE(w.all_ok());
   BatchResult r = store_->batch_get(testing::views(keys), out);

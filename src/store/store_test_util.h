@@ -105,6 +105,22 @@ class PagePool {
     return find_pattern_mismatch(slot(i), n, seed) == SIZE_MAX;
   }
   void clear(size_t i) { std::memset(slot(i), 0, slot_bytes_); }
+
+  // A batch of `n` pages of `bytes`: slots 0..n-1 filled with patterns 0..n-1 to write from,
+  // slots n..2n-1 to read them back into.
+  struct Batch {
+    std::vector<ConstBuffer> in;
+    std::vector<MutableBuffer> out;
+  };
+  Batch fill_batch(size_t n, size_t bytes) {
+    Batch b;
+    for (size_t i = 0; i < n; ++i) {
+      fill(i, bytes, i);
+      b.in.push_back(in(i, bytes));
+      b.out.push_back(out(n + i, bytes));
+    }
+    return b;
+  }
   void release() { registration_.reset(); }
 
  private:

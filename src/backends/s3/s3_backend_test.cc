@@ -310,13 +310,7 @@ TEST_F(S3Backend, RetriesThrough503sAndStalledConnections) {
   constexpr size_t kPages = 16, kPage = 40000;
   PagePool pool(*store, 2 * kPages, kPage);
   const auto keys = testing::keys_for("retry", kPages);
-  std::vector<ConstBuffer> in;
-  std::vector<MutableBuffer> out;
-  for (size_t i = 0; i < kPages; ++i) {
-    pool.fill(i, kPage, i);
-    in.push_back(pool.in(i, kPage));
-    out.push_back(pool.out(kPages + i, kPage));
-  }
+  auto [in, out] = pool.fill_batch(kPages, kPage);
   proxy.inject(FaultProxy::Mode::kFail503, 3);
   BatchResult w = store->batch_put(testing::views(keys), in);
   EXPECT_TRUE(w.all_ok()) << (w.pages.empty() ? w.status : w.pages[0]).to_string();
@@ -361,13 +355,7 @@ TEST_F(S3Backend, ServerStoppedMidBatchEndsEveryPageWithinTheDeadline) {
   constexpr size_t kPages = 64, kPage = 256 << 10;
   PagePool pool(*store, 2 * kPages, kPage);
   const auto keys = testing::keys_for("stop", kPages);
-  std::vector<ConstBuffer> in;
-  std::vector<MutableBuffer> out;
-  for (size_t i = 0; i < kPages; ++i) {
-    pool.fill(i, kPage, i);
-    in.push_back(pool.in(i, kPage));
-    out.push_back(pool.out(kPages + i, kPage));
-  }
+  auto [in, out] = pool.fill_batch(kPages, kPage);
   ASSERT_TRUE(store->batch_put(testing::views(keys), in).all_ok());
   BatchTicket t = store->submit_get(testing::views(keys), out);
   std::this_thread::sleep_for(30ms);
