@@ -27,24 +27,28 @@ uint64_t checksum64_library(const void* data, size_t size) noexcept {
   return XXH3_64bits(data, size);
 }
 
-// Chosen once, before main: the AVX-512 build of XXH3 where the CPU (and the kernel, which
-// must save the registers) has AVX-512, libxxhash's dispatch otherwise.
-const Checksum64Fn kChecksum64 = [] {
+// Chosen once, on first use (so a static initialiser elsewhere may checksum too): the
+// AVX-512 build of XXH3 where the CPU (and the kernel, which must save the registers) has
+// AVX-512, libxxhash's dispatch otherwise.
+Checksum64Fn checksum64_fn() noexcept {
+  static const Checksum64Fn fn = [] {
 #if KVTIER_CHECKSUM_AVX512
-  __builtin_cpu_init();  // runs before libgcc's own initialisation may have
-  if (__builtin_cpu_supports("avx512f")) return &detail::checksum64_avx512;
+    __builtin_cpu_init();  // may run before libgcc's own initialisation
+    if (__builtin_cpu_supports("avx512f")) return &detail::checksum64_avx512;
 #endif
-  return &checksum64_library;
-}();
+    return &checksum64_library;
+  }();
+  return fn;
+}
 
 }  // namespace
 
 uint64_t checksum64(const void* data, size_t size) noexcept {
-  return kChecksum64(data, size);
+  return checksum64_fn()(data, size);
 }
 
 std::string_view checksum64_implementation() noexcept {
-  return kChecksum64 == &checksum64_library ? "libxxhash" : "avx512";
+  return checksum64_fn() == &checksum64_library ? "libxxhash" : "avx512";
 }
 
 Hash128 hash128(const void* data, size_t size) noexcept {
