@@ -8,12 +8,14 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <thread>
 
 #include "kvtier/backends/builtin.h"
 #include "kvtier/backends/dram/dram_backend.h"
 #include "kvtier/backends/posix/posix_backend.h"
+#include "kvtier/backends/uring/uring_backend.h"
 #include "kvtier/transfer/agent.h"
 #include "src/testing/test_util.h"
 
@@ -236,6 +238,69 @@ TEST_P(BackendBehaviour, ContiguousDescriptorsOfOneObject) {
   }
 }
 
+// The threads a transfer's descriptors completed on.
+std::set<std::thread::id> completing_threads(Transfer& x) {
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  TransferCallbacks cb;
+  cb.on_descriptor = [&](size_t, const Status&) {
+    std::lock_guard lock(mu);
+    ids.insert(std::this_thread::get_id());
+  };
+  EXPECT_TRUE(x.post(std::move(cb)).ok());
+  x.wait();
+  EXPECT_TRUE(x.first_error().ok()) << x.first_error().to_string();
+  return ids;
+}
+
+TEST_P(BackendBehaviour, SmallBatchesRunOnTheCallersThreadLargeOnesOnTheBackends) {
+  if (!GetParam().is_file) GTEST_SKIP() << "inline batches are a FILE backend's";
+  const auto it = GetParam().params.find("inline_bytes");
+  const uint64_t default_bytes = GetParam().backend == "uring" ? UringBackendOptions{}.inline_bytes
+                                                               : PosixBackendOptions{}.inline_bytes;
+  const uint64_t inline_bytes =
+      it == GetParam().params.end() ? default_bytes : std::stoull(it->second);
+  const std::set<std::thread::id> caller{std::this_thread::get_id()};
+  // 4 pieces of one object, a batch of 64 KiB and one of 8 MiB.
+  for (uint64_t piece : {uint64_t{16} << 10, uint64_t{2} << 20}) {
+    SCOPED_TRACE(piece);
+    const uint64_t n = 4 * piece;
+    const bool inline_expected = n <= inline_bytes;
+    testing::fill_pattern(buf_.data(), n, piece);
+    KVTIER_ASSERT_OK_AND_ASSIGN(
+        Target w,
+        agent_->open_target({path("p" + std::to_string(piece)), TargetMode::kCreate, n, {}}));
+    std::vector<MemDesc> m;
+    std::vector<StorageDesc> s;
+    for (uint64_t off = 0; off < n; off += piece) {
+      m.push_back({buf_.data() + off, piece});
+      s.push_back({&w, off, piece});
+    }
+    KVTIER_ASSERT_OK_AND_ASSIGN(Transfer wx, agent_->make_request(TransferOp::kWrite, m, s));
+    const std::set<std::thread::id> wrote = completing_threads(wx);
+    KVTIER_ASSERT_OK(w.publish());
+
+    KVTIER_ASSERT_OK_AND_ASSIGN(
+        Target r,
+        agent_->open_target({path("p" + std::to_string(piece)), TargetMode::kRead, 0, {}}));
+    for (size_t i = 0; i < m.size(); ++i) {
+      m[i].addr = buf_.data() + kBufBytes / 2 + i * piece;
+      s[i].target = &r;
+    }
+    KVTIER_ASSERT_OK_AND_ASSIGN(Transfer rx, agent_->make_request(TransferOp::kRead, m, s));
+    const std::set<std::thread::id> read = completing_threads(rx);
+    EXPECT_EQ(testing::find_pattern_mismatch(buf_.data() + kBufBytes / 2, n, piece), SIZE_MAX);
+    for (const auto* ids : {&wrote, &read}) {
+      if (inline_expected) {
+        EXPECT_EQ(*ids, caller) << "a batch of " << n << " bytes should run on the caller's thread";
+      } else {
+        EXPECT_EQ(ids->count(std::this_thread::get_id()), 0u)
+            << "a batch of " << n << " bytes should run on the backend's threads";
+      }
+    }
+  }
+}
+
 TEST_P(BackendBehaviour, ConcurrentWritersAndReaders) {
   constexpr int kThreads = 4, kRounds = 30;
   constexpr size_t kSize = 65536;
@@ -263,10 +328,16 @@ TEST_P(BackendBehaviour, ConcurrentWritersAndReaders) {
 INSTANTIATE_TEST_SUITE_P(
     Backends, BackendBehaviour,
     ::testing::Values(BackendCase{"posix", "posix", {}, true},
+                      BackendCase{"posix_pool_only", "posix", {{"inline_bytes", "0"}}, true},
                       BackendCase{"posix_short_io", "posix", {{"max_io_bytes", "777"}}, true},
                       BackendCase{"posix_named_temps", "posix", {{"use_tmpfile", "0"}}, true},
                       BackendCase{"uring", "uring", {}, true},
+                      BackendCase{"uring_rings_only", "uring", {{"inline_bytes", "0"}}, true},
                       BackendCase{"uring_short_io", "uring", {{"max_io_bytes", "777"}}, true},
+                      BackendCase{"uring_rings_short_io",
+                                  "uring",
+                                  {{"max_io_bytes", "777"}, {"inline_bytes", "0"}},
+                                  true},
                       BackendCase{"uring_plain_buffers", "uring", {{"fixed_buffers", "0"}}, true},
                       BackendCase{"dram", "dram", {{"instance", "behaviour"}}, false}),
     case_name);

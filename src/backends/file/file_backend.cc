@@ -1,12 +1,15 @@
 #include "file_backend.h"
 
 #include <fmt/format.h>
+#include <limits.h>
 #include <linux/magic.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -20,6 +23,7 @@ namespace kvtier::file {
 namespace {
 
 constexpr std::string_view kTempSuffix = ".kvtmp";
+constexpr size_t kMaxIov = IOV_MAX;
 
 std::string_view basename_of(std::string_view path) {
   const size_t slash = path.rfind('/');
@@ -104,7 +108,94 @@ std::string join_path(std::string_view dir, std::string_view name) {
   return p;
 }
 
-FileBackend::FileBackend(bool use_tmpfile) {
+std::vector<SyncRun> merge_runs(std::span<const IoDesc> descs, uint64_t max_merge_bytes) {
+  std::vector<SyncRun> runs;
+  runs.reserve(descs.size());
+  uint64_t run_bytes = 0;
+  for (uint32_t i = 0; i < descs.size(); ++i) {
+    const IoDesc& d = descs[i];
+    const int fd = static_cast<const FileTarget*>(d.target)->fd();
+    if (!runs.empty()) {
+      SyncRun& last = runs.back();
+      const IoDesc& prev = descs[last.first + last.count - 1];
+      if (last.fd == fd && prev.offset + prev.length == d.offset && last.count < kMaxIov &&
+          run_bytes + d.length <= max_merge_bytes) {
+        ++last.count;
+        run_bytes += d.length;
+        continue;
+      }
+    }
+    runs.push_back(SyncRun{fd, d.offset, i, 1});
+    run_bytes = d.length;
+  }
+  return runs;
+}
+
+namespace {
+
+Status move_run(TransferOp dir, const SyncRun& run, std::span<const IoDesc> descs,
+                const FileTarget& target, uint64_t max_io_bytes) {
+  uint64_t total = 0;
+  for (const IoDesc& d : descs) total += d.length;
+  uint64_t done = 0;
+  iovec iov[kMaxIov];
+  while (done < total) {
+    uint64_t budget = total - done;
+    if (max_io_bytes != 0) {
+      // Direct I/O needs every call aligned: cap at a multiple of the alignment.
+      const uint64_t unit = target.direct() ? target.direct()->offset : 1;
+      budget = std::min(budget, std::max(unit, max_io_bytes / unit * unit));
+    }
+    uint64_t skip = done;
+    int n = 0;
+    for (const IoDesc& d : descs) {
+      if (skip >= d.length) {
+        skip -= d.length;
+        continue;
+      }
+      const uint64_t take = std::min(d.length - skip, budget);
+      iov[n++] = iovec{d.mem + skip, static_cast<size_t>(take)};
+      budget -= take;
+      skip = 0;
+      if (budget == 0 || n == static_cast<int>(kMaxIov)) break;
+    }
+    const off_t at = static_cast<off_t>(run.offset + done);
+    const ssize_t r =
+        dir == TransferOp::kRead ? ::preadv(run.fd, iov, n, at) : ::pwritev(run.fd, iov, n, at);
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return errno_status(errno, dir == TransferOp::kRead ? "preadv" : "pwritev", target.path(),
+                          run.offset + done, total - done);
+    }
+    if (r == 0) {
+      if (dir == TransferOp::kRead) {
+        return corrupt_error(fmt::format("'{}' ends at offset {}, {} bytes short", target.path(),
+                                         run.offset + done, total - done));
+      }
+      return unavailable_error(
+          fmt::format("pwritev '{}' offset={} made no progress", target.path(), run.offset + done));
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+void execute_run(IoBatch& batch, const SyncRun& run, uint64_t max_io_bytes) {
+  const TransferOp dir = batch.op();
+  const auto descs = batch.descs().subspan(run.first, run.count);
+  const auto* target = static_cast<const FileTarget*>(descs.front().target);
+  Status st = batch.cancel_requested()
+                  ? cancelled_error(fmt::format("{} of '{}' cancelled before it started",
+                                                transfer_op_name(dir), target->path()))
+                  : move_run(dir, run, descs, *target, max_io_bytes);
+  const uint32_t first = run.first;
+  const uint32_t count = run.count;
+  for (uint32_t k = 0; k < count; ++k) batch.complete(first + k, st);
+}
+
+FileBackend::FileBackend(bool use_tmpfile, uint64_t inline_bytes) : inline_bytes_(inline_bytes) {
   // Linking an O_TMPFILE into place goes through /proc/self/fd.
   struct stat st;
   tmpfile_ok_.store(use_tmpfile && ::stat("/proc/self/fd", &st) == 0);
@@ -112,6 +203,26 @@ FileBackend::FileBackend(bool use_tmpfile) {
 
 void FileBackend::run_parallel(size_t n, const std::function<void(size_t)>& fn) {
   for (size_t i = 0; i < n; ++i) fn(i);
+}
+
+bool FileBackend::submit_inline(IoBatch& batch, uint64_t max_merge_bytes, uint64_t max_io_bytes) {
+  if (inline_bytes_ == 0) return false;
+  uint64_t bytes = 0;
+  bool direct = false;
+  for (const IoDesc& d : batch.descs()) {
+    bytes += d.length;
+    direct = direct || static_cast<const FileTarget*>(d.target)->direct().has_value();
+  }
+  if (bytes > inline_bytes_) return false;
+  const std::vector<SyncRun> runs = merge_runs(batch.descs(), max_merge_bytes);
+  if (direct && runs.size() > 1) return false;
+  for (const SyncRun& run : runs) execute_run(batch, run, max_io_bytes);
+  return true;
+}
+
+std::string FileBackend::describe_inline() const {
+  if (inline_bytes_ == 0) return {};
+  return fmt::format(", batches up to {} bytes inline", inline_bytes_);
 }
 
 Result<std::unique_ptr<BackendTarget>> FileBackend::open(const TargetSpec& spec) {
@@ -123,7 +234,11 @@ Result<std::unique_ptr<BackendTarget>> FileBackend::open(const TargetSpec& spec)
 std::vector<Result<std::unique_ptr<BackendTarget>>> FileBackend::open_batch(
     std::span<const TargetSpec> specs) {
   std::vector<std::optional<Result<std::unique_ptr<BackendTarget>>>> slots(specs.size());
-  run_parallel(specs.size(), [&](size_t i) { slots[i].emplace(open(specs[i])); });
+  if (open_inline(specs.size())) {
+    for (size_t i = 0; i < specs.size(); ++i) slots[i].emplace(open(specs[i]));
+  } else {
+    run_parallel(specs.size(), [&](size_t i) { slots[i].emplace(open(specs[i])); });
+  }
   std::vector<Result<std::unique_ptr<BackendTarget>>> out;
   out.reserve(specs.size());
   for (auto& s : slots) out.push_back(std::move(*s));

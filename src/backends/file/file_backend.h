@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "kvtier/core/unique_fd.h"
 #include "kvtier/transfer/backend.h"
@@ -55,10 +56,33 @@ class FileTarget final : public BackendTarget {
   std::string temp_path_;  // named temporary not yet renamed into place
 };
 
+// ---- The synchronous data path: the posix backend's, and both backends' inline one ----
+
+// A run of descriptors that continue each other in one file: one vectored system call.
+struct SyncRun {
+  int fd;
+  uint64_t offset;
+  uint32_t first;  // index of the first descriptor
+  uint32_t count;
+};
+
+// The batch's descriptors as runs, merging each into the previous run when it continues it in
+// the same file, up to `max_merge_bytes` a run (so descriptors complete, and their owners'
+// callbacks run, while their bytes are still in cache).
+std::vector<SyncRun> merge_runs(std::span<const IoDesc> descs, uint64_t max_merge_bytes);
+
+// Moves one run with preadv/pwritev on the calling thread, resuming short transfers and
+// retrying EINTR/EAGAIN, then completes its descriptors (kCancelled, without I/O, when the
+// batch was cancelled first). `max_io_bytes` caps one call (0: no cap). The batch may be gone
+// once this returns from completing the last descriptor.
+void execute_run(IoBatch& batch, const SyncRun& run, uint64_t max_io_bytes);
+
 class FileBackend : public Backend {
  public:
   // `use_tmpfile`: create new objects as unnamed O_TMPFILEs where the filesystem can.
-  explicit FileBackend(bool use_tmpfile);
+  // `inline_bytes`: batches up to this size run on the caller's thread (see submit_inline);
+  // 0 sends every batch to the backend's threads.
+  FileBackend(bool use_tmpfile, uint64_t inline_bytes);
 
   StorageClass storage_class() const override { return StorageClass::kFile; }
   Result<std::unique_ptr<BackendTarget>> open(const TargetSpec& spec) override;
@@ -77,6 +101,18 @@ class FileBackend : public Backend {
  protected:
   // Runs fn(0..n-1), in parallel where the backend has threads for it (open_batch).
   virtual void run_parallel(size_t n, const std::function<void(size_t)>& fn);
+
+  // Small batches run on the caller's thread. Handing a batch to I/O threads and waking its
+  // caller again costs tens of microseconds on a VM, more than reading a 70 KB page from the
+  // page cache; a batch of a few pages gains nothing from two threads that makes up for it.
+  // True when `batch` was small enough (at most inline_bytes, and direct I/O only as one
+  // system call, which has no parallelism to lose) and has been completed here.
+  bool submit_inline(IoBatch& batch, uint64_t max_merge_bytes, uint64_t max_io_bytes);
+  // Whether opening `count` objects runs on the caller's thread (open_batch): up to
+  // kInlineOpens, unless inline batches are off.
+  bool open_inline(size_t count) const { return inline_bytes_ != 0 && count <= kInlineOpens; }
+  // ", batches up to N bytes inline" for describe(), or nothing when inline batches are off.
+  std::string describe_inline() const;
 
   // Targets around descriptors a derived backend opened itself (io_uring OPENAT), finished
   // exactly as open() would finish them. The descriptor must carry O_CLOEXEC, and O_DIRECT
@@ -106,6 +142,12 @@ class FileBackend : public Backend {
   Status rename_named(FileTarget& t);
   std::string temp_name(std::string_view final_path);
 
+  // Opens that run on the caller's thread when inline batches are on: opening a cached
+  // object takes a few microseconds, and eight of them about what waking I/O threads and
+  // then the caller costs here (docs/benchmarks.md).
+  static constexpr size_t kInlineOpens = 8;
+
+  const uint64_t inline_bytes_;
   std::atomic<bool> tmpfile_ok_{true};
   std::atomic<uint64_t> temp_seq_{0};
   std::mutex dio_mu_;

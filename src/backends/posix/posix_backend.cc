@@ -16,90 +16,45 @@
 namespace kvtier {
 namespace {
 
-using file::FileTarget;
+using file::SyncRun;
 
-constexpr size_t kMaxIov = IOV_MAX;
-
-// A run of descriptors that continue each other in one file: one vectored system call.
-struct PosixOp {
-  int fd;
-  uint64_t offset;
-  uint32_t first;  // index of the first descriptor
-  uint32_t count;
-};
-
-class PosixBackend;
-
+// One batch on the pool: its workers claim runs until none is left.
 class BatchJob final : public PoolJob {
  public:
-  BatchJob(PosixBackend& backend, IoBatch& batch, std::vector<PosixOp> ops)
-      : backend_(backend), batch_(batch), ops_(std::move(ops)) {}
+  BatchJob(IoBatch& batch, std::vector<SyncRun> runs, uint64_t max_io_bytes)
+      : batch_(batch), runs_(std::move(runs)), max_io_bytes_(max_io_bytes) {}
   void run() override;
-  size_t op_count() const { return ops_.size(); }
+  size_t run_count() const { return runs_.size(); }
 
  private:
-  PosixBackend& backend_;
-  // Touched only while running an op this worker claimed: until that op's descriptors are
+  // Touched only while running a run this worker claimed: until that run's descriptors are
   // completed the batch is alive.
   IoBatch& batch_;
-  const std::vector<PosixOp> ops_;
+  const std::vector<SyncRun> runs_;
+  const uint64_t max_io_bytes_;
   std::atomic<size_t> next_{0};
 };
 
 class PosixBackend final : public file::FileBackend {
  public:
   explicit PosixBackend(const PosixBackendOptions& options)
-      : FileBackend(options.use_tmpfile),
+      : FileBackend(options.use_tmpfile, options.inline_bytes),
         options_(options),
         pool_(thread_count(options.io_threads)) {}
 
   std::string_view name() const override { return "posix"; }
   std::string describe() const override {
-    return fmt::format("posix: {} threads{}", pool_.size(),
+    return fmt::format("posix: {} threads{}{}", pool_.size(),
                        options_.max_io_bytes ? fmt::format(", {}-byte calls", options_.max_io_bytes)
-                                             : std::string());
+                                             : std::string(),
+                       describe_inline());
   }
 
   void submit(IoBatch& batch) override {
-    const auto descs = batch.descs();
-    std::vector<PosixOp> ops;
-    ops.reserve(descs.size());
-    uint64_t op_bytes = 0;
-    for (uint32_t i = 0; i < descs.size(); ++i) {
-      const IoDesc& d = descs[i];
-      const int fd = static_cast<FileTarget*>(d.target)->fd();
-      if (!ops.empty()) {
-        PosixOp& last = ops.back();
-        const IoDesc& prev = descs[last.first + last.count - 1];
-        // Merge what continues the previous descriptor, up to max_merge_bytes: descriptors
-        // complete (and their owners' callbacks run) while their bytes are in cache.
-        if (last.fd == fd && prev.offset + prev.length == d.offset && last.count < kMaxIov &&
-            op_bytes + d.length <= options_.max_merge_bytes) {
-          ++last.count;
-          op_bytes += d.length;
-          continue;
-        }
-      }
-      ops.push_back(PosixOp{fd, d.offset, i, 1});
-      op_bytes = d.length;
-    }
-    auto job = std::make_shared<BatchJob>(*this, batch, std::move(ops));
-    pool_.schedule(job, job->op_count());
-  }
-
-  // Runs one op and completes its descriptors. The batch must not be touched after the last
-  // completion.
-  void execute(IoBatch& batch, const PosixOp& op) {
-    const TransferOp dir = batch.op();
-    const auto descs = batch.descs().subspan(op.first, op.count);
-    const auto* target = static_cast<const FileTarget*>(descs.front().target);
-    Status st = batch.cancel_requested()
-                    ? cancelled_error(fmt::format("{} of '{}' cancelled before it started",
-                                                  transfer_op_name(dir), target->path()))
-                    : run_io(dir, op, descs, *target);
-    const uint32_t first = op.first;
-    const uint32_t count = op.count;
-    for (uint32_t k = 0; k < count; ++k) batch.complete(first + k, st);
+    if (submit_inline(batch, options_.max_merge_bytes, options_.max_io_bytes)) return;
+    auto job = std::make_shared<BatchJob>(
+        batch, file::merge_runs(batch.descs(), options_.max_merge_bytes), options_.max_io_bytes);
+    pool_.schedule(job, job->run_count());
   }
 
  protected:
@@ -114,53 +69,6 @@ class PosixBackend final : public file::FileBackend {
     return std::clamp<size_t>(2 * hw, 4, 64);
   }
 
-  Status run_io(TransferOp dir, const PosixOp& op, std::span<const IoDesc> descs,
-                const FileTarget& target) const {
-    uint64_t total = 0;
-    for (const IoDesc& d : descs) total += d.length;
-    uint64_t done = 0;
-    iovec iov[kMaxIov];
-    while (done < total) {
-      uint64_t budget = total - done;
-      if (options_.max_io_bytes != 0) {
-        // Direct I/O needs every call aligned: cap at a multiple of the alignment.
-        const uint64_t unit = target.direct() ? target.direct()->offset : 1;
-        budget = std::min(budget, std::max(unit, options_.max_io_bytes / unit * unit));
-      }
-      uint64_t skip = done;
-      int n = 0;
-      for (const IoDesc& d : descs) {
-        if (skip >= d.length) {
-          skip -= d.length;
-          continue;
-        }
-        const uint64_t take = std::min(d.length - skip, budget);
-        iov[n++] = iovec{d.mem + skip, static_cast<size_t>(take)};
-        budget -= take;
-        skip = 0;
-        if (budget == 0 || n == static_cast<int>(kMaxIov)) break;
-      }
-      const off_t at = static_cast<off_t>(op.offset + done);
-      const ssize_t r =
-          dir == TransferOp::kRead ? ::preadv(op.fd, iov, n, at) : ::pwritev(op.fd, iov, n, at);
-      if (r < 0) {
-        if (errno == EINTR || errno == EAGAIN) continue;
-        return errno_status(errno, dir == TransferOp::kRead ? "preadv" : "pwritev", target.path(),
-                            op.offset + done, total - done);
-      }
-      if (r == 0) {
-        if (dir == TransferOp::kRead) {
-          return corrupt_error(fmt::format("'{}' ends at offset {}, {} bytes short", target.path(),
-                                           op.offset + done, total - done));
-        }
-        return unavailable_error(fmt::format("pwritev '{}' offset={} made no progress",
-                                             target.path(), op.offset + done));
-      }
-      done += static_cast<uint64_t>(r);
-    }
-    return ok_status();
-  }
-
   const PosixBackendOptions options_;
   // Last member: destroyed (workers joined) first.
   WorkerPool pool_;
@@ -169,8 +77,8 @@ class PosixBackend final : public file::FileBackend {
 void BatchJob::run() {
   for (;;) {
     const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= ops_.size()) return;
-    backend_.execute(batch_, ops_[i]);
+    if (i >= runs_.size()) return;
+    file::execute_run(batch_, runs_[i], max_io_bytes_);
   }
 }
 
@@ -186,6 +94,7 @@ Result<std::unique_ptr<Backend>> create_posix_backend(const BackendParams& param
   KVTIER_ASSIGN_OR_RETURN(o.max_io_bytes, param_u64(params, "max_io_bytes", 0));
   KVTIER_ASSIGN_OR_RETURN(o.max_merge_bytes, param_u64(params, "max_merge_bytes", 1 << 20));
   KVTIER_ASSIGN_OR_RETURN(o.use_tmpfile, param_bool(params, "use_tmpfile", true));
+  KVTIER_ASSIGN_OR_RETURN(o.inline_bytes, param_u64(params, "inline_bytes", o.inline_bytes));
   return make_posix_backend(o);
 }
 

@@ -37,6 +37,9 @@ constexpr uint64_t kFixedChunk = uint64_t{1} << 30;
 // (docs/benchmarks.md).
 constexpr uint64_t kRoundBytes = 256 << 10;
 constexpr size_t kRoundRequests = 32;
+// Batches run on the caller's thread (FileBackend::submit_inline) merge what continues each
+// other into calls of up to 1 MiB, which the core's L2 holds until the store hashes it.
+constexpr uint64_t kInlineMergeBytes = 1 << 20;
 
 // Work shared by the rings: units that each become one request, resubmitted until done.
 class Job {
@@ -260,7 +263,8 @@ class Ring {
 
 class UringBackend final : public file::FileBackend {
  public:
-  explicit UringBackend(const UringBackendOptions& o) : FileBackend(o.use_tmpfile), options_(o) {}
+  explicit UringBackend(const UringBackendOptions& o)
+      : FileBackend(o.use_tmpfile, o.inline_bytes), options_(o) {}
 
   ~UringBackend() override {
     rings_.clear();  // each drains its ring and joins its thread
@@ -291,9 +295,10 @@ class UringBackend final : public file::FileBackend {
         fixed_ ? "fixed buffers"
                : "no fixed buffers" + (fixed_problem_.empty() ? "" : " (" + fixed_problem_ + ")");
     return fmt::format(
-        "uring: {} rings x {} requests, {}{}", rings_.size(), options_.queue_depth, fixed,
+        "uring: {} rings x {} requests, {}{}{}", rings_.size(), options_.queue_depth, fixed,
         options_.max_io_bytes ? fmt::format(", {}-byte requests", options_.max_io_bytes)
-                              : std::string());
+                              : std::string(),
+        describe_inline());
   }
 
   Status register_memory(MemoryRecord& region) override {
@@ -334,6 +339,7 @@ class UringBackend final : public file::FileBackend {
 
   std::vector<Result<std::unique_ptr<BackendTarget>>> open_batch(
       std::span<const TargetSpec> specs) override {
+    if (open_inline(specs.size())) return FileBackend::open_batch(specs);
     // One OPENAT per object, all submitted together. New objects are unnamed O_TMPFILEs;
     // whatever needs more than one call (a missing temporary directory, a filesystem without
     // O_TMPFILE or O_DIRECT) takes the synchronous path, which handles it.
@@ -381,6 +387,7 @@ class UringBackend final : public file::FileBackend {
   }
 
   void submit(IoBatch& batch) override {
+    if (submit_inline(batch, kInlineMergeBytes, options_.max_io_bytes)) return;
     enqueue(std::make_shared<IoJob>(batch, options_.max_io_bytes));
   }
 
@@ -601,6 +608,7 @@ Result<std::unique_ptr<Backend>> create_uring_backend(const BackendParams& param
   KVTIER_ASSIGN_OR_RETURN(o.fixed_buffers, param_bool(params, "fixed_buffers", true));
   KVTIER_ASSIGN_OR_RETURN(o.max_io_bytes, param_u64(params, "max_io_bytes", 0));
   KVTIER_ASSIGN_OR_RETURN(o.use_tmpfile, param_bool(params, "use_tmpfile", true));
+  KVTIER_ASSIGN_OR_RETURN(o.inline_bytes, param_u64(params, "inline_bytes", o.inline_bytes));
   if (rings > 64) return invalid_argument_error(fmt::format("rings={} (at most 64)", rings));
   if (depth == 0 || depth > 4096) {
     return invalid_argument_error(fmt::format("queue_depth={} (1 to 4096)", depth));

@@ -1,4 +1,6 @@
-// FILE backend on pread/pwrite (preadv/pwritev) over a bounded worker pool.
+// FILE backend on pread/pwrite (preadv/pwritev) over a bounded worker pool. Batches of at
+// most `inline_bytes` run on the caller's thread instead (waking a worker and then the caller
+// costs more than moving a small page).
 //
 // The reference FILE backend and the fallback when io_uring cannot be used. Adjacent
 // descriptors of one batch that continue each other in the same file become one vectored
@@ -31,12 +33,15 @@ struct PosixBackendOptions {
   uint64_t max_merge_bytes = 1 << 20;
   // Use O_TMPFILE where the filesystem supports it.
   bool use_tmpfile = true;
+  // Batches of at most this many bytes (and opens of up to 8 objects) run on the
+  // caller's thread instead of the pool; 0: never.
+  uint64_t inline_bytes = 4 << 20;
 };
 
 std::unique_ptr<Backend> make_posix_backend(const PosixBackendOptions& options = {});
 
 // Factory for the registry. Parameters: io_threads, max_io_bytes, max_merge_bytes,
-// use_tmpfile.
+// use_tmpfile, inline_bytes.
 Result<std::unique_ptr<Backend>> create_posix_backend(const BackendParams& params);
 
 }  // namespace kvtier

@@ -9,6 +9,10 @@
 // READ_FIXED/WRITE_FIXED (no page pinning per I/O). Opening a batch of objects is one batch of
 // OPENAT requests.
 //
+// Batches of at most `inline_bytes` run on the caller's thread with preadv/pwritev, as on the
+// posix backend, and opens of a few objects with openat: waking a ring thread and then the
+// caller costs more than moving a small page.
+//
 // Objects are created, published and removed exactly as by the posix backend (the shared
 // FileBackend), so the two read each other's files.
 //
@@ -40,6 +44,9 @@ struct UringBackendOptions {
   uint64_t max_io_bytes = 0;
   // Use O_TMPFILE where the filesystem supports it.
   bool use_tmpfile = true;
+  // Batches of at most this many bytes (and opens of up to 8 objects) run on the
+  // caller's thread with preadv/pwritev instead of the rings; 0: never.
+  uint64_t inline_bytes = 4 << 20;
 };
 
 // kUnavailable with the reason when io_uring cannot be set up here (old kernel, seccomp,
@@ -47,7 +54,7 @@ struct UringBackendOptions {
 Result<std::unique_ptr<Backend>> make_uring_backend(const UringBackendOptions& options = {});
 
 // Factory for the registry. Parameters: rings, queue_depth, fixed_buffers, max_io_bytes,
-// use_tmpfile.
+// use_tmpfile, inline_bytes.
 Result<std::unique_ptr<Backend>> create_uring_backend(const BackendParams& params);
 
 }  // namespace kvtier
