@@ -8,7 +8,9 @@ For each model shape it runs, interleaved and repeated (median of --reps):
      threads issuing batches of D pages (psync x1, psync x2, io_uring x2 qd64, io_uring x1
      qd128), and each side's best configuration against the other's
   kvtier bench --direct-io on  -> direct write, direct read
-  fio --direct=1               -> direct write, direct read, at kvtier's queue depth
+  fio --direct=1               -> direct write, direct read, at kvtier's queue depth, in
+     twin configurations of the same total depth (io_uring x2 qd64 against kvtier's 2
+     threads with batches of 64, io_uring x1 qd128 against 1 thread with batches of 128)
   kvtier bench, no payload checksum -> what verification costs
 and once: one core memcpy'ing the same bytes (the read ceiling), and batch_exists(128).
 
@@ -178,6 +180,11 @@ def main():
         # Twins: fio's J jobs at iodepth D against kvtier's J client threads with batches of D
         # pages. kvtier's main run (1 thread, batches of 128) is the twin of io_uring x1 qd128.
         twins = {f"{e} x{j} qd{qd}": (j, qd) for e, j, qd in configs}
+        # Direct I/O twins: the configurations whose total queue depth is kvtier's (io_uring x2
+        # qd64 and x1 qd128 against kvtier's 2 threads x 64 and 1 x 128; posix: the one
+        # same-depth configuration).
+        dtwins = {f"{e} x{j} qd{qd}": (e, j, qd) for e, j, qd in configs
+                  if e == "psync" and engine == "psync" or e == "io_uring" and j * qd == jobs * depth}
 
         def kvtier_round():
             condition(args.dir, shape, pages)
@@ -185,6 +192,10 @@ def main():
             kd = kvtier_bench(args.dir, shape, pages, direct=True)
             condition(args.dir, shape, pages)
             kn = kvtier_bench(args.dir, shape, pages, direct=False, checksum=False)
+            kdt = {}
+            for label, (_, threads, batch) in dtwins.items():
+                kdt[label] = kd if (threads, batch) == (1, BATCH) else kvtier_bench(
+                    args.dir, shape, pages, direct=True, threads=threads, batch=batch)
             kt = {}
             for label, (threads, batch) in twins.items():
                 if (threads, batch) == (1, BATCH):
@@ -197,7 +208,7 @@ def main():
                 unverified = kvtier_bench(args.dir, shape, pages, direct=False, checksum=False,
                                           threads=threads, batch=batch)
                 kt[label] = (verified, unverified)
-            return kb, kd, kn, kt
+            return kb, kd, kn, kt, kdt
 
         def fio_round():
             res = {}
@@ -207,9 +218,10 @@ def main():
                 label = f"{eng} x{j} qd{qd}"
                 res[("bw", label)] = fio_files(args.dir, shape, pages, j, "write", eng, qd, False)
                 res[("br", label)] = fio_files(args.dir, shape, pages, j, "read", eng, qd, False)
-            remove_fio_files(args.dir)
-            res[("dw", same)] = fio_files(args.dir, shape, pages, jobs, "write", engine, depth, True)
-            res[("dr", same)] = fio_files(args.dir, shape, pages, jobs, "read", engine, depth, True)
+            for label, (eng, j, qd) in dtwins.items():
+                remove_fio_files(args.dir)
+                res[("dw", label)] = fio_files(args.dir, shape, pages, j, "write", eng, qd, True)
+                res[("dr", label)] = fio_files(args.dir, shape, pages, j, "read", eng, qd, True)
             remove_fio_files(args.dir)
             return res
 
@@ -220,11 +232,14 @@ def main():
         for rep in range(args.reps):
             # Interleaved, and in alternating order, so drift hits both sides alike.
             if rep % 2 == 0:
-                kb, kd, kn, kt = kvtier_round()
+                kb, kd, kn, kt, kdt = kvtier_round()
                 fr = fio_round()
             else:
                 fr = fio_round()
-                kb, kd, kn, kt = kvtier_round()
+                kb, kd, kn, kt, kdt = kvtier_round()
+            for label, k in kdt.items():
+                add(f"kvtwin_dw@{label}", k["write_gbps"])
+                add(f"kvtwin_dr@{label}", k["read_gbps"])
             for label, (k, kun) in kt.items():
                 add(f"kvtwin_bw@{label}", k["write_gbps"])
                 add(f"kvtwin_br@{label}", k["read_gbps"])
@@ -276,6 +291,16 @@ def main():
             fo, kn_ = med(r[f"fio_br@{label}"]), med(r[f"kvtwin_brn@{label}"])
             cells += f" {kn_:10.2f} {kn_ / fo if fo else 0:5.2f}"
             print(f"   {label:22}{cells}")
+        print(f"   direct I/O twins at kvtier's total queue depth (GB/s):")
+        print(f"   {'fio config / kvtier threads x batch':36} {'write fio':>9} {'kvtier':>7} "
+              f"{'ratio':>7} {'read fio':>9} {'kvtier':>7} {'ratio':>7}")
+        for label, (_, threads, batch) in dtwins.items():
+            cells = ""
+            for key in ("dw", "dr"):
+                fo, kv = med(r[f"fio_{key}@{label}"]), med(r[f"kvtwin_{key}@{label}"])
+                cells += f" {fo:9.2f} {kv:7.2f} {kv / fo if fo else 0:7.2f}"
+                shape_report[f"ratio_{key}_twin@{label}"] = kv / fo if fo else 0
+            print(f"   {label + f' / {threads} x {batch}':36}{cells}")
         for key, name in [("bw", "buffered write"), ("br", "hot read"),
                           ("brn", "hot read, payload checksums not verified")]:
             fkey = "br" if key == "brn" else key
