@@ -234,10 +234,11 @@ Result<std::unique_ptr<BackendTarget>> FileBackend::open(const TargetSpec& spec)
 std::vector<Result<std::unique_ptr<BackendTarget>>> FileBackend::open_batch(
     std::span<const TargetSpec> specs) {
   std::vector<std::optional<Result<std::unique_ptr<BackendTarget>>>> slots(specs.size());
+  const auto open_one = [&](size_t i) { slots[i].emplace(open(specs[i])); };
   if (open_inline(specs.size())) {
-    for (size_t i = 0; i < specs.size(); ++i) slots[i].emplace(open(specs[i]));
+    for (size_t i = 0; i < specs.size(); ++i) open_one(i);
   } else {
-    run_parallel(specs.size(), [&](size_t i) { slots[i].emplace(open(specs[i])); });
+    run_parallel(specs.size(), open_one);
   }
   std::vector<Result<std::unique_ptr<BackendTarget>>> out;
   out.reserve(specs.size());
