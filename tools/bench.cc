@@ -1,12 +1,14 @@
 // kvtier bench: write N pages, read them back, verify every byte.
 #include <fmt/format.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -85,6 +87,13 @@ double process_cpu_s() {
   return s(ru.ru_utime) + s(ru.ru_stime);
 }
 
+// CPU seconds the calling thread has used.
+double thread_cpu_s() {
+  struct timespec ts;
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 struct PhaseResult {
   double busy_s = 0;  // the busiest thread's time inside store calls
   double cpu_s = 0;   // process CPU time inside store calls (the bench's own checks excluded)
@@ -107,15 +116,18 @@ class Bench {
     const uint64_t slots = o_.batch;
     KVTIER_ASSIGN_OR_RETURN(reference_, AlignedBuffer::allocate(slots * page, 4096, false));
     for (uint64_t j = 0; j < slots; ++j) fill_reference(reference_.data() + j * page, page, j + 1);
-    // One pool slice per client thread, filled (so touched) before it is registered.
-    KVTIER_ASSIGN_OR_RETURN(pool_, AlignedBuffer::allocate(o_.threads * slots * page, 4096, false));
-    for (uint64_t t = 0; t < o_.threads; ++t) {
-      std::memcpy(pool_.data() + t * slots * page, reference_.data(), slots * page);
+    // One pool slice per lane (client thread x batch in flight), filled (so touched) before
+    // it is registered.
+    KVTIER_ASSIGN_OR_RETURN(pool_, AlignedBuffer::allocate(lanes() * slots * page, 4096, false));
+    for (uint64_t l = 0; l < lanes(); ++l) {
+      std::memcpy(pool_.data() + l * slots * page, reference_.data(), slots * page);
     }
     KVTIER_ASSIGN_OR_RETURN(registration_, store_.register_memory(pool_.data(), pool_.size()));
     for (uint64_t i = 0; i < o_.pages; ++i) keys_.push_back(fmt::format("kvtier-bench-{:016x}", i));
     return ok_status();
   }
+
+  uint64_t lanes() const { return o_.threads * o_.in_flight; }
 
   PhaseResult run(TransferOp op, Progress& progress) {
     PhaseResult total;
@@ -123,55 +135,8 @@ class Bench {
     std::atomic<uint64_t> next{0}, done{0};
     const uint64_t batches = (o_.pages + o_.batch - 1) / o_.batch;
     auto worker = [&](uint64_t t) {
-      PhaseResult mine;
-      std::vector<std::string_view> keys;
-      std::vector<ConstBuffer> in;
-      std::vector<MutableBuffer> out;
-      for (uint64_t b; (b = next.fetch_add(1)) < batches;) {
-        const uint64_t first = b * o_.batch;
-        const uint64_t n = std::min(o_.batch, o_.pages - first);
-        keys.assign(keys_.begin() + first, keys_.begin() + first + n);
-        in.clear();
-        out.clear();
-        for (uint64_t j = 0; j < n; ++j) {
-          for (uint32_t p = 0; p < shape_.pieces; ++p) {
-            std::byte* piece = piece_ptr(t, j, p);
-            if (op == TransferOp::kWrite) {
-              stamp(piece, shape_.piece_bytes, first + j, p, run_);
-              in.push_back(ConstBuffer{piece, shape_.piece_bytes});
-            } else {
-              out.push_back(MutableBuffer{piece, shape_.piece_bytes});
-            }
-          }
-        }
-        const double cpu0 = process_cpu_s();
-        const Stopwatch sw;
-        BatchResult r =
-            op == TransferOp::kWrite ? store_.batch_put(keys, in) : store_.batch_get(keys, out);
-        const double s = sw.elapsed_s();
-        mine.cpu_s += process_cpu_s() - cpu0;
-        mine.busy_s += s;
-        mine.latency_ms.push_back(s * 1e3);
-        if (!r.status.ok()) {
-          mine.errors += n;
-          if (mine.first_error.empty()) mine.first_error = r.status.to_string();
-        }
-        for (uint64_t j = 0; j < r.pages.size(); ++j) {
-          const Status& st = r.pages[j];
-          if (st.ok()) {
-            ++mine.ok_pages;
-            if (op == TransferOp::kRead && !page_intact(t, j, first + j)) ++mine.wrong_bytes;
-          } else if (st.code() == StatusCode::kNotFound) {
-            ++mine.misses;
-          } else if (st.code() == StatusCode::kCorrupt) {
-            ++mine.corrupt;
-          } else {
-            ++mine.errors;
-            if (mine.first_error.empty()) mine.first_error = st.to_string();
-          }
-        }
-        progress.update(done.fetch_add(n) + n);
-      }
+      PhaseResult mine = o_.in_flight > 1 ? run_async(op, t, next, batches, done, progress)
+                                          : run_blocking(op, t, next, batches, done, progress);
       std::lock_guard lock(mu);
       total.busy_s = std::max(total.busy_s, mine.busy_s);
       // With several client threads the calls overlap and count each other's CPU: exact for
@@ -199,11 +164,11 @@ class Bench {
   void warm_up() {
     const uint64_t n = std::min(o_.batch, o_.pages);
     std::vector<std::string_view> keys(keys_.begin(), keys_.begin() + n);
-    for (uint64_t t = 0; t < o_.threads; ++t) {
+    for (uint64_t l = 0; l < lanes(); ++l) {
       std::vector<MutableBuffer> out;
       for (uint64_t j = 0; j < n; ++j) {
         for (uint32_t p = 0; p < shape_.pieces; ++p) {
-          out.push_back(MutableBuffer{piece_ptr(t, j, p), shape_.piece_bytes});
+          out.push_back(MutableBuffer{piece_ptr(l, j, p), shape_.piece_bytes});
         }
       }
       (void)store_.batch_get(keys, out);
@@ -211,14 +176,140 @@ class Bench {
   }
 
  private:
-  std::byte* piece_ptr(uint64_t thread, uint64_t slot, uint32_t piece) {
-    return pool_.data() + (thread * o_.batch + slot) * shape_.page_bytes() +
+  // One batch's keys and pool slots. A lane is one batch's share of the pool: each client
+  // thread owns `in_flight` lanes.
+  struct Batch {
+    uint64_t first = 0;
+    uint64_t n = 0;
+    std::vector<std::string_view> keys;
+    std::vector<ConstBuffer> in;
+    std::vector<MutableBuffer> out;
+  };
+
+  void fill(Batch& b, TransferOp op, uint64_t lane, uint64_t index) {
+    b.first = index * o_.batch;
+    b.n = std::min(o_.batch, o_.pages - b.first);
+    b.keys.assign(keys_.begin() + b.first, keys_.begin() + b.first + b.n);
+    b.in.clear();
+    b.out.clear();
+    for (uint64_t j = 0; j < b.n; ++j) {
+      for (uint32_t p = 0; p < shape_.pieces; ++p) {
+        std::byte* piece = piece_ptr(lane, j, p);
+        if (op == TransferOp::kWrite) {
+          stamp(piece, shape_.piece_bytes, b.first + j, p, run_);
+          b.in.push_back(ConstBuffer{piece, shape_.piece_bytes});
+        } else {
+          b.out.push_back(MutableBuffer{piece, shape_.piece_bytes});
+        }
+      }
+    }
+  }
+
+  // Counts a finished batch's pages, comparing every byte a read returned OK.
+  void account(PhaseResult& mine, TransferOp op, uint64_t lane, const Batch& b,
+               const BatchResult& r) {
+    if (!r.status.ok()) {
+      mine.errors += b.n;
+      if (mine.first_error.empty()) mine.first_error = r.status.to_string();
+    }
+    for (uint64_t j = 0; j < r.pages.size(); ++j) {
+      const Status& st = r.pages[j];
+      if (st.ok()) {
+        ++mine.ok_pages;
+        if (op == TransferOp::kRead && !page_intact(lane, j, b.first + j)) ++mine.wrong_bytes;
+      } else if (st.code() == StatusCode::kNotFound) {
+        ++mine.misses;
+      } else if (st.code() == StatusCode::kCorrupt) {
+        ++mine.corrupt;
+      } else {
+        ++mine.errors;
+        if (mine.first_error.empty()) mine.first_error = st.to_string();
+      }
+    }
+  }
+
+  // One blocking batch call at a time: time and CPU inside store calls only.
+  PhaseResult run_blocking(TransferOp op, uint64_t t, std::atomic<uint64_t>& next, uint64_t batches,
+                           std::atomic<uint64_t>& done, Progress& progress) {
+    PhaseResult mine;
+    Batch b;
+    for (uint64_t i; (i = next.fetch_add(1)) < batches;) {
+      fill(b, op, t, i);
+      const double cpu0 = process_cpu_s();
+      const Stopwatch sw;
+      BatchResult r = op == TransferOp::kWrite ? store_.batch_put(b.keys, b.in)
+                                               : store_.batch_get(b.keys, b.out);
+      const double s = sw.elapsed_s();
+      mine.cpu_s += process_cpu_s() - cpu0;
+      mine.busy_s += s;
+      mine.latency_ms.push_back(s * 1e3);
+      account(mine, op, t, b, r);
+      progress.update(done.fetch_add(b.n) + b.n);
+    }
+    return mine;
+  }
+
+  // `in_flight` batches submitted at once (submit_put/submit_get), each resubmitted as soon
+  // as it is done and checked. Time runs from the first submission to the last completion,
+  // so it includes the bench's byte checks that did not overlap a batch in flight; CPU
+  // excludes this thread's checks. Latency is submission to completion callback.
+  PhaseResult run_async(TransferOp op, uint64_t t, std::atomic<uint64_t>& next, uint64_t batches,
+                        std::atomic<uint64_t>& done, Progress& progress) {
+    struct Lane {
+      Batch batch;
+      BatchTicket ticket;
+      uint64_t submitted_ns = 0;
+      std::atomic<uint64_t> done_ns{0};
+    };
+    const uint64_t k = o_.in_flight;
+    std::unique_ptr<Lane[]> lanes(new Lane[k]);
+    PhaseResult mine;
+    double check_cpu_s = 0;
+    auto submit = [&](uint64_t l) {
+      const uint64_t i = next.fetch_add(1);
+      if (i >= batches) return;
+      Lane& lane = lanes[l];
+      fill(lane.batch, op, t * k + l, i);
+      lane.submitted_ns = now_ns();
+      auto on_done = [&lane](const BatchResult&) { lane.done_ns.store(now_ns()); };
+      lane.ticket = op == TransferOp::kWrite
+                        ? store_.submit_put(lane.batch.keys, lane.batch.in, on_done)
+                        : store_.submit_get(lane.batch.keys, lane.batch.out, on_done);
+    };
+    const double cpu0 = process_cpu_s();
+    const Stopwatch sw;
+    for (uint64_t l = 0; l < k; ++l) submit(l);
+    for (bool any = true; any;) {
+      any = false;
+      for (uint64_t l = 0; l < k; ++l) {
+        Lane& lane = lanes[l];
+        if (!lane.ticket.valid()) continue;
+        any = true;
+        lane.ticket.wait();
+        const BatchResult r = lane.ticket.take();
+        lane.ticket = BatchTicket();
+        mine.latency_ms.push_back(static_cast<double>(lane.done_ns.load() - lane.submitted_ns) *
+                                  1e-6);
+        const double c0 = thread_cpu_s();
+        account(mine, op, t * k + l, lane.batch, r);
+        check_cpu_s += thread_cpu_s() - c0;
+        progress.update(done.fetch_add(lane.batch.n) + lane.batch.n);
+        submit(l);
+      }
+    }
+    mine.busy_s = sw.elapsed_s();
+    mine.cpu_s = process_cpu_s() - cpu0 - check_cpu_s;
+    return mine;
+  }
+
+  std::byte* piece_ptr(uint64_t lane, uint64_t slot, uint32_t piece) {
+    return pool_.data() + (lane * o_.batch + slot) * shape_.page_bytes() +
            piece * shape_.piece_bytes;
   }
 
-  bool page_intact(uint64_t thread, uint64_t slot, uint64_t page) {
+  bool page_intact(uint64_t lane, uint64_t slot, uint64_t page) {
     for (uint32_t p = 0; p < shape_.pieces; ++p) {
-      std::byte* got = piece_ptr(thread, slot, p);
+      std::byte* got = piece_ptr(lane, slot, p);
       const std::byte* ref =
           reference_.data() + slot * shape_.page_bytes() + p * shape_.piece_bytes;
       alignas(8) std::byte expect[kStampBytes];
@@ -280,9 +371,11 @@ int run_bench(const BenchOptions& o) {
     return kExitUsage;
   }
   if (o.io_threads != 0) loc->params["io_threads"] = std::to_string(o.io_threads);
-  const uint64_t pool_bytes = (o.threads + 1) * o.batch * shape.page_bytes();
+  const uint64_t pool_bytes = (o.threads * o.in_flight + 1) * o.batch * shape.page_bytes();
   if (pool_bytes > (uint64_t{64} << 30)) {
-    fmt::print(stderr, "kvtier bench: the host pool would need {}; lower --batch or --threads\n",
+    fmt::print(stderr,
+               "kvtier bench: the host pool would need {}; lower --batch, --threads or "
+               "--in-flight\n",
                human_bytes(pool_bytes));
     return kExitUsage;
   }
@@ -300,6 +393,8 @@ int run_bench(const BenchOptions& o) {
     cfg.fsync = o.fsync;
     cfg.verify_payload = !o.skip_payload_checksum;
     cfg.capacity_bytes = o.capacity;
+    // Every submitted batch runs at once rather than queueing behind the others.
+    cfg.async_threads = std::max<size_t>(cfg.async_threads, o.threads * o.in_flight);
     Result<DirectIo> dio = parse_direct_io(o.direct_io);
     if (!dio.ok()) {
       fmt::print(stderr, "kvtier bench: {}\n", dio.status().to_string());
@@ -363,6 +458,7 @@ int run_bench(const BenchOptions& o) {
          {"shape", shape.name},
          {"batch", o.batch},
          {"threads", o.threads},
+         {"in_flight", o.in_flight},
          {"verified", verified},
          {"wrong_bytes_pages", rd.wrong_bytes},
          {"fds_before", fds_before},
@@ -402,9 +498,10 @@ int run_bench(const BenchOptions& o) {
                    r.first_error.empty() ? "" : "; first: ", r.first_error);
       }
     };
-    fmt::print("kvtier bench: {} pages of {} ({} x {} B, {}), batch {}, {} thread{}\n", o.pages,
+    fmt::print("kvtier bench: {} pages of {} ({} x {} B, {}), batch {}, {} thread{}{}\n", o.pages,
                human_bytes(shape.page_bytes()), shape.pieces, shape.piece_bytes, shape.name,
-               o.batch, o.threads, o.threads == 1 ? "" : "s");
+               o.batch, o.threads, o.threads == 1 ? "" : "s",
+               o.in_flight > 1 ? fmt::format(", {} batches in flight each", o.in_flight) : "");
     fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
     fmt::print("         {}\n", backend_description);
     if (o.direct_io != "off") {

@@ -98,6 +98,24 @@ TEST(Cli, KeptPagesShowInStatAndVerifyFindsCorruption) {
   EXPECT_NE(text.out.find("CORRUPT " + victim), std::string::npos) << text.out;
 }
 
+// --in-flight keeps several batches submitted per thread (submit_put/submit_get); each lane
+// has its own pool slots, so a batch finishing out of order cannot return another's bytes.
+TEST(Cli, BenchKeepsBatchesInFlightWithTheAsyncApi) {
+  kvtier::testing::TempDir dir;
+  CliRun r = run("bench --dir " + dir.path() +
+                 " --page-bytes 70272 --pages 45 --batch 4 --threads 2 --in-flight 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = json_of(r);
+  EXPECT_EQ(j["verified"], true);
+  EXPECT_EQ(j["in_flight"], 3);
+  EXPECT_EQ(j["write"]["ok_pages"], 45);
+  EXPECT_EQ(j["read"]["ok_pages"], 45);
+  EXPECT_EQ(j["wrong_bytes_pages"], 0);
+  EXPECT_GT(j["read"]["batch_latency_ms"]["max"].get<double>(), 0.0);
+  EXPECT_EQ(j["fds_before"], j["fds_after"]);
+  EXPECT_EQ(run("bench --dir " + dir.path() + " --in-flight 0").exit_code, 2);
+}
+
 TEST(Cli, BenchOnMemoryAndOtherShapes) {
   kvtier::testing::TempDir dir;
   CliRun r = run("bench --dir " + dir.path() +

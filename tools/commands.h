@@ -20,6 +20,7 @@ struct BenchOptions {
   uint64_t pages = 128;
   uint64_t batch = 32;
   uint64_t threads = 1;
+  uint64_t in_flight = 1;  // --in-flight: batches each client thread keeps submitted
   std::string backend;
   uint64_t io_threads = 0;
   std::string direct_io = "off";

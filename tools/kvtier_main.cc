@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
       "bench",
       "Write N pages, read them back, verify every byte; print throughput, batch latency "
       "percentiles, the backend chosen and open descriptors before/after. Throughput counts "
-      "time inside store calls only; the host pool is registered once and warmed up first, as "
+      "time inside store calls only (with --in-flight, first submission to last completion); "
+      "the host pool is registered once and warmed up first, as "
       "in a serving engine.");
   auto* dir_opt = b->add_option("--dir", bench.dir,
                                 "Directory to bench in (default: $TMPDIR/kvtier-bench, or "
@@ -50,6 +51,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   b->add_option("--threads", bench.threads, "Client threads issuing batches concurrently")
       ->check(CLI::Range(uint64_t{1}, uint64_t{256}))
+      ->capture_default_str();
+  b->add_option("--in-flight", bench.in_flight,
+                "Batches each client thread keeps in flight with the async API (submit_put/"
+                "submit_get), resubmitting each as soon as it is done; 1: one blocking call at a "
+                "time. Timed from first submission to last completion")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{64}))
       ->capture_default_str();
   std::vector<std::string> backends = kvtier::builtin_backends().names();
   backends.insert(backends.begin(), "auto");
