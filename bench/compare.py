@@ -13,7 +13,8 @@ For each model shape it runs, in rounds (--reps of them, after --warmup discarde
      kvtier's total queue depth: io_uring x2 qd64 against 2 threads with batches of 64;
      io_uring x1 qd128 against 1 thread with blocking batches of 128, and against 1 thread
      keeping 2 batches of 64 in flight (kvtier bench --in-flight 2)
-and once: one core memcpy'ing the same bytes (the read ceiling), and batch_exists(128).
+and once: one core memcpy'ing the same bytes (the read ceiling); then batch_exists(128), and
+verification's cost on hot reads of 4 MiB and 1.25 MiB pieces in one process (microbenchmark).
 
 Each kvtier measurement runs back to back with its fio twin, kvtier first in even rounds and
 fio first in odd ones. A ratio is the median (min-max) of the rounds' kvtier/fio ratios, so
@@ -369,6 +370,24 @@ def main():
         report["batch_exists_128_us"] = b["real_time"]
         print(f"batch_exists of 128 keys: {b['real_time']:.1f} us per call "
               f"({b['real_time'] / 128 * 1000:.0f} ns per key)")
+        # Verification's cost measured in one process: hot batch_get of 128 pages from 256
+        # stored, verified and unverified runs interleaved at random (median of 5 each).
+        out = run([MICRO, "--benchmark_filter=GetBatch128/(4194304|1310720)/",
+                   "--benchmark_repetitions=5", "--benchmark_enable_random_interleaving=true",
+                   "--benchmark_report_aggregates_only=true", "--benchmark_format=json"])
+        rates = {}
+        for b in json.loads(out)["benchmarks"]:
+            if b.get("aggregate_name") == "median":
+                page, verify = b["run_name"].split("/")[1:3]
+                rates[(int(page), verify == "1")] = b["bytes_per_second"] / 1e9
+        report["microbench_checksum_cost"] = {}
+        for page in sorted({p for p, _ in rates}, reverse=True):
+            v, u = rates.get((page, True), 0), rates.get((page, False), 0)
+            cost = 1 - v / u if u else 0
+            report["microbench_checksum_cost"][page] = cost
+            print(f"hot batch_get of 128 pieces of {page:,} B in one process (microbenchmark): "
+                  f"{v:.2f} GB/s verified, {u:.2f} unverified: verification costs "
+                  f"{cost * 100:.1f}%")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(report, f, indent=2)
