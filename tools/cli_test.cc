@@ -46,6 +46,8 @@ TEST(Cli, BenchVerifiesReportsAndClearsAfterItself) {
   }
   EXPECT_EQ(j["verified"], true);
   EXPECT_EQ(j["pages"], 40);
+  // Every page read back once more, untimed, and compared byte for byte.
+  EXPECT_EQ(j["byte_exact_pages"], 40);
   EXPECT_EQ(j["page_bytes"], 70272);
   // `auto` picks uring where io_uring works, posix otherwise, and says which.
   EXPECT_TRUE(j["backend"] == "uring" || j["backend"] == "posix") << j["backend"];
@@ -111,6 +113,7 @@ TEST(Cli, BenchKeepsBatchesInFlightWithTheAsyncApi) {
   EXPECT_EQ(j["write"]["ok_pages"], 45);
   EXPECT_EQ(j["read"]["ok_pages"], 45);
   EXPECT_EQ(j["wrong_bytes_pages"], 0);
+  EXPECT_EQ(j["byte_exact_pages"], 45);
   EXPECT_GT(j["read"]["batch_latency_ms"]["max"].get<double>(), 0.0);
   EXPECT_EQ(j["fds_before"], j["fds_after"]);
   EXPECT_EQ(run("bench --dir " + dir.path() + " --in-flight 0").exit_code, 2);

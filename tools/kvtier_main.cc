@@ -28,8 +28,9 @@ int main(int argc, char** argv) {
       "Write N pages, read them back, verify every byte; print throughput, batch latency "
       "percentiles, the backend chosen and open descriptors before/after. Throughput counts "
       "time inside store calls only (with --in-flight, first submission to last completion); "
-      "the host pool is registered once and warmed up first, as "
-      "in a serving engine.");
+      "the timed reads check each piece's stamp (page and run), then an untimed pass reads "
+      "every page again and compares every byte. The host pool is registered once and warmed "
+      "up first, as in a serving engine.");
   auto* dir_opt = b->add_option("--dir", bench.dir,
                                 "Directory to bench in (default: $TMPDIR/kvtier-bench, or "
                                 "./kvtier-bench without TMPDIR)");
