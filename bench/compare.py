@@ -200,6 +200,19 @@ def main():
                     dtwins[f"{e} x{j} qd{qd} / 1 x 2x{qd // 2} in flight"] = (e, j, qd, 1,
                                                                             qd // 2, 2)
 
+        def fio_write_read(label, eng, j, qd, direct):
+            """fio writes the pages' files, then reads them (buffered writes after the same
+            conditioning as kvtier's); recorded as fio_{b,d}{w,r}@label."""
+            remove_fio_files(args.dir)
+            if not direct:
+                condition(args.dir, shape, pages)
+            for mode, rw in (("w", "write"), ("r", "read")):
+                gbps, cpu = fio_files(args.dir, shape, pages, j, rw, eng, qd, direct)
+                key = f"{'d' if direct else 'b'}{mode}@{label}"
+                add(f"fio_{key}", gbps)
+                add(f"cpu_fio_{key}", cpu)
+            remove_fio_files(args.dir)
+
         # A unit is one kvtier measurement and its fio twin, run back to back (in alternating
         # order from round to round), so each round gives a ratio of two runs taken minutes
         # apart at most: drift of the VM between rounds cancels out of the ratio.
@@ -224,13 +237,7 @@ def main():
                 if label is None:
                     return
                 eng, j, qd = next(c for c in configs if f"{c[0]} x{c[1]} qd{c[2]}" == label)
-                remove_fio_files(args.dir)
-                condition(args.dir, shape, pages)
-                for mode, rw in (("bw", "write"), ("br", "read")):
-                    gbps, cpu = fio_files(args.dir, shape, pages, j, rw, eng, qd, False)
-                    add(f"fio_{mode}@{label}", gbps)
-                    add(f"cpu_fio_{mode}@{label}", cpu)
-                remove_fio_files(args.dir)
+                fio_write_read(label, eng, j, qd, direct=False)
             return kv, fio
 
         def direct_unit(label, eng, j, qd, threads, batch, in_flight):
@@ -246,12 +253,7 @@ def main():
                     add("cpu_kv_dr", k["read"]["cpu_s_per_gb"])
 
             def fio():
-                remove_fio_files(args.dir)
-                for mode, rw in (("dw", "write"), ("dr", "read")):
-                    gbps, cpu = fio_files(args.dir, shape, pages, j, rw, eng, qd, True)
-                    add(f"fio_{mode}@{label}", gbps)
-                    add(f"cpu_fio_{mode}@{label}", cpu)
-                remove_fio_files(args.dir)
+                fio_write_read(label, eng, j, qd, direct=True)
             return kv, fio
 
         units = [buffered_unit(label, *tb) for label, tb in twins.items()]

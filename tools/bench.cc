@@ -267,9 +267,9 @@ class Bench {
   }
 
   // `in_flight` batches submitted at once (submit_put/submit_get), each resubmitted as soon
-  // as it is done and checked. Time runs from the first submission to the last completion,
-  // so it includes the bench's byte checks that did not overlap a batch in flight; CPU
-  // excludes this thread's checks. Latency is submission to completion callback.
+  // as it is done and its stamps checked. Time runs from the first submission to the last
+  // completion, so it includes those checks where no batch was in flight; CPU excludes this
+  // thread's checks. Latency is submission to completion callback.
   PhaseResult run_async(TransferOp op, uint64_t t, std::atomic<uint64_t>& next, uint64_t batches,
                         std::atomic<uint64_t>& done, Progress& progress) {
     struct Lane {
