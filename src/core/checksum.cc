@@ -9,6 +9,8 @@
 #include <xxh_x86dispatch.h>
 #endif
 
+#include <isa-l/crc64.h>
+
 #include <new>
 
 namespace kvtier {
@@ -49,6 +51,11 @@ uint64_t checksum64(const void* data, size_t size) noexcept {
 
 std::string_view checksum64_implementation() noexcept {
   return checksum64_fn() == &checksum64_library ? "libxxhash" : "avx512";
+}
+
+uint64_t crc64(const void* data, size_t size, uint64_t crc) noexcept {
+  // ISA-L picks its code for the CPU once, at its first call.
+  return crc64_ecma_refl(crc, static_cast<const unsigned char*>(data), size);
 }
 
 Hash128 hash128(const void* data, size_t size) noexcept {

@@ -127,8 +127,7 @@ Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
     KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(),
                                                      page::kHeaderBytes + off, n));
     for (uint64_t c = 0; c < n; c += page::kChecksumChunkBytes) {
-      sums.push_back(
-          checksum64(buf.data() + c, std::min<uint64_t>(page::kChecksumChunkBytes, n - c)));
+      sums.push_back(crc64(buf.data() + c, std::min<uint64_t>(page::kChecksumChunkBytes, n - c)));
     }
   }
   if (page::combine_chunk_checksums(sums) != h.payload_checksum) {

@@ -1,10 +1,10 @@
-// The on-disk page format, version 1 (docs/format.md is the description for humans).
+// The on-disk page format, version 2 (docs/format.md is the description for humans).
 //
 // A page object is a 4096-byte header block followed by the payload:
 //
 //   offset size  field
 //   0      8     magic "KVTPAGE1"
-//   8      2     format version (1)
+//   8      2     format version (2)
 //   10     2     header block size (4096) = payload offset
 //   12     4     flags (0)
 //   16     16    namespace id (XXH3-128 of the namespace's canonical form; high, low words)
@@ -26,9 +26,11 @@
 // All integers little-endian. The payload starts, and the object ends, on a 4096-byte
 // boundary, so direct I/O can move any page (70,272-byte ones included) in aligned blocks.
 //
-// The payload checksum is XXH3-64 over the little-endian array of XXH3-64 values of the
-// payload's consecutive 256 KiB chunks (the last one shorter). Chunks can then be verified in
-// any order, by whichever thread just read them, while they are still in its cache.
+// The payload checksum is XXH3-64 over the little-endian array of the CRC-64/XZ values of
+// the payload's consecutive 256 KiB chunks (the last one shorter). Chunks can then be verified
+// in any order, by whichever thread just read them, while they are still in its cache.
+// Version 1 hashed the chunks with XXH3-64; CRC-64 (ISA-L) checks the same bytes with the
+// same 64 bits in about 0.6 of the time, which is most of what verification costs a hot read.
 #pragma once
 
 #include <algorithm>
@@ -53,7 +55,7 @@ constexpr uint64_t object_bytes(uint64_t payload_bytes) {
 }
 inline constexpr size_t kMaxKeyBytes = 1024;
 inline constexpr char kMagic[8] = {'K', 'V', 'T', 'P', 'A', 'G', 'E', '1'};
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
 inline constexpr uint32_t kChecksumChunkBytes = 256 << 10;
 
 // Chunks of a payload (at least one).
@@ -61,7 +63,7 @@ constexpr size_t chunk_count(uint64_t payload_bytes) {
   return payload_bytes == 0 ? 1 : (payload_bytes + kChecksumChunkBytes - 1) / kChecksumChunkBytes;
 }
 
-// The payload checksum from its chunks' XXH3-64 values, in chunk order.
+// The payload checksum from its chunks' CRC-64 values, in chunk order.
 uint64_t combine_chunk_checksums(std::span<const uint64_t> chunk_checksums) noexcept;
 
 // Calls fn(data, size) for the bytes of payload range [from, to) of a page made of `pieces`
@@ -81,23 +83,15 @@ void for_each_part(const Pieces& pieces, uint64_t from, uint64_t to, Fn&& fn) {
   }
 }
 
-// XXH3-64 of payload chunk `chunk` of a page made of `pieces` holding `payload_bytes`.
+// CRC-64 of payload chunk `chunk` of a page made of `pieces` holding `payload_bytes` (a chunk
+// may span pieces).
 template <typename Pieces>
 uint64_t chunk_checksum(const Pieces& pieces, uint64_t payload_bytes, size_t chunk) {
   const uint64_t from = chunk * uint64_t{kChecksumChunkBytes};
   const uint64_t to = std::min(payload_bytes, from + kChecksumChunkBytes);
-  const std::byte* single = nullptr;
-  uint64_t single_size = 0;
-  int parts = 0;
-  for_each_part(pieces, from, to, [&](const std::byte* d, uint64_t n) {
-    single = d;
-    single_size = n;
-    ++parts;
-  });
-  if (parts == 1) return checksum64(single, single_size);
-  Checksum64Stream s;  // the chunk spans pieces
-  for_each_part(pieces, from, to, [&](const std::byte* d, uint64_t n) { s.update(d, n); });
-  return s.digest();
+  uint64_t crc = 0;
+  for_each_part(pieces, from, to, [&](const std::byte* d, uint64_t n) { crc = crc64(d, n, crc); });
+  return crc;
 }
 
 // The payload checksum of a whole page.

@@ -1,6 +1,9 @@
-// Checksums and hashes (xxHash's XXH3, from libxxhash).
+// Checksums and hashes: xxHash's XXH3 (libxxhash) and CRC-64 (Intel's ISA-L).
 //
-// checksum64: payload and header checksums of stored pages.
+// crc64: the payload checksum of stored pages (every byte a read moves is hashed, so the
+//   fastest strong check wins: ISA-L folds with carry-less multiplies, on AVX-512 where the
+//   CPU has it, at about 1.6x the speed of XXH3 on the development VM).
+// checksum64: header checksums, and the payload checksum's combination of its chunks' CRCs.
 // Hash128: key and namespace identities (names on disk).
 #pragma once
 
@@ -20,6 +23,11 @@ inline uint64_t checksum64(std::string_view s) noexcept {
 // chosen where the CPU has it) or "libxxhash" (the library's run-time dispatch). Both compute
 // the same XXH3-64.
 std::string_view checksum64_implementation() noexcept;
+
+// CRC-64/XZ (the ECMA-182 polynomial, reflected, initial value and final XOR all ones; of
+// "123456789" it is 0x995dc9bbdf1939fa). `crc` continues an earlier result, so that
+// crc64(b, nb, crc64(a, na)) is the CRC of a followed by b.
+uint64_t crc64(const void* data, size_t size, uint64_t crc = 0) noexcept;
 
 struct Hash128 {
   uint64_t high = 0;

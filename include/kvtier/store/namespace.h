@@ -20,7 +20,7 @@
 namespace kvtier {
 
 // The on-disk page format this build writes (and the only one it reads).
-inline constexpr uint16_t kPageFormatVersion = 1;
+inline constexpr uint16_t kPageFormatVersion = 2;
 
 struct ParallelRank {
   uint32_t rank = 0;
