@@ -494,7 +494,7 @@ int run_bench(const BenchOptions& o) {
          {"uri", uri},
          {"fsync", o.fsync},
          {"payload_checksum", !o.skip_payload_checksum},
-         {"checksum_implementation", std::string(checksum64_implementation())},
+         {"xxh3_implementation", std::string(checksum64_implementation())},
          {"backend_description", backend_description},
          {"direct_io", store_stats.direct_io},
          {"direct_pages", store_stats.direct_pages},
