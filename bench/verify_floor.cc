@@ -1,0 +1,142 @@
+// What verifying a page-cache read costs without kvtier around it: each thread reads its own
+// files (page cache hot) in 256 KiB chunks with pread into its part of a pool, and in every
+// other round computes the chunk's CRC-64 (kvtier's payload check) right after each read.
+// Prints, as JSON, the median GB/s of the rounds with and without the hash and the median
+// of the rounds' costs (1 - hashed/plain, each hashed round against the plain round after it).
+//   kvtier_verify_floor --dir DIR [--threads 2] [--files 128] [--pool-mib 512] [--reps 5]
+// Files are 8 MiB each (a Llama-3-8B page) and are removed at the end.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "kvtier/core/aligned_buffer.h"
+#include "kvtier/core/checksum.h"
+#include "kvtier/core/unique_fd.h"
+
+namespace {
+
+constexpr uint64_t kFileBytes = 8 << 20;
+constexpr uint64_t kChunkBytes = 256 << 10;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir;
+  uint64_t threads = 2, files = 128, pool_mib = 512, reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view flag = argv[i];
+    const uint64_t v = std::strtoull(argv[i + 1], nullptr, 10);
+    if (flag == "--dir")
+      dir = argv[i + 1];
+    else if (flag == "--threads")
+      threads = v;
+    else if (flag == "--files")
+      files = v;
+    else if (flag == "--pool-mib")
+      pool_mib = v;
+    else if (flag == "--reps")
+      reps = v;
+    else {
+      dir.clear();
+      break;
+    }
+  }
+  const uint64_t pool_bytes = pool_mib << 20;
+  if (dir.empty() || threads == 0 || files == 0 || reps == 0 || pool_bytes < kChunkBytes) {
+    fmt::print(stderr, "usage: {} --dir DIR [--threads N] [--files N] [--pool-mib N] [--reps N]\n",
+               argv[0]);
+    return 2;
+  }
+
+  std::vector<kvtier::UniqueFd> fds;
+  std::vector<std::string> paths;
+  auto pool = kvtier::AlignedBuffer::allocate(threads * pool_bytes);
+  if (!pool.ok()) {
+    fmt::print(stderr, "cannot allocate {} bytes\n", threads * pool_bytes);
+    return 1;
+  }
+  std::fill_n(pool->data(), pool->size(), std::byte{0x5a});
+  for (uint64_t f = 0; f < threads * files; ++f) {
+    paths.push_back(fmt::format("{}/verify-floor.{}", dir, f));
+    kvtier::UniqueFd fd(::open(paths.back().c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd.valid() ||
+        ::pwrite(fd.get(), pool->data(), kFileBytes, 0) != static_cast<ssize_t>(kFileBytes)) {
+      fmt::print(stderr, "cannot write {}\n", paths.back());
+      for (const std::string& p : paths) ::unlink(p.c_str());
+      return 1;
+    }
+    fds.push_back(std::move(fd));
+  }
+
+  // Round r hashes when r is odd; round 0 warms the page cache and the pool up.
+  std::atomic<bool> failed{false};
+  std::atomic<uint64_t> sink{0};
+  std::vector<double> seconds;
+  auto started = std::chrono::steady_clock::now();
+  std::barrier sync(static_cast<std::ptrdiff_t>(threads), [&]() noexcept {
+    const auto now = std::chrono::steady_clock::now();
+    seconds.push_back(std::chrono::duration<double>(now - started).count());
+    started = std::chrono::steady_clock::now();
+  });
+  const uint64_t rounds = 1 + 2 * reps;
+  std::vector<std::thread> workers;
+  for (uint64_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::byte* mine = pool->data() + t * pool_bytes;
+      uint64_t sum = 0;
+      for (uint64_t r = 0; r < rounds; ++r) {
+        const bool hash = r % 2 == 1;
+        uint64_t at = 0;
+        for (uint64_t f = 0; f < files; ++f) {
+          const int fd = fds[t * files + f].get();
+          for (uint64_t off = 0; off < kFileBytes; off += kChunkBytes) {
+            std::byte* d = mine + at;
+            at = at + 2 * kChunkBytes > pool_bytes ? 0 : at + kChunkBytes;
+            if (::pread(fd, d, kChunkBytes, static_cast<off_t>(off)) !=
+                static_cast<ssize_t>(kChunkBytes)) {
+              failed = true;
+            }
+            if (hash) sum += kvtier::crc64(d, kChunkBytes);
+          }
+        }
+        sync.arrive_and_wait();
+      }
+      sink += sum;
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  for (const std::string& p : paths) ::unlink(p.c_str());
+  if (failed) {
+    fmt::print(stderr, "a read came back short\n");
+    return 1;
+  }
+
+  const double bytes = static_cast<double>(threads * files * kFileBytes);
+  std::vector<double> plain, hashed, cost;
+  for (uint64_t r = 1; r + 1 < seconds.size(); r += 2) {
+    plain.push_back(bytes / seconds[r + 1] / 1e9);  // rounds 2, 4, ...: plain
+    hashed.push_back(bytes / seconds[r] / 1e9);     // rounds 1, 3, ...: hashed
+    cost.push_back(1 - hashed.back() / plain.back());
+  }
+  fmt::print(
+      "{{\"threads\": {}, \"files\": {}, \"pool_mib\": {}, \"reps\": {}, \"read_gbps\": {:.3f}, "
+      "\"read_crc64_gbps\": {:.3f}, \"crc64_cost\": {:.4f}, \"sink\": {}}}\n",
+      threads, files, pool_mib, plain.size(), median(plain), median(hashed), median(cost),
+      sink.load() & 1);
+  return 0;
+}
