@@ -14,7 +14,8 @@ For each model shape it runs, in rounds (--reps of them, after --warmup discarde
      io_uring x1 qd128 against 1 thread with blocking batches of 128, and against 1 thread
      keeping 2 batches of 64 in flight (kvtier bench --in-flight 2)
 and once: one core memcpy'ing the same bytes (the read ceiling); then batch_exists(128), and
-verification's cost on hot reads of 4 MiB and 1.25 MiB pieces in one process (microbenchmark).
+verification's cost on hot reads of 4 MiB and 1.25 MiB pieces in one process (microbenchmark),
+and the same check's cost without kvtier (kvtier_verify_floor: pread, then CRC-64 per chunk).
 
 Each kvtier measurement runs back to back with its fio twin, kvtier first in even rounds and
 fio first in odd ones. A ratio is the median (min-max) of the rounds' kvtier/fio ratios, so
@@ -38,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KVTIER = os.path.join(ROOT, "build", "bin", "kvtier")
 MEMCPY = os.path.join(ROOT, "build", "bin", "kvtier_memcpy_ceiling")
 MICRO = os.path.join(ROOT, "build", "bin", "kvtier_microbench")
+FLOOR = os.path.join(ROOT, "build", "bin", "kvtier_verify_floor")
 
 # name: (kvtier flags, page bytes, piece bytes, pages)
 SHAPES = {
@@ -391,6 +393,14 @@ def main():
             print(f"hot batch_get of 128 pieces of {page:,} B in one process (microbenchmark): "
                   f"{v:.2f} GB/s verified, {u:.2f} unverified: verification costs "
                   f"{cost * 100:.1f}%")
+    # The same check without kvtier: 2 threads pread 8 MiB hot files in 256 KiB chunks into a
+    # 512 MiB pool each, CRC-64 of every chunk right after its read in alternate rounds.
+    floor = json.loads(run([FLOOR, "--dir", args.dir, "--threads", "2", "--files", "128",
+                            "--pool-mib", "512", "--reps", "5"]))
+    report["verify_floor"] = floor
+    print(f"the same check without kvtier (kvtier_verify_floor, 2 threads): pread at "
+          f"{floor['read_gbps']:.2f} GB/s, with CRC-64 {floor['read_crc64_gbps']:.2f}: "
+          f"verification costs {floor['crc64_cost'] * 100:.1f}%")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(report, f, indent=2)
