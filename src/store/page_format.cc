@@ -6,7 +6,13 @@
 #include <bit>
 #include <cstring>
 
+#include "kvtier/store/namespace.h"
+
 namespace kvtier::page {
+
+// Headers carry the version that namespace ids are derived from.
+static_assert(kVersion == kPageFormatVersion);
+
 namespace {
 
 constexpr size_t kOffVersion = 8;

@@ -2,7 +2,7 @@
 //
 // crc64: the payload checksum of stored pages (every byte a read moves is hashed, so the
 //   fastest strong check wins: ISA-L folds with carry-less multiplies, on AVX-512 where the
-//   CPU has it, at about 1.6x the speed of XXH3 on the development VM).
+//   CPU has it, at about 1.4-1.5x the speed of XXH3 on the development VM).
 // checksum64: header checksums, and the payload checksum's combination of its chunks' CRCs.
 // Hash128: key and namespace identities (names on disk).
 #pragma once
