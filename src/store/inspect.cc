@@ -9,6 +9,7 @@
 
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
+#include "kvtier/store/store.h"
 #include "ledger.h"
 #include "object_io.h"
 #include "page_format.h"
@@ -126,8 +127,10 @@ Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
     const uint64_t n = std::min(kVerifyChunk, h.payload_bytes - off);
     KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(),
                                                      page::kHeaderBytes + off, n));
-    for (uint64_t c = 0; c < n; c += page::kChecksumChunkBytes) {
-      sums.push_back(crc64(buf.data() + c, std::min<uint64_t>(page::kChecksumChunkBytes, n - c)));
+    // The window starts on a chunk boundary, so its chunks are the page's.
+    const ConstBuffer window{buf.data(), n};
+    for (size_t c = 0; c < page::chunk_count(n); ++c) {
+      sums.push_back(page::chunk_checksum(std::span<const ConstBuffer>(&window, 1), n, c));
     }
   }
   if (page::combine_chunk_checksums(sums) != h.payload_checksum) {
