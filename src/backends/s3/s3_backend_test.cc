@@ -10,10 +10,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kvtier/backends/builtin.h"
@@ -30,6 +34,12 @@ using testing::PagePool;
 
 // A TCP relay in front of the S3 server that can answer 503, stall, or drop everything.
 // SigV4 signs the Host header as sent, so bytes are relayed unchanged.
+//
+// The proxy runs in the test's process, and its relays close their sockets on their own
+// schedule, after they see the client's close. So that descriptor counts stay exact, every
+// descriptor the proxy holds (its listening socket and both ends of each relay) is opened and
+// closed under `fds_mu_` and listed in `held_`: `client_fds()` counts, under the same lock,
+// the process's descriptors that are not the proxy's.
 class FaultProxy {
  public:
   enum class Mode { kRelay, kFail503, kStall, kDrop };
@@ -38,7 +48,8 @@ class FaultProxy {
     // endpoint: http://127.0.0.1:PORT
     const size_t colon = endpoint.rfind(':');
     upstream_port_ = static_cast<uint16_t>(std::atoi(endpoint.c_str() + colon + 1));
-    listen_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    // Non-blocking, so that accept4 can run under fds_mu_ without waiting there.
+    listen_ = open_socket(SOCK_NONBLOCK);
     const int one = 1;
     ::setsockopt(listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in a{};
@@ -54,7 +65,6 @@ class FaultProxy {
 
   ~FaultProxy() {
     stop_.store(true);
-    ::shutdown(listen_.get(), SHUT_RDWR);
     acceptor_.join();
     std::vector<std::thread> relays;
     {
@@ -65,10 +75,14 @@ class FaultProxy {
   }
 
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  // The next `n` connections get `mode`; later ones are relayed.
+  uint16_t port() const { return port_; }
+  // The next `n` connections get `mode`; later ones are relayed. Connections open now are
+  // closed, as a server closes idle ones, so that the client's next requests open new
+  // connections and meet the fault (a client keeping its connections would never see it).
   void inject(Mode mode, int n) {
     mode_.store(mode);
     remaining_.store(n);
+    generation_.fetch_add(1);
   }
   // Every connection from now on, and those open, get `mode`.
   void set_all(Mode mode) {
@@ -78,16 +92,67 @@ class FaultProxy {
   }
   int injected() const { return injected_.load(); }
 
+  // The process's open descriptors that are not the proxy's, counted while the proxy can
+  // neither open nor close one: exact whatever its relays are doing.
+  size_t client_fds() {
+    std::lock_guard lock(fds_mu_);
+    return testing::open_fds() - held_.size();
+  }
+  // Descriptors the proxy holds now.
+  size_t proxy_fds() {
+    std::lock_guard lock(fds_mu_);
+    return held_.size();
+  }
+
  private:
+  // One of the proxy's descriptors: listed in held_ while it is open.
+  class ProxyFd {
+   public:
+    ProxyFd() = default;
+    ProxyFd(FaultProxy* owner, int fd) : owner_(owner), fd_(fd) {}  // fds_mu_ held
+    ProxyFd(ProxyFd&& o) noexcept
+        : owner_(std::exchange(o.owner_, nullptr)), fd_(std::exchange(o.fd_, -1)) {}
+    ProxyFd& operator=(ProxyFd&& o) noexcept {
+      std::swap(owner_, o.owner_);
+      std::swap(fd_, o.fd_);
+      return *this;
+    }
+    ~ProxyFd() {
+      if (fd_ < 0) return;
+      std::lock_guard lock(owner_->fds_mu_);
+      owner_->held_.erase(fd_);
+      ::close(fd_);
+    }
+    int get() const { return fd_; }
+
+   private:
+    FaultProxy* owner_ = nullptr;
+    int fd_ = -1;
+  };
+
+  ProxyFd open_socket(int flags) {
+    std::lock_guard lock(fds_mu_);
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | flags, 0);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    if (fd >= 0) held_.insert(fd);
+    return ProxyFd(this, fd);
+  }
+
+  ProxyFd accept_one() {
+    std::lock_guard lock(fds_mu_);
+    const int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) held_.insert(fd);
+    return ProxyFd(this, fd);
+  }
+
   void accept_loop() {
     while (!stop_.load()) {
-      const int c = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) {
-        if (stop_.load()) return;
-        continue;
-      }
+      pollfd p{listen_.get(), POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      ProxyFd c = accept_one();
+      if (c.get() < 0) continue;
       std::lock_guard lock(mu_);
-      relays_.emplace_back([this, c] { serve(UniqueFd(c)); });
+      relays_.emplace_back([this, c = std::move(c)]() mutable { serve(std::move(c)); });
     }
   }
 
@@ -102,7 +167,7 @@ class FaultProxy {
     return Mode::kRelay;
   }
 
-  void serve(UniqueFd client) {
+  void serve(ProxyFd client) {
     const Mode mode = take_mode();
     const int gen = generation_.load();
     if (mode == Mode::kDrop) return;  // closed at once
@@ -119,7 +184,7 @@ class FaultProxy {
       while (!stop_.load() && generation_.load() == gen) std::this_thread::sleep_for(10ms);
       return;
     }
-    UniqueFd up(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ProxyFd up = open_socket(0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -144,7 +209,9 @@ class FaultProxy {
 
   uint16_t upstream_port_ = 0;
   uint16_t port_ = 0;
-  UniqueFd listen_;
+  std::mutex fds_mu_;
+  std::set<int> held_;  // guarded by fds_mu_
+  ProxyFd listen_;
   std::atomic<bool> stop_{false};
   std::atomic<Mode> mode_{Mode::kRelay};
   std::atomic<int> remaining_{0};
@@ -375,22 +442,26 @@ TEST_F(S3Backend, ServerStoppedMidBatchEndsEveryPageWithinTheDeadline) {
   EXPECT_GT(failed, 0u);
 }
 
+// The S3 client's descriptors only: the proxy's relays close their sockets on their own
+// schedule, so they are left out of every count (FaultProxy::client_fds).
 TEST_F(S3Backend, NoDescriptorGrowthAfterAThousandOperationsWithFaults) {
   FaultProxy proxy(testing::s3_test_server().endpoint);
+  const size_t before = proxy.client_fds();
   auto store = testing::open_store(
       location("&deadline_ms=3000&max_attempts=3&max_parallel=8", proxy.endpoint()),
       testing::test_namespace());
   ASSERT_NE(store, nullptr);
-  PagePool pool(*store, 16, 8192);
+  // A registration keeps the store's agent, and so its S3 client, alive: the pool goes too.
+  auto pool = std::make_unique<PagePool>(*store, 16, 8192);
   const auto keys = testing::keys_for("fd", 8);
   std::vector<ConstBuffer> in;
   std::vector<MutableBuffer> out;
   for (size_t i = 0; i < 8; ++i) {
-    in.push_back(pool.in(i, 8192));
-    out.push_back(pool.out(8 + i, 8192));
+    in.push_back(pool->in(i, 8192));
+    out.push_back(pool->out(8 + i, 8192));
   }
   ASSERT_TRUE(store->batch_put(testing::views(keys), in).all_ok());
-  const size_t steady = testing::open_fds();
+  const size_t steady = proxy.client_fds();
   size_t ops = 0;
   for (int round = 0; ops < 1000; ++round) {
     if (round % 5 == 0) proxy.inject(FaultProxy::Mode::kFail503, 2);
@@ -400,10 +471,40 @@ TEST_F(S3Backend, NoDescriptorGrowthAfterAThousandOperationsWithFaults) {
     (void)store->batch_exists(testing::views(keys));
     ops += 8 + 8 + 8;
   }
+  EXPECT_GT(proxy.injected(), 0);
   // Connections in the client's cache are bounded by max_parallel (each holds one socket).
-  EXPECT_LE(testing::open_fds(), steady + 8);
+  EXPECT_LE(proxy.client_fds(), steady + 8);
   store.reset();
-  EXPECT_LE(testing::open_fds(), steady);
+  pool.reset();
+  // Every descriptor the client opened is closed by the time it is destroyed.
+  EXPECT_EQ(proxy.client_fds(), before);
+}
+
+// The count above is only as good as the proxy's bookkeeping: each relayed connection is two
+// descriptors of the proxy's, none of the client's.
+TEST_F(S3Backend, ProxyDescriptorsAreCountedApartFromTheClients) {
+  FaultProxy proxy(testing::s3_test_server().endpoint);
+  EXPECT_EQ(proxy.proxy_fds(), 1u);  // the listening socket
+  const size_t before = proxy.client_fds();
+  EXPECT_EQ(proxy.client_fds() + proxy.proxy_fds(), testing::open_fds());
+  // A raw connection of the test's own: one client descriptor, and a relay of two.
+  UniqueFd c(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_GE(c.get(), 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(proxy.port());
+  ASSERT_EQ(::connect(c.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  // The relay is up once a request gets its answer through it.
+  const char req[] = "HEAD / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n";
+  ASSERT_EQ(::send(c.get(), req, sizeof req - 1, MSG_NOSIGNAL),
+            static_cast<ssize_t>(sizeof req - 1));
+  char buf[4096];
+  ASSERT_GT(::recv(c.get(), buf, sizeof buf, 0), 0);
+  EXPECT_EQ(proxy.proxy_fds(), 3u);
+  EXPECT_EQ(proxy.client_fds(), before + 1);
+  c.reset();
+  EXPECT_EQ(proxy.client_fds(), before);  // whether or not the relay has closed yet
 }
 
 }  // namespace
