@@ -21,6 +21,14 @@ function(kvtier_test name)
   target_link_libraries(${name} PRIVATE ${T_LIBS} kvtier_testing GTest::gtest GTest::gmock
                                         GTest::gtest_main)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # The properties reach set_tests_properties through gtest_discover_tests' script, which
+  # flattens a list: of several labels only the first would be set, and the others taken for
+  # property names. (s3_backend_test's second label went missing that way, and the TSan pass
+  # left it out.) So a test binary has one label.
+  list(LENGTH T_LABELS n_labels)
+  if(n_labels GREATER 1)
+    message(FATAL_ERROR "kvtier_test(${name}): one label at most (got ${T_LABELS})")
+  endif()
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
                        PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
   foreach(src IN LISTS T_SOURCES)
