@@ -5,7 +5,8 @@
 #   make run          kvtier bench on the default directory (extra flags: ARGS="--pages 64")
 #   make test         format check, Release tests, the whole suite under ASan+UBSan, and the
 #                     concurrency suites under TSan (SANITIZE=0 skips the sanitizer passes),
-#                     beside a throw-away local S3 server for the S3 tests (KVTIER_S3=0: none)
+#                     beside a throw-away local S3 server for the S3 tests (KVTIER_S3=0: none),
+#                     all in a network namespace with only loopback up (scripts/loopback-only)
 #   make bench        kvtier against fio and memcpy, side by side (bench/compare.py; ARGS=...)
 #   make format       clang-format every C++ file in place
 
@@ -13,7 +14,7 @@ SHELL := /bin/bash
 SANITIZE ?= 1
 ARGS ?=
 
-.PHONY: all deps build run bench test test-release test-asan test-tsan format format-check clean
+.PHONY: all deps s3-deps build run bench test test-release test-asan test-tsan format format-check clean
 
 all: build
 
@@ -30,14 +31,20 @@ run: build
 bench: build
 	bench/compare.py $(ARGS)
 
-# One throw-away S3 server (tests/s3/server.sh) serves every pass's S3 tests.
+# One throw-away S3 server (tests/s3/server.sh) serves every pass's S3 tests. The passes run
+# in a network namespace of their own with only loopback up, so a test that reaches for any
+# other address fails; packages (Ceph's too) are installed before, outside it.
 SUITES := test-release
 ifneq ($(SANITIZE),0)
 SUITES += test-asan test-tsan
 endif
 
-test: deps format-check
-	@scripts/with-s3-server $(MAKE) --no-print-directory $(SUITES)
+test: deps format-check s3-deps
+	@KVTIER_S3_NO_INSTALL=1 scripts/loopback-only scripts/with-s3-server \
+	  $(MAKE) --no-print-directory $(SUITES)
+
+s3-deps:
+	@if [ "$${KVTIER_S3:-1}" != 0 ]; then tests/s3/server.sh install || true; fi
 
 test-release: build
 	ctest --preset release

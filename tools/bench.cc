@@ -428,7 +428,7 @@ int run_bench(const BenchOptions& o) {
     cfg.ns.pieces_per_page = shape.pieces;
     Result<std::unique_ptr<Store>> store = Store::open(cfg);
     if (!store.ok()) {
-      fmt::print(stderr, "kvtier bench: cannot open the store at {}: {}\n", where,
+      fmt::print(stderr, "kvtier bench: cannot open the store at {}: {}\n", loc->uri(),
                  store.status().to_string());
       return kExitUsage;
     }
@@ -549,7 +549,7 @@ int run_bench(const BenchOptions& o) {
                    : "");
     fmt::print("  fds    before {}  during {}  after {}\n", fds_before, fds_during, fds_after);
     fmt::print("  pages  {}\n",
-               o.keep ? "kept (kvtier stat / kvtier verify " + where + ")" : "cleared");
+               o.keep ? "kept (kvtier stat / kvtier verify " + loc->uri() + ")" : "cleared");
   }
   return verified ? kExitOk : kExitFailed;
 }

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -17,8 +18,10 @@ struct CliRun {
   std::string out;
 };
 
-CliRun run(const std::string& args) {
-  const std::string cmd = std::string(KVTIER_CLI) + " " + args + " 2>/dev/null";
+// Runs the CLI with `args` (through the shell); its stdout, and its stderr with `with_stderr`.
+CliRun run(const std::string& args, bool with_stderr = false) {
+  const std::string cmd =
+      std::string(KVTIER_CLI) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return {-1, ""};
   std::string out;
@@ -147,9 +150,26 @@ TEST(Cli, UsageAndOpenErrorsExitTwo) {
   EXPECT_EQ(run("verify " + dir.file("missing")).exit_code, 2);
   EXPECT_EQ(run("stat " + dir.file("missing")).exit_code, 2);
   EXPECT_EQ(run("stat gopher://x").exit_code, 2);
-  EXPECT_EQ(run("bench --uri s3://bucket/x").exit_code, 2);
+  // Never without an endpoint: with credentials about, that would be the public AWS one.
+  EXPECT_EQ(run("bench --uri 's3://bucket/x?endpoint=http://127.0.0.1:1'").exit_code, 2);
   EXPECT_EQ(run("--help").exit_code, 0);
   EXPECT_EQ(run("bench --help").exit_code, 0);
+}
+
+TEST(Cli, UnreachableS3EndpointExitsTwoQuickly) {
+  // Credentials in the location, so the client gets as far as connecting whatever the
+  // environment holds; nothing listens on port 1 of loopback.
+  const auto t0 = std::chrono::steady_clock::now();
+  CliRun r =
+      run("bench --pages 4 --uri "
+          "'s3://bucket/x?endpoint=http://127.0.0.1:1&deadline_ms=2000&access_key=AKIDCLITEST&"
+          "secret_key=clitestsecret'",
+          /*with_stderr=*/true);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("cannot reach"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("clitestsecret"), std::string::npos) << r.out;
+  EXPECT_LT(took, std::chrono::seconds(20)) << "an unreachable server must fail fast";
 }
 
 TEST(Cli, CapacityBoundsTheBenchAndEvictionsAreMissesNotCorruption) {

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import kvtier
-from conftest import open_fds
+from conftest import open_fds, s3_test_server
 from fakes import LAYOUTS, HostPool, OldStorageConfig, StorageConfig, host_indices
 from kvtier.sglang import HiCacheKvtier
 
@@ -548,12 +548,7 @@ def test_subclasses_sglang_interface_when_importable(store_dir, monkeypatch):
 
 def test_roundtrip_through_s3(monkeypatch):
     """The adapter on an s3:// URI (the S3 server `make test` starts; skipped without one)."""
-    endpoint = os.environ.get("KVTIER_TEST_S3_ENDPOINT")
-    bucket = os.environ.get("KVTIER_TEST_S3_BUCKET")
-    if not endpoint or not bucket or not os.environ.get("AWS_ACCESS_KEY_ID"):
-        pytest.skip("no S3 server: " + os.environ.get("KVTIER_TEST_S3_UNAVAILABLE",
-                                                     "KVTIER_TEST_S3_ENDPOINT is not set"))
-    region = os.environ.get("KVTIER_TEST_S3_REGION", "us-east-1")
+    endpoint, region, bucket = s3_test_server(monkeypatch)
     uri = f"s3://{bucket}/adapter-{os.getpid()}-{time.time_ns()}?endpoint={endpoint}&region={region}"
     before = open_fds()
     src = HostPool(backing="torch")

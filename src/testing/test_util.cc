@@ -111,6 +111,20 @@ const S3TestServer& s3_test_server() {
       const char* v = std::getenv(name);
       return v == nullptr ? std::string() : std::string(v);
     };
+    // The credentials come from the server's env file, into this process only (and what it
+    // starts): scripts/with-s3-server exports the file's name, not the keys.
+    if (const std::string file = env("KVTIER_TEST_S3_ENV_FILE"); !file.empty()) {
+      std::ifstream in(file);
+      if (!in) ADD_FAILURE() << "cannot read KVTIER_TEST_S3_ENV_FILE " << file;
+      for (std::string line; std::getline(in, line);) {
+        const size_t eq = line.find('=');
+        if (eq == std::string::npos) continue;
+        const std::string name = line.substr(0, eq);
+        if (name == "AWS_ACCESS_KEY_ID" || name == "AWS_SECRET_ACCESS_KEY") {
+          ::setenv(name.c_str(), line.substr(eq + 1).c_str(), 1);
+        }
+      }
+    }
     s.endpoint = env("KVTIER_TEST_S3_ENDPOINT");
     s.region = env("KVTIER_TEST_S3_REGION");
     s.bucket = env("KVTIER_TEST_S3_BUCKET");
@@ -121,7 +135,9 @@ const S3TestServer& s3_test_server() {
                                     "(`make test` starts one with tests/s3/server.sh)"
                                   : "no S3 server: " + why;
     } else if (env("AWS_ACCESS_KEY_ID").empty() || env("AWS_SECRET_ACCESS_KEY").empty()) {
-      s.skip_reason = "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set";
+      s.skip_reason =
+          "no S3 credentials: neither KVTIER_TEST_S3_ENV_FILE nor AWS_ACCESS_KEY_ID and "
+          "AWS_SECRET_ACCESS_KEY give them";
     }
     return s;
   }();

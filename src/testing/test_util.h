@@ -43,9 +43,11 @@ std::vector<std::string> list_files(const std::string& dir);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, std::string_view bytes);
 
-// The S3 server of the tests, from the environment `tests/s3/server.sh start` sets up
-// (KVTIER_TEST_S3_ENDPOINT, _REGION, _BUCKET; credentials in AWS_ACCESS_KEY_ID and
-// AWS_SECRET_ACCESS_KEY). `skip_reason` is set when there is none.
+// The S3 server of the tests, from the environment scripts/with-s3-server sets up
+// (KVTIER_TEST_S3_ENDPOINT, _REGION, _BUCKET). Its credentials are read from the file
+// KVTIER_TEST_S3_ENV_FILE names (or else taken from AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY) and set in this process's environment on the first call, so that only
+// the tests that use the server hold them. `skip_reason` is set when there is none.
 struct S3TestServer {
   std::string endpoint;
   std::string region;

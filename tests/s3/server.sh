@@ -7,6 +7,8 @@
 #   tests/s3/server.sh start  [STATE_DIR]   start (or re-print env if running)
 #   tests/s3/server.sh stop   [STATE_DIR]   stop every daemon, remove STATE_DIR
 #   tests/s3/server.sh status [STATE_DIR]   exit 0 if radosgw answers
+#   tests/s3/server.sh install              install Ceph if missing (start does it too), so
+#                                           that start can run where no mirror is reachable
 #
 # STATE_DIR defaults to ${KVTIER_S3_STATE:-${TMPDIR:-/tmp}/kvtier-s3}.
 #
@@ -35,7 +37,7 @@ readonly MARKER=.kvtier-s3          # marks a directory as ours (safe to rm)
 readonly RGW_NAME=client.rgw.kvtier
 
 usage() {
-  echo "usage: $0 {start|stop|status} [STATE_DIR]" >&2
+  echo "usage: $0 {start|stop|status|install} [STATE_DIR]" >&2
   exit 2
 }
 
@@ -495,5 +497,6 @@ case $CMD in
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
+  install) ensure_ceph ;;
   *) usage ;;
 esac
