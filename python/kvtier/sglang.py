@@ -820,9 +820,9 @@ class HiCacheKvtier(_HiCacheStorage):
     def _set_pages(self, pool: _Pool, keys: List[str], host_indices: Any) -> List[bool]:
         """Writes the pages that are not stored yet; pages already there count as written."""
         keys = list(keys)
-        starts = pool.starts(keys, host_indices)
         if not keys:
             return []
+        starts = pool.starts(keys, host_indices)
         start = time.perf_counter()
         present = pool.exists_prefix(keys)
         if present:
@@ -838,9 +838,9 @@ class HiCacheKvtier(_HiCacheStorage):
         """Reads the leading run of stored pages; the pages after the first absent one are
         False without any I/O (SGLang uses the leading run only)."""
         keys = list(keys)
-        starts = pool.starts(keys, host_indices)
         if not keys:
             return []
+        starts = pool.starts(keys, host_indices)
         start = time.perf_counter()
         n = pool.exists_prefix(keys)
         if n < len(keys):

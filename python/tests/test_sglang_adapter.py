@@ -13,7 +13,7 @@ import torch
 
 import kvtier
 from conftest import open_fds
-from fakes import LAYOUTS, HostPool, OldStorageConfig, StorageConfig, host_indices
+from fakes import LAYOUTS, MLA_LAYOUTS, HostPool, OldStorageConfig, StorageConfig, host_indices
 from kvtier.sglang import HiCacheKvtier
 
 
@@ -37,8 +37,9 @@ def pool_pages(pool):
 # -- byte-exact round trips through every layout ------------------------------------------
 
 @pytest.mark.parametrize("backing", ["numpy", "torch"])
-@pytest.mark.parametrize("mla", [False, True], ids=["mha", "mla"])
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("mla,layout", [(False, lay) for lay in LAYOUTS] +
+                         [(True, lay) for lay in MLA_LAYOUTS],
+                         ids=[f"mha-{lay}" for lay in LAYOUTS] + [f"mla-{lay}" for lay in MLA_LAYOUTS])
 def test_roundtrip_every_layout(store_dir, backing, mla, layout):
     src = HostPool(layout=layout, mla=mla, backing=backing)
     src.fill_random(seed=7)
