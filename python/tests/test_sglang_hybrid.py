@@ -78,10 +78,13 @@ class Hybrid:
             self.kv.fill_random(seed)
             self.mamba.fill_random(seed + 1)
             self.swa.fill_random(seed + 2)
-        self.backend = make(module, store_dir, self.kv, config)
-        for name, pool in ((PoolName.KV, self.kv), (PoolName.MAMBA, self.mamba),
-                           (PoolName.SWA, self.swa)):
-            self.backend.register_mem_host_pool_v2(pool, name)
+        # SGLang hands a hybrid model's backend the pool group, then each of its entries.
+        self.group = HostPoolGroup([PoolEntry(PoolName.KV, self.kv, True),
+                                    PoolEntry(PoolName.MAMBA, self.mamba),
+                                    PoolEntry(PoolName.SWA, self.swa)])
+        self.backend = make(module, store_dir, self.group, config)
+        for entry in self.group.entries:
+            self.backend.register_mem_host_pool_v2(entry.host_pool, entry.name)
         self.driver = Driver(self.backend, self.kv.page_size)
 
     def kv_idx(self, pages):
@@ -147,17 +150,16 @@ def test_page_first_kv_split_is_refused_at_registration(sglang, store_dir):
 
 # -- hybrid models through the controller's order -------------------------------------------
 
-def test_hybrid_kv_mamba_swa_round_trip(sglang, store_dir):
-    src = Hybrid(sglang, store_dir, seed=10)
+@pytest.mark.parametrize("layout", ["page_first", "page_first_direct"])
+def test_hybrid_kv_mamba_swa_round_trip(sglang, store_dir, layout):
+    src = Hybrid(sglang, store_dir, seed=10, layout=layout)
     keys = keys_for("hyb", 8)
     side = src.side(keys, mamba_slot=5, swa_pages=[2, 3])
     side_results, done = src.driver.backup(keys, src.kv_idx(range(8)), side)
     assert done == 8
     assert side_results == {PoolName.MAMBA: [True], PoolName.SWA: [True, True]}
 
-    dst = Hybrid(sglang, store_dir + "-other-dir-is-not-used", seed=None)
-    dst.close()
-    dst = Hybrid(sglang, store_dir)
+    dst = Hybrid(sglang, store_dir, layout=layout)
     side = dst.side(keys, mamba_slot=11, swa_pages=[6, 7], placeholder=True)
     hit, loaded, hits = dst.driver.prefetch(keys, dst.kv_idx(range(10, 18)), side)
     assert (hit, loaded) == (8, 8)
@@ -219,12 +221,13 @@ def test_pools_restore_one_common_prefix_not_the_minimum_of_their_own(sglang, st
     src.close()
 
 
-def test_missing_indexer_page_mid_prefix(sglang, store_dir):
-    kv = HostPool(layout="page_first", mla=True, backing="torch", tokens=64)
+@pytest.mark.parametrize("layout", ["page_first", "page_first_direct"])
+def test_missing_indexer_page_mid_prefix(sglang, store_dir, layout):
+    kv = HostPool(layout=layout, mla=True, backing="torch", tokens=64)
     kv.fill_random(seed=40)
     indexer = IndexerPoolHost(kv)
     indexer.fill_random(seed=41)
-    a = make(sglang, store_dir, kv, storage_config(mla=True))
+    a = make(sglang, store_dir, kv, storage_config(mla=True, layout=layout))
     a.register_mem_host_pool_v2(indexer, PoolName.INDEXER)
     keys = keys_for("dsa", 6)
     kvi = host_indices(range(6), kv.page_size)
@@ -233,9 +236,10 @@ def test_missing_indexer_page_mid_prefix(sglang, store_dir):
                                         keys=keys)]) == {PoolName.INDEXER: [True] * 6}
     assert a.batch_set_v1(keys, kvi) == [True] * 6
     a._pools["indexer"].stores[0].remove(keys[3])
-    dst_kv = HostPool(layout="page_first", mla=True, backing="torch", tokens=64)
+    dst_kv = HostPool(layout=layout, mla=True, backing="torch", tokens=64)
     dst_ix = IndexerPoolHost(dst_kv)
-    b = make(sglang, store_dir, dst_kv, storage_config(mla=True, tp_rank=1, tp_size=2))
+    b = make(sglang, store_dir, dst_kv, storage_config(mla=True, tp_rank=1, tp_size=2,
+                                                        layout=layout))
     b.register_mem_host_pool_v2(dst_ix, PoolName.INDEXER)
     driver = Driver(b, kv.page_size)
     hit, loaded, hits = driver.prefetch(keys, host_indices(range(8, 14), kv.page_size),
@@ -279,8 +283,9 @@ def test_mla_rank_other_than_0_skips_kv_but_writes_its_mamba_state(sglang, store
         x.close()
 
 
-def test_deepseek_v4_group_with_a_logical_anchor(sglang, store_dir):
-    anchor = LogicalAnchor(tokens=64, page_size=4)
+@pytest.mark.parametrize("layout", ["page_first", "page_first_direct"])
+def test_deepseek_v4_group_with_a_logical_anchor(sglang, store_dir, layout):
+    anchor = LogicalAnchor(tokens=64, page_size=4, layout=layout)
     c4 = IndexerPoolHost(anchor, layers=2, page_stride=24)
     c128 = IndexerPoolHost(anchor, layers=1, page_stride=8)
     c4.fill_random(60)
@@ -288,7 +293,7 @@ def test_deepseek_v4_group_with_a_logical_anchor(sglang, store_dir):
     group = HostPoolGroup([PoolEntry(PoolName.KV, anchor, is_primary_index_anchor=True),
                            PoolEntry(PoolName.DEEPSEEK_V4_C4, c4),
                            PoolEntry(PoolName.DEEPSEEK_V4_C128, c128)])
-    config = storage_config(mla=True)
+    config = storage_config(mla=True, layout=layout)
     a = make(sglang, store_dir, group, config)
     for e in group.entries:
         a.register_mem_host_pool_v2(e.host_pool, e.name)
@@ -299,13 +304,14 @@ def test_deepseek_v4_group_with_a_logical_anchor(sglang, store_dir):
     results, done = Driver(a, 4).backup(keys, kvi, side)
     assert done == 5 and all(all(v) for v in results.values())
 
-    anchor2 = LogicalAnchor(tokens=64, page_size=4)
+    anchor2 = LogicalAnchor(tokens=64, page_size=4, layout=layout)
     d4, d128 = IndexerPoolHost(anchor2, layers=2, page_stride=24), \
         IndexerPoolHost(anchor2, layers=1, page_stride=8)
     group2 = HostPoolGroup([PoolEntry(PoolName.KV, anchor2, is_primary_index_anchor=True),
                             PoolEntry(PoolName.DEEPSEEK_V4_C4, d4),
                             PoolEntry(PoolName.DEEPSEEK_V4_C128, d128)])
-    b = make(sglang, store_dir, group2, storage_config(mla=True, tp_rank=1, tp_size=2))
+    b = make(sglang, store_dir, group2, storage_config(mla=True, tp_rank=1, tp_size=2,
+                                                       layout=layout))
     for e in group2.entries:
         b.register_mem_host_pool_v2(e.host_pool, e.name)
     dst = host_indices(range(8, 13), 4)
@@ -320,6 +326,64 @@ def test_deepseek_v4_group_with_a_logical_anchor(sglang, store_dir):
         assert np.array_equal(d128.page_bytes((8 + i) * 4), c128.page_bytes(i * 4))
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_swa_hybrid_every_layout(sglang, store_dir, layout):
+    """A sliding-window model: full-attention KV plus an SWA pool of the same layout whose
+    last two pages are what a prefix needs."""
+    def server(seed):
+        kv = HostPool(layout=layout, backing="torch", tokens=64)
+        swa = HostPool(layout=layout, backing="torch", tokens=32, layers=2, heads=1)
+        if seed is not None:
+            kv.fill_random(seed)
+            swa.fill_random(seed + 1)
+        group = HostPoolGroup([PoolEntry(PoolName.KV, kv, True), PoolEntry(PoolName.SWA, swa)])
+        b = make(sglang, store_dir, group, storage_config(layout=layout))
+        for e in group.entries:
+            b.register_mem_host_pool_v2(e.host_pool, e.name)
+        return kv, swa, b
+
+    kv, swa, a = server(160)
+    keys = keys_for(f"swa-{layout}", 5)
+    side = [PoolTransfer(name=PoolName.SWA, host_indices=host_indices([1, 2], 4),
+                         keys=keys[3:], hit_policy=TRAILING)]
+    assert Driver(a, 4).backup(keys, host_indices(range(5), 4), side) == \
+        ({PoolName.SWA: [True, True]}, 5)
+    kv2, swa2, b = server(None)
+    side = [PoolTransfer(name=PoolName.SWA, host_indices=host_indices([5, 6], 4),
+                         keys=placeholder_keys(2), hit_policy=TRAILING)]
+    assert Driver(b, 4).prefetch(keys, host_indices(range(8, 13), 4), side) == \
+        (5, 5, {PoolName.SWA: 2})
+    for i in range(5):
+        assert np.array_equal(kv2.page_bytes((8 + i) * 4), kv.page_bytes(i * 4))
+    for s_, d in ((1, 5), (2, 6)):
+        assert np.array_equal(swa2.page_bytes(d * 4), swa.page_bytes(s_ * 4))
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gqa_tp_ranks_keep_their_own_heads(sglang, store_dir, layout):
+    """Two TP ranks of a GQA model store different heads under the same keys."""
+    keys = keys_for(f"gqa-{layout}", 3)
+    pools = []
+    for rank in (0, 1):
+        pool = HostPool(layout=layout, backing="torch", heads=2)
+        pool.fill_random(170 + rank)
+        a = make(sglang, store_dir, pool, storage_config(layout=layout, tp_rank=rank,
+                                                          tp_size=2))
+        assert a.batch_set_v1(keys, host_indices(range(3), 4)) == [True] * 3
+        pools.append(pool)
+        a.close()
+    for rank in (0, 1):
+        dst = HostPool(layout=layout, backing="torch", heads=2)
+        b = make(sglang, store_dir, dst, storage_config(layout=layout, tp_rank=rank,
+                                                         tp_size=2))
+        assert b.batch_get_v1(keys, host_indices(range(4, 7), 4)) == [True] * 3
+        for i in range(3):
+            assert np.array_equal(dst.page_bytes((4 + i) * 4), pools[rank].page_bytes(i * 4))
+        b.close()
 
 
 # -- heads split between TP sizes -----------------------------------------------------------
@@ -384,20 +448,21 @@ def test_tp4_and_tp8_share_pages_head_by_head(sglang, store_dir):
 
 # -- draft pages ----------------------------------------------------------------------------
 
-def test_draft_pages_round_trip_in_their_own_namespace(sglang, store_dir):
-    kv = HostPool(backing="torch", layers=3)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_draft_pages_round_trip_in_their_own_namespace(sglang, store_dir, layout):
+    kv = HostPool(backing="torch", layers=3, layout=layout)
     kv.fill_random(seed=80)
-    draft = HostPool(backing="torch", layers=1)
+    draft = HostPool(backing="torch", layers=1, layout=layout)
     draft.fill_random(seed=81)
     a = make(sglang, store_dir, kv)
-    keys = keys_for("spec", 4)
+    keys = keys_for(f"spec-{layout}", 4)
     dkeys = [k + ".draft" for k in keys]
     # The controller's generic path: draft pool pages, the draft pool's own size.
     values = [draft.get_data_page(p * draft.page_size, flat=True) for p in range(4)]
     assert a.batch_set(dkeys, values)
     assert a.exists(dkeys[0]) and a.batch_exists(keys) == 0
-    dst = HostPool(backing="torch", layers=1)
-    b = make(sglang, store_dir, HostPool(backing="torch", layers=3))
+    dst = HostPool(backing="torch", layers=1, layout=layout)
+    b = make(sglang, store_dir, HostPool(backing="torch", layers=3, layout=layout))
     targets = [dst.get_dummy_flat_data_page() for _ in range(4)]
     got = b.batch_get(dkeys, targets)
     assert all(g is t for g, t in zip(got, targets))
