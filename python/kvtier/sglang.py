@@ -55,12 +55,19 @@ except Exception:  # noqa: BLE001 - any import failure means "no SGLang here"
     _HiCacheStorage = object
 
 
+_SGLANG_ATTRS: Dict[tuple, Any] = {}
+
+
 def _sglang_attr(module: str, name: str) -> Any:
-    """SGLang's `module.name`, or None where SGLang (or that name) is absent."""
-    try:
-        return getattr(importlib.import_module(module), name, None)
-    except Exception:  # noqa: BLE001
-        return None
+    """SGLang's `module.name`, or None where SGLang (or that name) is absent. Looked up once
+    per process (a failed import costs a search of sys.path)."""
+    key = (module, name)
+    if key not in _SGLANG_ATTRS:
+        try:
+            _SGLANG_ATTRS[key] = getattr(importlib.import_module(module), name, None)
+        except Exception:  # noqa: BLE001
+            _SGLANG_ATTRS[key] = None
+    return _SGLANG_ATTRS[key]
 
 
 def _sglang_storage_metrics() -> Any:
@@ -964,28 +971,21 @@ class HiCacheKvtier(_HiCacheStorage):
 
     @staticmethod
     def _trailing_prefix(keys: List[str], limit: int, trailing) -> int:
-        """Greatest L <= limit such that every trailing pool holds pages [L - n, L)."""
-        memo: Dict[tuple, bool] = {}
-
-        def has(pool: _Pool, i: int) -> bool:
-            k = (id(pool), i)
-            if k not in memo:
-                memo[k] = pool.exists(keys[i])
-            return memo[k]
-
+        """Greatest L <= limit such that every trailing pool holds pages [L - n, L): one
+        batch_exists per pool and window; a page missing at i rules out every window that
+        holds it, so the next window ends at i."""
         length = limit
         while length > 0:
             missing = None
             for pool, n in trailing:
-                for i in range(length - 1, max(0, length - n) - 1, -1):
-                    if not has(pool, i):
-                        missing = i
-                        break
-                if missing is not None:
+                first = max(0, length - n)
+                present = pool.exists_prefix(keys[first:length])
+                if present < length - first:
+                    missing = first + present
                     break
             if missing is None:
                 return length
-            length = missing  # every window holding page `missing` fails
+            length = missing
         return 0
 
     def _kv_name(self) -> Any:
