@@ -293,7 +293,13 @@ def _pool_tensors(host: Any) -> List[Any]:
             walk(getter())
         except Exception:  # noqa: BLE001 - fall back to the attributes below
             pass
-    for attr in ("kv_buffer", "index_k_with_scale_buffer", "temporal_buffer", "conv_buffer"):
+    try:  # pools whose pages live in several extents, each with its own buffer
+        for extent in getattr(host, "extents", None) or []:
+            walk(getattr(extent, "kv_buffer", None))
+    except Exception:  # noqa: BLE001
+        pass
+    for attr in ("kv_buffer", "index_k_with_scale_buffer", "temporal_buffer", "conv_buffer",
+                 "scale_host"):
         try:
             walk(getattr(host, attr, None))
         except Exception:  # noqa: BLE001 - a property that cannot answer
