@@ -687,13 +687,26 @@ def test_against_real_sglang(store_dir):
     mamba.fill_random(151)
     a.register_mem_host_pool_v2(mamba, real.PoolName.MAMBA)
     keys = keys_for("real", 4)
-    t = real.PoolTransfer(name=real.PoolName.MAMBA, host_indices=idx([2]), keys=keys[-1:],
-                          hit_policy=real.PoolHitPolicy.TRAILING_PAGES)
-    assert a.batch_set_v2([t]) == {real.PoolName.MAMBA: [True]}
-    assert a.batch_set_v1(keys, host_indices(range(4), 4)) == [True] * 4
-    t.keys = ["__placeholder__"]
-    result = a.batch_exists_v2(keys, [t])
+    trailing = real.PoolHitPolicy.TRAILING_PAGES
+    side = [real.PoolTransfer(name=real.PoolName.MAMBA, host_indices=idx([2]),
+                              keys=keys[-1:], hit_policy=trailing)]
+    assert Driver(a, 4).backup(keys, host_indices(range(4), 4), side) == \
+        ({real.PoolName.MAMBA: [True]}, 4)
+    dst_mamba = MambaPoolHost()
+    b_pool = HostPool(backing="torch", layout="page_first_direct")
+    b = module.HiCacheKvtier(config, {})
+    b.register_mem_pool_host(b_pool)
+    b.register_mem_host_pool_v2(dst_mamba, real.PoolName.MAMBA)
+    side = [real.PoolTransfer(name=real.PoolName.MAMBA, host_indices=idx([6]),
+                              keys=["__placeholder__"], hit_policy=trailing)]
+    result = b.batch_exists_v2(keys, side)
     assert isinstance(result, real.PoolTransferResult) and result.kv_hit_pages == 4
+    assert Driver(b, 4).prefetch(keys, host_indices(range(8, 12), 4), side) == \
+        (4, 4, {real.PoolName.MAMBA: 1})
+    assert np.array_equal(dst_mamba.page_bytes(6), mamba.page_bytes(2))
+    for i in range(4):
+        assert np.array_equal(b_pool.page_bytes((8 + i) * 4), pool.page_bytes(i * 4))
     assert a.get_stats() is not None
+    b.close()
     a.close()
     importlib.reload(adapter_module)
