@@ -39,7 +39,8 @@ def pool_pages(pool):
 @pytest.mark.parametrize("backing", ["numpy", "torch"])
 @pytest.mark.parametrize("mla,layout", [(False, lay) for lay in LAYOUTS] +
                          [(True, lay) for lay in MLA_LAYOUTS],
-                         ids=[f"mha-{lay}" for lay in LAYOUTS] + [f"mla-{lay}" for lay in MLA_LAYOUTS])
+                         ids=[f"mha-{lay}" for lay in LAYOUTS] +
+                         [f"mla-{lay}" for lay in MLA_LAYOUTS])
 def test_roundtrip_every_layout(store_dir, backing, mla, layout):
     src = HostPool(layout=layout, mla=mla, backing=backing)
     src.fill_random(seed=7)
