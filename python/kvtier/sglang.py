@@ -20,19 +20,26 @@ Options (keys of the extra config; the environment variable is the fallback):
     capacity      KVTIER_CAPACITY   most bytes this deployment's pages may take ("100GiB");
                                     least recently used pages are evicted (FILE stores only)
     min_free      KVTIER_MIN_FREE   bytes to leave free on the filesystem ("20GiB")
-    staging_mb                      memory for layer_first staging, per direction (default 64)
+    staging_mb                      memory for staged pages, per direction (default 64)
+
+What SGLang calls, and what each call does here, is written down in docs/sglang.md: the v1
+zero-copy KV calls, the v2 calls of hybrid models (one namespace per host pool: KV, Mamba,
+SWA, indexer, DeepSeek-V4's pools, draft pools), every host layout SGLang stores, heads split
+between deployments of different TP sizes (tp_lcm_size), draft pages through the legacy calls,
+and get_stats() answering SGLang's own StorageMetrics.
 
 Pages are shared exactly between servers whose model, revision, dtype, memory layout, page
 size, page geometry, TP/PP/CP shard, MLA flag and salt agree; anything else gets its own
 namespace. Attention-DP replicas of the same shard compute the same KV and share pages.
 
 The adapter never raises into SGLang's threads once constructed: storage faults and caller
-errors become False/None/0 with a counter (get_stats) and a rate-limited log line.
+errors become False/None/0 with a counter (counters()) and a rate-limited log line.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import logging
 import os
 import threading
@@ -47,26 +54,53 @@ try:  # Subclass SGLang's interface when SGLang is importable; work without it.
 except Exception:  # noqa: BLE001 - any import failure means "no SGLang here"
     _HiCacheStorage = object
 
-try:
-    from sglang.srt.metrics.collector import StorageMetrics as _SglangStorageMetrics
-except Exception:  # noqa: BLE001
-    _SglangStorageMetrics = None
+
+_SGLANG_ATTRS: Dict[tuple, Any] = {}
+
+
+def _sglang_attr(module: str, name: str) -> Any:
+    """SGLang's `module.name`, or None where SGLang (or that name) is absent. Looked up once
+    per process (a failed import costs a search of sys.path)."""
+    key = (module, name)
+    if key not in _SGLANG_ATTRS:
+        try:
+            _SGLANG_ATTRS[key] = getattr(importlib.import_module(module), name, None)
+        except Exception:  # noqa: BLE001
+            _SGLANG_ATTRS[key] = None
+    return _SGLANG_ATTRS[key]
+
+
+def _sglang_storage_metrics() -> Any:
+    """SGLang's StorageMetrics class: its current module first, the older one second."""
+    for module in ("sglang.srt.observability.metrics_collector", "sglang.srt.metrics.collector"):
+        cls = _sglang_attr(module, "StorageMetrics")
+        if cls is not None:
+            return cls
+    return None
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_URI = "file:///tmp/kvtier-hicache"
 _BACKENDS = ("auto", "uring", "posix", "s3")
 _DIRECT_IO = ("off", "auto", "on")
-_ZERO_COPY_LAYOUTS = ("page_first", "page_first_direct")
-_STAGED_LAYOUTS = ("layer_first",)
+# The host layouts SGLang can store; page_first_kv_split (MLA on Ascend) it cannot.
+LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 # SGLang hands the backend at most this many pages per call.
 STORAGE_BATCH_SIZE = 128
 
 
 @dataclass
+class PoolTransferResult:
+    """batch_exists_v2's answer where SGLang's own class is not importable."""
+
+    kv_hit_pages: int
+    extra_pool_hit_pages: Dict[Any, int] = field(default_factory=dict)
+
+
+@dataclass
 class KvtierStorageMetrics:
-    """What get_stats() returns when SGLang's StorageMetrics is not importable: the same
-    per-interval lists, plus kvtier's cumulative counters."""
+    """kvtier's own view of an interval (storage_metrics()): SGLang's per-interval lists,
+    plus the adapter's cumulative counters."""
 
     prefetch_pgs: List[int] = field(default_factory=list)
     backup_pgs: List[int] = field(default_factory=list)
@@ -165,43 +199,430 @@ def _itemsize(buffer: Any) -> int:
 
 def _arange_like(buffer: Any, start: int, stop: int):
     """Token indices in the library of the pool's buffer (what SGLang passes: torch)."""
-    if _is_torch(buffer):
-        import torch
+    if buffer is None or _is_torch(buffer):
+        try:
+            import torch
 
-        return torch.arange(start, stop, dtype=torch.int64)
+            return torch.arange(start, stop, dtype=torch.int64)
+        except ImportError:
+            pass
     import numpy
 
     return numpy.arange(start, stop, dtype=numpy.int64)
 
 
-def _empty_rows(buffer: Any, rows: int, row_bytes: int):
-    """rows x row_bytes of uninitialised memory, typed like the pool's buffer."""
-    elems = row_bytes // _itemsize(buffer)
-    if _is_torch(buffer):
+def _empty_rows(like: Any, rows: int, row_bytes: int):
+    """rows x row_bytes of uninitialised memory, typed like `like` (bytes when None)."""
+    if like is not None and _is_torch(like):
         import torch
 
-        return torch.empty((rows, elems), dtype=buffer.dtype)
+        item = like.element_size()
+        if row_bytes % item == 0:
+            return torch.empty((rows, row_bytes // item), dtype=like.dtype)
+        return torch.empty((rows, row_bytes), dtype=torch.uint8)
     import numpy
 
-    return numpy.empty((rows, elems), dtype=buffer.dtype)
+    dtype = getattr(like, "dtype", None) if like is not None else None
+    item = numpy.dtype(dtype).itemsize if dtype is not None else 1
+    if dtype is None or row_bytes % item:
+        return numpy.empty((rows, row_bytes), dtype=numpy.uint8)
+    return numpy.empty((rows, row_bytes // item), dtype=dtype)
 
 
 class _Staging:
-    """Registered rows of one page each, for pages that cannot go zero-copy (layer_first,
-    legacy calls with memory outside the pool). One lock: one batch uses it at a time."""
+    """Registered rows of one page each, for pages that cannot go zero-copy (pools without
+    piece metadata, legacy calls with memory outside the pool). One lock: one batch uses it
+    at a time."""
 
-    def __init__(self, store: "kvtier.Store", like: Any, rows: int, page_bytes: int):
+    def __init__(self, stores: List["kvtier.Store"], like: Any, rows: int, page_bytes: int):
         self.rows = _empty_rows(like, rows, page_bytes)
         self.count = rows
         self.page_bytes = page_bytes
-        self.registration = store.register_memory(self.rows)
+        self.address = _address_size(self.rows)[0]
+        self.registrations: List[Any] = []
+        try:
+            for store in stores:
+                self.registrations.append(store.register_memory(self.rows))
+        except BaseException:
+            self.release()
+            raise
         self.lock = threading.Lock()
 
     def row(self, i: int):
         return self.rows[i]
 
+    def row_address(self, i: int) -> int:
+        return self.address + i * self.page_bytes
+
     def release(self) -> None:
-        self.registration.release()
+        for registration in self.registrations:
+            registration.release()
+        self.registrations = []
+
+
+def _name_key(name: Any) -> str:
+    """A pool name as plain text: PoolName.MAMBA and "mamba" alike give "mamba"."""
+    value = getattr(name, "value", name)
+    return str(value)
+
+
+def _indices_list(host_indices: Any) -> List[int]:
+    if host_indices is None:
+        raise kvtier.InvalidArgumentError("host_indices is None")
+    if hasattr(host_indices, "tolist"):
+        return [int(i) for i in host_indices.tolist()]
+    return [int(i) for i in host_indices]
+
+
+def _pool_tensors(host: Any) -> List[Any]:
+    """The tensors (or arrays) holding a host pool's pages, each once."""
+    found: List[Any] = []
+
+    def walk(value: Any) -> None:
+        if value is None:
+            return
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        elif _is_torch(value) or hasattr(value, "__array_interface__"):
+            found.append(value)
+
+    getter = getattr(host, "get_hybrid_pool_buffer", None)
+    if callable(getter):
+        try:
+            walk(getter())
+        except Exception:  # noqa: BLE001 - fall back to the attributes below
+            pass
+    try:  # pools whose pages live in several extents, each with its own buffer
+        for extent in getattr(host, "extents", None) or []:
+            walk(getattr(extent, "kv_buffer", None))
+    except Exception:  # noqa: BLE001
+        pass
+    for attr in ("kv_buffer", "index_k_with_scale_buffer", "temporal_buffer", "conv_buffer",
+                 "scale_host"):
+        try:
+            walk(getattr(host, attr, None))
+        except Exception:  # noqa: BLE001 - a property that cannot answer
+            pass
+    out, seen = [], set()
+    for t in found:
+        try:
+            address, size = _address_size(t)
+        except kvtier.InvalidArgumentError:
+            continue
+        if size and (address, size) not in seen:
+            seen.add((address, size))
+            out.append(t)
+    return out
+
+
+class _Pool:
+    """One host pool of SGLang and the namespace(s) holding its pages.
+
+    A page is the pool's pieces for one page (get_page_buffer_meta), read and written in
+    place; pools without piece metadata go through flat copies (get_data_page /
+    set_from_flat_data_page). With heads split for a larger TP (page_head, tp_lcm_size) a
+    page is `split` sub-pages, one per rank of the larger TP, each in that rank's namespace.
+    A logical anchor (kv_buffer None) stores a one-byte marker per page: the index space
+    exists without bytes of its own.
+    """
+
+    def __init__(self, adapter: "HiCacheKvtier", name: str, host: Any):
+        self.name = name
+        self.host = host
+        self.is_kv = name == "kv"
+        self.layout = str(getattr(host, "layout", None) or "page_first")
+        if self.layout == "page_first_kv_split":
+            raise kvtier.InvalidArgumentError(
+                f"pool '{name}': host layout page_first_kv_split (MLA on Ascend) is not "
+                "stored by SGLang's HiCache storage; start the server with another "
+                "--hicache-mem-layout")
+        self.page_size = int(getattr(host, "page_size", 1) or 1)
+        self.logical = self.is_kv and getattr(host, "kv_buffer", False) is None
+        self.stores: List[kvtier.Store] = []
+        self.registrations: List[Any] = []
+        self.staging_get: Optional[_Staging] = None
+        self.staging_set: Optional[_Staging] = None
+        self.marker = None
+        self.zero_copy = False
+        self.sizes: List[int] = []
+        self.order: List[int] = []  # pieces in address (flat page) order
+        self.split = 1
+        # MLA-style models hold the same KV on every TP rank: their pools are one namespace,
+        # written by rank 0. Mamba state is sharded by heads: every rank writes its own.
+        self.replicated = adapter.is_mla and name not in ("mamba", "draft_mamba")
+        dtype = getattr(host, "dtype", None)
+        tensors = _pool_tensors(host)
+        if dtype is None and tensors:
+            dtype = tensors[0].dtype
+        self.dtype = _dtype_name(dtype) if dtype is not None else "bytes"
+
+        if self.logical:
+            pieces, piece_bytes, layout = 1, 1, self.layout + "/anchor"
+        else:
+            self._probe(tensors)
+            pieces = len(self.sizes)
+            uniform = all(s == self.sizes[0] for s in self.sizes)
+            piece_bytes = self.sizes[0] if uniform else 0
+            layout = self.layout
+            if not self.is_kv:
+                layout += "/" + name
+            if not self.zero_copy:
+                pass  # one flat piece: the layout names the copy order
+            elif not uniform:
+                layout += "/" + "+".join(str(s) for s in self.sizes)
+        self.page_bytes = sum(self.sizes) if self.sizes else 1
+
+        self.split = adapter.split_factor if (self.is_kv and self.zero_copy) else 1
+        if self.split > 1:
+            self._check_split()
+            piece_bytes = piece_bytes // self.split if piece_bytes else 0
+        try:
+            ranks = [(adapter.tp_rank, adapter.tp_size)]
+            if self.split > 1:
+                ranks = [(adapter.tp_rank * self.split + j, adapter.tp_size * self.split)
+                         for j in range(self.split)]
+            for tp in ranks:
+                self.stores.append(adapter.open_store(
+                    dtype=self.dtype, layout=layout, page_tokens=self.page_size,
+                    piece_bytes=piece_bytes, pieces=pieces, tp=tp, mla=self.replicated))
+            if self.logical:
+                import numpy
+
+                self.marker = numpy.ones(1, dtype=numpy.uint8)
+                for store in self.stores:
+                    self.registrations.append(store.register_memory(self.marker))
+            else:
+                for tensor in tensors:
+                    for store in self.stores:
+                        self.registrations.append(store.register_memory(tensor))
+                if not self.zero_copy:
+                    rows = max(1, min(STORAGE_BATCH_SIZE, adapter.staging_bytes //
+                                      max(1, self.page_bytes)))
+                    like = self._flat_like()
+                    self.staging_get = _Staging(self.stores, like, rows, self.page_bytes)
+                    self.staging_set = _Staging(self.stores, like, rows, self.page_bytes)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- geometry ----------------------------------------------------------------------
+
+    def _probe(self, tensors: List[Any]) -> None:
+        """Zero-copy when the pool gives each page's pieces inside its own tensors."""
+        meta = getattr(self.host, "get_page_buffer_meta", None)
+        if callable(meta):
+            try:
+                ptrs, sizes = meta(_arange_like(tensors[0] if tensors else None, 0,
+                                                self.page_size))
+                ptrs, sizes = [int(p) for p in ptrs], [int(s) for s in sizes]
+            except Exception:  # noqa: BLE001 - layouts the pool cannot describe: staged
+                ptrs, sizes = [], []
+            ranges = [_address_size(t) for t in tensors]
+            inside = all(any(a <= p and p + s <= a + n for a, n in ranges)
+                         for p, s in zip(ptrs, sizes))
+            if ptrs and len(ptrs) == len(sizes) and all(sizes) and inside:
+                self.zero_copy = True
+                self.sizes = sizes
+                self.order = sorted(range(len(ptrs)), key=lambda i: ptrs[i])
+                return
+        flat = self._flat_like()
+        if flat is None:
+            raise kvtier.InvalidArgumentError(
+                f"pool '{self.name}' ({type(self.host).__name__}, layout {self.layout}) "
+                "gives neither page pieces (get_page_buffer_meta) nor flat pages "
+                "(get_data_page)")
+        self.sizes = [_address_size(flat)[1]]
+        self.order = [0]
+
+    def _flat_like(self) -> Any:
+        host = self.host
+        try:
+            if hasattr(host, "get_dummy_flat_data_page"):
+                return host.get_dummy_flat_data_page()
+            if hasattr(host, "get_data_page"):
+                return host.get_data_page(0, flat=True)
+        except Exception:  # noqa: BLE001
+            return None
+        return None
+
+    def _check_split(self) -> None:
+        n = len(self.sizes)
+        heads = getattr(self.host, "head_num", None)
+        if self.layout != "page_head" or n % 2:
+            raise kvtier.InvalidArgumentError(
+                f"heads can be split only for page_head pools with K and V pieces "
+                f"(layout {self.layout}, {n} pieces per page)")
+        half = n // 2
+        if half % self.split and (half != 1 or self.sizes[0] % self.split):
+            raise kvtier.InvalidArgumentError(
+                f"{half} K pieces of {self.sizes[0]} bytes cannot be split {self.split} ways")
+        if heads is not None and int(heads) % self.split:
+            raise kvtier.InvalidArgumentError(
+                f"{heads} heads cannot be split {self.split} ways (tp_lcm_size / tp_size)")
+
+    def _per_store(self, ptrs: List[int], sizes: List[int]):
+        """The pieces of n pages, as (ptrs, sizes) for each store (sub-pages with split
+        heads: the heads of rank j of the larger TP, K then V)."""
+        if self.split == 1:
+            return [(ptrs, sizes)]
+        k = len(self.sizes)
+        half = k // 2
+        out = [([], []) for _ in range(self.split)]
+        for first in range(0, len(ptrs), k):
+            for part in (0, 1):  # K, then V
+                base = first + part * half
+                if half % self.split == 0:
+                    group = half // self.split
+                    for j in range(self.split):
+                        for i in range(base + j * group, base + (j + 1) * group):
+                            out[j][0].append(ptrs[i])
+                            out[j][1].append(sizes[i])
+                else:  # one piece holding every head: heads are outermost, cut it in bytes
+                    chunk = sizes[base] // self.split
+                    for j in range(self.split):
+                        out[j][0].append(ptrs[base] + j * chunk)
+                        out[j][1].append(chunk)
+        return out
+
+    def flat_pieces(self, address: int) -> List[tuple]:
+        """A flat page at `address` (the pool's pieces in memory order, as get_data_page
+        gives it) as the store's pieces."""
+        offsets = [0] * len(self.sizes)
+        offset = 0
+        for i in self.order:
+            offsets[i] = offset
+            offset += self.sizes[i]
+        return [(address + offsets[i], self.sizes[i]) for i in range(len(self.sizes))]
+
+    # ---- pages -------------------------------------------------------------------------
+
+    def starts(self, keys: List[str], host_indices: Any) -> List[int]:
+        indices = _indices_list(host_indices)
+        if len(indices) != len(keys) * self.page_size:
+            raise kvtier.InvalidArgumentError(
+                f"pool '{self.name}': {len(keys)} keys need {len(keys) * self.page_size} "
+                f"host indices (page size {self.page_size}), got {len(indices)}")
+        return [indices[i * self.page_size] for i in range(len(keys))]
+
+    def exists_prefix(self, keys: List[str]) -> int:
+        n = len(keys)
+        for store in self.stores:
+            if n == 0:
+                break
+            n = min(n, store.batch_exists(list(keys[:n])))
+        return n
+
+    def exists(self, key: str) -> bool:
+        return all(store.exists(key) for store in self.stores)
+
+    def _slice(self, host_indices: Any, first_page: int, pages: int) -> Any:
+        lo, hi = first_page * self.page_size, (first_page + pages) * self.page_size
+        return host_indices[lo:hi]
+
+    def io(self, write: bool, keys: List[str], host_indices: Any, starts: List[int]):
+        """Reads or writes pages (all of them); returns the per-page Statuses."""
+        if self.logical:
+            ptrs, sizes = [_address_size(self.marker)[0]] * len(keys), [1] * len(keys)
+            return self._pieces_io(write, keys, [(ptrs, sizes)])
+        if self.zero_copy:
+            ptrs, sizes = self.host.get_page_buffer_meta(host_indices)
+            ptrs, sizes = [int(p) for p in ptrs], [int(s) for s in sizes]
+            if len(ptrs) != len(keys) * len(self.sizes) or len(sizes) != len(ptrs):
+                raise kvtier.InvalidArgumentError(
+                    f"pool '{self.name}' described {len(ptrs)} pieces for {len(keys)} pages "
+                    f"of {len(self.sizes)}")
+            return self._pieces_io(write, keys, self._per_store(ptrs, sizes))
+        return self._staged_io(write, keys, starts)
+
+    def _pieces_io(self, write: bool, keys: List[str], per_store) -> List[Any]:
+        statuses: Optional[List[Any]] = None
+        for store, (ptrs, sizes) in zip(self.stores, per_store):
+            call = store.batch_put_pieces if write else store.batch_get_pieces
+            result = call(list(keys), ptrs, sizes).pages
+            if statuses is None:
+                statuses = list(result)
+            else:  # a page is there only when every sub-page is
+                statuses = [a if not a else b for a, b in zip(statuses, result)]
+        return statuses or []
+
+    def _staged_io(self, write: bool, keys: List[str], starts: List[int]) -> List[Any]:
+        staging = self.staging_set if write else self.staging_get
+        out: List[Any] = []
+        with staging.lock:
+            for base in range(0, len(keys), staging.count):
+                chunk = keys[base:base + staging.count]
+                rows = [staging.row(j) for j in range(len(chunk))]
+                if write:
+                    for j, row in enumerate(rows):
+                        _copy_into(row, self.host.get_data_page(starts[base + j], flat=True))
+                per_store = [([], []) for _ in self.stores]
+                for j in range(len(chunk)):
+                    address = staging.row_address(j)
+                    for s in range(len(self.stores)):
+                        per_store[s][0].append(address)
+                        per_store[s][1].append(self.page_bytes)
+                statuses = self._pieces_io(write, chunk, per_store)
+                if not write:
+                    for j, status in enumerate(statuses):
+                        if status:
+                            self.host.set_from_flat_data_page(starts[base + j], rows[j])
+                out += statuses
+        return out
+
+    def clear(self) -> List[Any]:
+        return [store.clear() for store in self.stores]
+
+    def close(self) -> None:
+        for staging in (self.staging_get, self.staging_set):
+            if staging is not None:
+                staging.release()
+        self.staging_get = self.staging_set = None
+        for registration in self.registrations:
+            registration.release()
+        self.registrations = []
+        for store in self.stores:
+            store.close()
+
+
+def _copy_into(dst: Any, src: Any) -> None:
+    dst_addr, dst_size = _address_size(dst)
+    src_addr, src_size = _address_size(src)
+    if src_size != dst_size:
+        raise kvtier.InvalidArgumentError(
+            f"page of {src_size} bytes where {dst_size} were expected")
+    ctypes.memmove(dst_addr, src_addr, dst_size)
+
+
+class _DraftPages:
+    """Pages of one size that are not the target pool's (speculative draft pages, keys
+    "<hash>.draft"): a namespace of their own geometry, staged through one registered row."""
+
+    def __init__(self, store: "kvtier.Store", page_bytes: int):
+        self.store = store
+        self.page_bytes = page_bytes
+        self.staging = _Staging([store], None, 1, page_bytes)
+
+    def io(self, key: str, pieces: List[tuple], write: bool) -> Any:
+        staging = self.staging
+        with staging.lock:
+            row = staging.row_address(0)
+            offset = 0
+            if write:
+                for address, size in pieces:
+                    ctypes.memmove(row + offset, address, size)
+                    offset += size
+                return self.store.put(key, (row, self.page_bytes))
+            status = self.store.get(key, (row, self.page_bytes))
+            if status:
+                for address, size in pieces:
+                    ctypes.memmove(address, row + offset, size)
+                    offset += size
+            return status
+
+    def close(self) -> None:
+        self.staging.release()
+        self.store.close()
 
 
 class HiCacheKvtier(_HiCacheStorage):
@@ -218,7 +639,7 @@ class HiCacheKvtier(_HiCacheStorage):
         self._options = options
 
         # Old servers pass only tp_rank, tp_size, is_mla_model, is_page_first_layout,
-        # model_name and extra_config; newer ones add PP/CP/DP and metrics.
+        # model_name and extra_config; newer ones add PP/CP/DP, metrics and split heads.
         self.tp_rank = int(getattr(cfg, "tp_rank", 0) or 0)
         self.tp_size = int(getattr(cfg, "tp_size", 1) or 1)
         self.pp_rank = int(getattr(cfg, "pp_rank", 0) or 0)
@@ -228,6 +649,18 @@ class HiCacheKvtier(_HiCacheStorage):
         self.is_mla = bool(getattr(cfg, "is_mla_model", False))
         self.model_name = getattr(cfg, "model_name", None) or ""
         self.enable_metrics = bool(getattr(cfg, "enable_storage_metrics", False))
+        # SGLang takes tp_lcm_size out of the extra config and decides should_split_heads
+        # (page_head pools of non-MLA models with a larger lcm); older servers leave it in.
+        lcm = getattr(cfg, "tp_lcm_size", None) or options.get("tp_lcm_size")
+        self.tp_lcm_size = int(lcm) if lcm else None
+        self.should_split_heads = bool(getattr(cfg, "should_split_heads", False))
+        self.split_factor = 1
+        if self.should_split_heads and self.tp_lcm_size and not self.is_mla:
+            if self.tp_lcm_size % self.tp_size:
+                raise kvtier.InvalidArgumentError(
+                    f"tp_lcm_size {self.tp_lcm_size} is not a multiple of tp_size "
+                    f"{self.tp_size}")
+            self.split_factor = self.tp_lcm_size // self.tp_size
 
         self.uri = str(_option(options, "uri", "KVTIER_URI", None) or
                        options.get("directory") or options.get("path") or DEFAULT_URI)
@@ -252,108 +685,105 @@ class HiCacheKvtier(_HiCacheStorage):
         self.staging_bytes = int(float(options.get("staging_mb", 64)) * (1 << 20))
 
         self._lock = threading.Lock()
-        self._store: Optional[kvtier.Store] = None
-        self._pool_registration: Optional[kvtier.Registration] = None
-        self._pool_range = (0, 0)
-        self._staging_get: Optional[_Staging] = None  # layer_first reads
-        self._staging_set: Optional[_Staging] = None  # layer_first writes
-        self._staging_legacy: Optional[_Staging] = None  # legacy calls outside the pool
+        self._kv: Optional[_Pool] = None
+        self._pools: Dict[str, _Pool] = {}
+        self._drafts: Dict[int, _DraftPages] = {}
+        self._legacy: Optional[_Staging] = None  # legacy KV pages outside the pool
+        self._store: Optional[kvtier.Store] = None  # the KV pool's (first) store
+        self._closed = False
         self.mem_pool_host = None
         self.layout = None
         self.page_size = 0
         self.page_bytes = 0
-        self.pieces_per_page = 0
         self._log = _RateLimitedLog()
         self._counters = {"get_pages": 0, "get_hits": 0, "get_misses": 0, "get_faults": 0,
-                          "set_pages": 0, "set_ok": 0, "set_faults": 0, "exists_calls": 0,
-                          "errors": 0, "skipped_writes": 0}
+                          "get_not_read": 0, "set_pages": 0, "set_ok": 0, "set_faults": 0,
+                          "set_present": 0, "exists_calls": 0, "errors": 0,
+                          "skipped_writes": 0, "unknown_pool": 0, "draft_pages": 0}
         self._interval = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [],
                           "backup_bandwidth": []}
 
     # ---- setup -------------------------------------------------------------------------
 
-    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
-        """Registers the host pool's whole kv_buffer once and opens this shard's namespace."""
-        if self._store is not None:
-            raise kvtier.InvalidArgumentError("register_mem_pool_host was already called")
-        self.mem_pool_host = mem_pool_host
-        buffer = mem_pool_host.kv_buffer
-        self.layout = str(getattr(mem_pool_host, "layout", "layer_first"))
-        self.page_size = int(mem_pool_host.page_size)
-        if self.layout in _ZERO_COPY_LAYOUTS:
-            ptrs, sizes = mem_pool_host.get_page_buffer_meta(
-                _arange_like(buffer, 0, self.page_size))
-            ptrs, sizes = list(ptrs), list(sizes)
-            if not sizes or any(s != sizes[0] for s in sizes):
-                raise kvtier.InvalidArgumentError(
-                    f"{self.layout} page pieces of unequal sizes {sizes}")
-            self.pieces_per_page = len(sizes)
-            piece_bytes = int(sizes[0])
-        elif self.layout in _STAGED_LAYOUTS:
-            if hasattr(mem_pool_host, "get_dummy_flat_data_page"):
-                flat = mem_pool_host.get_dummy_flat_data_page()
-            else:
-                flat = mem_pool_host.get_data_page(0, flat=True)
-            self.pieces_per_page = 1
-            piece_bytes = _address_size(flat)[1]
-        else:
-            raise kvtier.InvalidArgumentError(f"host pool layout '{self.layout}' is unknown")
-        self.page_bytes = piece_bytes * self.pieces_per_page
-
+    def open_store(self, *, dtype: str, layout: str, page_tokens: int, piece_bytes: int,
+                   pieces: int, tp: tuple, mla: bool) -> "kvtier.Store":
+        """A store of this deployment (model, shard, salt, options) for one page geometry."""
         uri = self.uri
         if self.backend != "auto" and "backend=" not in uri and "://" in uri and \
                 not uri.startswith("s3://"):
             uri += ("&" if "?" in uri else "?") + f"backend={self.backend}"
-        store = kvtier.Store(
-            uri,
-            model=self.model_name,
-            dtype=_dtype_name(getattr(mem_pool_host, "dtype", None) or buffer.dtype),
-            layout=self.layout,
-            page_tokens=self.page_size,
-            piece_bytes=piece_bytes,
-            pieces_per_page=self.pieces_per_page,
-            tp=(self.tp_rank, self.tp_size),
-            pp=(self.pp_rank, self.pp_size),
-            cp=(self.cp_rank, self.cp_size),
-            mla=self.is_mla,
-            salt=self.salt,
-            fsync=self.fsync,
-            direct_io=self.direct_io,
-            capacity_bytes=self.capacity_bytes,
-            min_free_bytes=self.min_free_bytes,
-        )
-        try:
-            self._pool_registration = store.register_memory(buffer)
-            self._pool_range = (self._pool_registration.address,
-                                self._pool_registration.address + self._pool_registration.nbytes)
-            rows = max(1, min(STORAGE_BATCH_SIZE, self.staging_bytes // self.page_bytes))
-            if self.layout in _STAGED_LAYOUTS:
-                self._staging_get = _Staging(store, buffer, rows, self.page_bytes)
-                self._staging_set = _Staging(store, buffer, rows, self.page_bytes)
-        except BaseException:
-            self._release(store)
-            raise
-        self._store = store
-        logger.info("kvtier: %s, namespace %s (%s %s, %d x %d B pages), %s", store.backend,
-                    store.namespace_id, self.model_name, self.layout, self.pieces_per_page,
-                    piece_bytes, "zero-copy" if self._staging_get is None else "staged")
+        return kvtier.Store(
+            uri, model=self.model_name, dtype=dtype, layout=layout, page_tokens=page_tokens,
+            piece_bytes=piece_bytes, pieces_per_page=pieces, tp=tp,
+            pp=(self.pp_rank, self.pp_size), cp=(self.cp_rank, self.cp_size), mla=mla,
+            salt=self.salt, fsync=self.fsync, direct_io=self.direct_io,
+            capacity_bytes=self.capacity_bytes, min_free_bytes=self.min_free_bytes)
 
-    def _release(self, store: Optional[kvtier.Store]) -> None:
-        for staging in (self._staging_get, self._staging_set, self._staging_legacy):
-            if staging is not None:
-                staging.release()
-        self._staging_get = self._staging_set = self._staging_legacy = None
-        if self._pool_registration is not None:
-            self._pool_registration.release()
-            self._pool_registration = None
-        if store is not None:
-            store.close()
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        """Registers the KV host pool (or a pool group's anchor) once and opens its
+        namespace. Raises for what cannot be stored (a clear error at startup)."""
+        if self._kv is not None or self._closed:
+            raise kvtier.InvalidArgumentError("register_mem_pool_host was already called")
+        anchor = mem_pool_host
+        entry = getattr(mem_pool_host, "anchor_entry", None) if \
+            hasattr(mem_pool_host, "entries") else None
+        if entry is not None:
+            anchor = getattr(entry, "host_pool", anchor)
+        pool = _Pool(self, "kv", anchor)
+        with self._lock:
+            self._kv = pool
+            self._pools["kv"] = pool
+            self._store = pool.stores[0]
+        self.mem_pool_host = mem_pool_host
+        self.layout = pool.layout
+        self.page_size = pool.page_size
+        self.page_bytes = pool.page_bytes
+        store = pool.stores[0]
+        logger.info("kvtier: %s, KV namespace %s (%s %s, %s pages of %d B%s), %s",
+                    store.backend, store.namespace_id, self.model_name, pool.layout,
+                    "marker" if pool.logical else len(pool.sizes), pool.page_bytes,
+                    f", heads split {pool.split} ways" if pool.split > 1 else "",
+                    "zero-copy" if pool.zero_copy else "staged")
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """Registers one pool of a hybrid model's group (KV, Mamba, SWA, indexer, DeepSeek-V4
+        pools, draft pools) in a namespace of its own."""
+        name = _name_key(host_pool_name)
+        if name == "kv":
+            if self._kv is None:
+                self.register_mem_pool_host(host_pool)
+            return
+        with self._lock:
+            existing = self._pools.get(name)
+        if existing is not None:
+            if existing.host is host_pool:
+                return
+            raise kvtier.InvalidArgumentError(f"pool '{name}' is already registered")
+        if self._kv is None:
+            raise kvtier.InvalidArgumentError(
+                f"pool '{name}' registered before the KV pool (register_mem_pool_host)")
+        pool = _Pool(self, name, host_pool)
+        with self._lock:
+            self._pools[name] = pool
+        logger.info("kvtier: pool %s: namespace %s (%s, %d pieces of %s B), %s", name,
+                    pool.stores[0].namespace_id, pool.layout, len(pool.sizes),
+                    "+".join(str(s) for s in pool.sizes),
+                    "zero-copy" if pool.zero_copy else "staged")
 
     def close(self) -> None:
-        """Waits for calls in flight, releases every registration and closes the store."""
+        """Releases every registration and closes every store. Idempotent."""
         with self._lock:
-            store, self._store = self._store, None
-        self._release(store)
+            pools = list(self._pools.values())
+            drafts = list(self._drafts.values())
+            legacy = self._legacy
+            self._pools, self._drafts, self._legacy = {}, {}, None
+            self._kv, self._store, self._closed = None, None, True
+        if legacy is not None:
+            legacy.release()
+        for pool in pools:
+            pool.close()
+        for draft in drafts:
+            draft.close()
 
     # ---- helpers -----------------------------------------------------------------------
 
@@ -362,79 +792,87 @@ class HiCacheKvtier(_HiCacheStorage):
             for k, v in deltas.items():
                 self._counters[k] += v
 
-    def _ready(self) -> Optional[kvtier.Store]:
-        store = self._store
-        if store is None:
+    def _ready(self) -> Optional[_Pool]:
+        pool = self._kv
+        if pool is None:
             self._log("not-ready", "call before register_mem_pool_host or after close: "
                       "answering as a miss")
-        return store
+        return pool
 
     def _fail(self, what: str, exc: BaseException) -> None:
         self._count(errors=1)
         self._log(what, "%s failed: %s: %s", what, type(exc).__name__, exc)
 
-    def _tally(self, kind: str, result: kvtier.BatchResult, seconds: float) -> List[bool]:
-        ok = result.ok
+    def _skip_write(self, pool: Optional[_Pool] = None) -> bool:
+        # MLA-style models: every TP rank holds the same pages; rank 0 writes for all.
+        replicated = self.is_mla if pool is None else pool.replicated
+        return replicated and self.tp_rank != 0
+
+    def _tally(self, kind: str, pool: _Pool, statuses: List[Any], seconds: float) -> List[bool]:
+        ok = [bool(s) for s in statuses]
         hits = sum(ok)
         # A failed read of an absent or corrupt page is a miss; every failed write is a fault.
-        faults = [s for s in result.pages if not s.ok and (kind == "set" or not s.is_miss)]
+        faults = [s for s in statuses if not s and (kind == "set" or not s.is_miss)]
         if kind == "get":
             self._count(get_pages=len(ok), get_hits=hits,
                         get_misses=len(ok) - hits - len(faults), get_faults=len(faults))
         else:
             self._count(set_pages=len(ok), set_ok=hits, set_faults=len(faults))
         if faults:
-            self._log(f"{kind}-fault", "%d of %d pages in batch_%s_v1 failed: %s",
-                      len(faults), len(ok), kind, faults[0])
-        with self._lock:
-            pgs, bw = ("prefetch_pgs", "prefetch_bandwidth") if kind == "get" else \
-                ("backup_pgs", "backup_bandwidth")
-            self._interval[pgs].append(hits)
-            if seconds > 0:
-                self._interval[bw].append(hits * self.page_bytes / seconds / 1e9)
+            self._log(f"{kind}-fault", "%d of %d pages of pool %s failed (%s): %s",
+                      len(faults), len(ok), pool.name, kind, faults[0])
+        if pool.is_kv:
+            with self._lock:
+                pgs, bw = ("prefetch_pgs", "prefetch_bandwidth") if kind == "get" else \
+                    ("backup_pgs", "backup_bandwidth")
+                self._interval[pgs].append(hits)
+                if seconds > 0 and hits:
+                    self._interval[bw].append(hits * pool.page_bytes / seconds / 1e9)
         return ok
 
-    def _page_starts(self, keys: List[str], host_indices: Any) -> List[int]:
-        indices = host_indices.tolist() if hasattr(host_indices, "tolist") else list(host_indices)
-        if len(indices) != len(keys) * self.page_size:
-            raise kvtier.InvalidArgumentError(
-                f"{len(keys)} keys need {len(keys) * self.page_size} host indices, "
-                f"got {len(indices)}")
-        return [int(indices[i * self.page_size]) for i in range(len(keys))]
+    def _set_pages(self, pool: _Pool, keys: List[str], host_indices: Any) -> List[bool]:
+        """Writes the pages that are not stored yet; pages already there count as written."""
+        keys = list(keys)
+        if not keys:
+            return []
+        starts = pool.starts(keys, host_indices)
+        start = time.perf_counter()
+        present = pool.exists_prefix(keys)
+        if present:
+            self._count(set_present=present)
+        if present == len(keys):
+            return [True] * len(keys)
+        rest = pool._slice(host_indices, present, len(keys) - present)
+        statuses = pool.io(True, keys[present:], rest, starts[present:])
+        return [True] * present + self._tally("set", pool, statuses,
+                                              time.perf_counter() - start)
 
-    def _skip_write(self) -> bool:
-        # MLA: every TP rank holds the same KV; rank 0 writes for all.
-        return self.is_mla and self.tp_rank != 0
+    def _get_pages(self, pool: _Pool, keys: List[str], host_indices: Any) -> List[bool]:
+        """Reads the leading run of stored pages; the pages after the first absent one are
+        False without any I/O (SGLang uses the leading run only)."""
+        keys = list(keys)
+        if not keys:
+            return []
+        starts = pool.starts(keys, host_indices)
+        start = time.perf_counter()
+        n = pool.exists_prefix(keys)
+        if n < len(keys):
+            self._count(get_not_read=len(keys) - n, get_misses=1, get_pages=1)
+        if n == 0:
+            return [False] * len(keys)
+        statuses = pool.io(False, keys[:n], pool._slice(host_indices, 0, n), starts[:n])
+        ok = self._tally("get", pool, statuses, time.perf_counter() - start)
+        return ok + [False] * (len(keys) - n)
 
-    # ---- v1: zero-copy batches ---------------------------------------------------------
+    # ---- v1: the KV pool, zero-copy ----------------------------------------------------
 
     def batch_get_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Any = None) -> List[bool]:
         try:
-            store = self._ready()
-            if store is None or not keys:
+            pool = self._ready()
+            if pool is None:
                 return [False] * len(keys)
-            start = time.perf_counter()
-            if self._staging_get is None:
-                self._page_starts(keys, host_indices)  # length check
-                ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
-                result = store.batch_get_pieces(list(keys), list(ptrs), list(sizes))
-                return self._tally("get", result, time.perf_counter() - start)
-            starts = self._page_starts(keys, host_indices)
-            out: List[bool] = []
-            staging = self._staging_get
-            with staging.lock:
-                for base in range(0, len(keys), staging.count):
-                    chunk = keys[base:base + staging.count]
-                    result = store.batch_get(list(chunk),
-                                             [staging.row(j) for j in range(len(chunk))])
-                    for j, ok in enumerate(result.ok):
-                        if ok:
-                            self.mem_pool_host.set_from_flat_data_page(starts[base + j],
-                                                                       staging.row(j))
-                    out += self._tally("get", result, time.perf_counter() - start)
-                    start = time.perf_counter()
-            return out
+            return self._get_pages(pool, keys, host_indices)
         except Exception as exc:  # noqa: BLE001 - never raise into SGLang's prefetch thread
             self._fail("batch_get_v1", exc)
             return [False] * len(keys)
@@ -445,93 +883,177 @@ class HiCacheKvtier(_HiCacheStorage):
             if self._skip_write():
                 self._count(skipped_writes=len(keys))
                 return [True] * len(keys)
-            store = self._ready()
-            if store is None or not keys:
+            pool = self._ready()
+            if pool is None:
                 return [False] * len(keys)
-            start = time.perf_counter()
-            if self._staging_set is None:
-                self._page_starts(keys, host_indices)
-                ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
-                result = store.batch_put_pieces(list(keys), list(ptrs), list(sizes))
-                return self._tally("set", result, time.perf_counter() - start)
-            starts = self._page_starts(keys, host_indices)
-            out: List[bool] = []
-            staging = self._staging_set
-            with staging.lock:
-                for base in range(0, len(keys), staging.count):
-                    chunk = keys[base:base + staging.count]
-                    for j in range(len(chunk)):
-                        page = self.mem_pool_host.get_data_page(starts[base + j], flat=True)
-                        self._copy(staging.row(j), page)
-                    result = store.batch_put(list(chunk),
-                                             [staging.row(j) for j in range(len(chunk))])
-                    out += self._tally("set", result, time.perf_counter() - start)
-                    start = time.perf_counter()
-            return out
+            return self._set_pages(pool, keys, host_indices)
         except Exception as exc:  # noqa: BLE001 - never raise into SGLang's backup thread
             self._fail("batch_set_v1", exc)
             return [False] * len(keys)
-
-    def _copy(self, dst: Any, src: Any) -> None:
-        dst_addr, dst_size = _address_size(dst)
-        src_addr, src_size = _address_size(src)
-        if src_size != dst_size:
-            raise kvtier.InvalidArgumentError(
-                f"page of {src_size} bytes where {dst_size} were expected")
-        ctypes.memmove(dst_addr, src_addr, dst_size)
 
     # ---- existence ---------------------------------------------------------------------
 
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         try:
-            store = self._ready()
-            if store is None:
+            pool = self._ready()
+            if pool is None:
                 return 0
             self._count(exists_calls=1)
-            return store.batch_exists(list(keys))
+            return pool.exists_prefix(list(keys))
         except Exception as exc:  # noqa: BLE001
             self._fail("batch_exists", exc)
             return 0
 
     def exists(self, key: str) -> bool:
         try:
-            store = self._ready()
-            return store is not None and store.exists(key)
+            pool = self._ready()
+            if pool is None:
+                return False
+            if isinstance(key, str) and key.endswith(".draft"):
+                with self._lock:
+                    drafts = list(self._drafts.values())
+                return any(d.store.exists(key) for d in drafts)
+            return pool.exists(key)
         except Exception as exc:  # noqa: BLE001
             self._fail("exists", exc)
             return False
 
-    # ---- legacy (non-v1) calls ---------------------------------------------------------
-    # A legacy value is one flat page: the page's pieces back to back (for page_first and
-    # page_first_direct that is exactly SGLang's flat data page). Memory inside the
-    # registered pool goes zero-copy; anything else is copied through a staging row.
+    # ---- v2: hybrid models' pool groups ------------------------------------------------
 
-    def _split(self, pieces):
-        """A legacy page as the store's pieces: one flat run is cut into the namespace's
-        pieces; pieces given separately must already be the namespace's pieces."""
-        total = sum(size for _, size in pieces)
-        if total != self.page_bytes:
-            raise kvtier.InvalidArgumentError(
-                f"page of {total} bytes where {self.page_bytes} were expected")
-        if len(pieces) == 1:
-            address = pieces[0][0]
-            piece = total // self.pieces_per_page
-            return [(address + i * piece, piece) for i in range(self.pieces_per_page)]
-        if len(pieces) != self.pieces_per_page:
-            raise kvtier.InvalidArgumentError(
-                f"{len(pieces)} pieces where {self.pieces_per_page} were expected")
-        return pieces
-
-    def _in_pool(self, pieces) -> bool:
-        lo, hi = self._pool_range
-        return all(lo <= address and address + size <= hi for address, size in pieces)
-
-    def _legacy_staging(self, store: kvtier.Store) -> _Staging:
+    def _pool_for(self, name: Any) -> Optional[_Pool]:
         with self._lock:
-            if self._staging_legacy is None:
-                self._staging_legacy = _Staging(store, self.mem_pool_host.kv_buffer, 1,
-                                                self.page_bytes)
-            return self._staging_legacy
+            pool = self._pools.get(_name_key(name))
+        if pool is None:
+            self._count(unknown_pool=1)
+            self._log("unknown-pool", "pool '%s' was never registered "
+                      "(register_mem_host_pool_v2): answering as a miss", _name_key(name))
+        return pool
+
+    @staticmethod
+    def _transfer_fields(t: Any):
+        """(name, keys, hit policy) of a PoolTransfer, or of a constraint dict
+        {"name", "policy", "trailing_pages"} as some controllers pass."""
+        if isinstance(t, dict):
+            trailing = int(t.get("trailing_pages", 1) or 1)
+            keys = t.get("keys") or [None] * trailing
+            return t.get("name"), keys, str(getattr(t.get("policy"), "value",
+                                                    t.get("policy") or "all_pages"))
+        policy = getattr(t, "hit_policy", "all_pages")
+        return t.name, getattr(t, "keys", None), str(getattr(policy, "value", policy))
+
+    def batch_exists_v2(self, keys: List[str], pool_transfers: Any = None,
+                        extra_info: Any = None) -> Any:
+        """The greatest prefix of `keys` that the KV pool and every pool of
+        `pool_transfers` can restore together: all_pages pools need every page of it,
+        trailing_pages pools the last len(transfer.keys) pages (their keys are placeholders
+        here: the pages are looked up under the KV keys)."""
+        try:
+            kv = self._ready()
+            keys = list(keys)
+            if kv is None:
+                return self._transfer_result(0, {})
+            self._count(exists_calls=1)
+            limit = kv.exists_prefix(keys)
+            trailing = []
+            names = []
+            for t in pool_transfers or []:
+                name, tkeys, policy = self._transfer_fields(t)
+                names.append(name)
+                pool = self._pool_for(name)
+                if pool is None:
+                    limit = 0
+                elif policy == "trailing_pages":
+                    trailing.append((pool, max(1, len(tkeys) if tkeys else 1)))
+                elif limit:
+                    limit = min(limit, pool.exists_prefix(keys[:limit]))
+            length = self._trailing_prefix(keys, limit, trailing)
+            counts = {self._kv_name(): length}
+            for name in names:
+                counts[name] = length
+            return self._transfer_result(length, counts)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("batch_exists_v2", exc)
+            return self._transfer_result(0, {})
+
+    @staticmethod
+    def _trailing_prefix(keys: List[str], limit: int, trailing) -> int:
+        """Greatest L <= limit such that every trailing pool holds pages [L - n, L): one
+        batch_exists per pool and window; a page missing at i rules out every window that
+        holds it, so the next window ends at i."""
+        length = limit
+        while length > 0:
+            missing = None
+            for pool, n in trailing:
+                first = max(0, length - n)
+                present = pool.exists_prefix(keys[first:length])
+                if present < length - first:
+                    missing = first + present
+                    break
+            if missing is None:
+                return length
+            length = missing
+        return 0
+
+    def _kv_name(self) -> Any:
+        pool_name = _sglang_attr("sglang.srt.mem_cache.hicache_storage", "PoolName")
+        return getattr(pool_name, "KV", "kv") if pool_name is not None else "kv"
+
+    @staticmethod
+    def _transfer_result(kv_hit_pages: int, counts: Dict[Any, int]) -> Any:
+        cls = _sglang_attr("sglang.srt.mem_cache.hicache_storage", "PoolTransferResult")
+        if cls is not None:
+            try:
+                return cls(kv_hit_pages, counts)
+            except Exception:  # noqa: BLE001 - another shape: ours below
+                pass
+        return PoolTransferResult(kv_hit_pages, counts)
+
+    def _v2(self, write: bool, transfers: Any) -> Dict[Any, List[bool]]:
+        out: Dict[Any, List[bool]] = {}
+        what = "batch_set_v2" if write else "batch_get_v2"
+        for t in transfers or []:
+            name = getattr(t, "name", None)
+            try:
+                keys = list(getattr(t, "keys", None) or [])
+            except Exception:  # noqa: BLE001
+                keys = []
+            try:
+                pool = self._pool_for(name)
+                if pool is None:
+                    out[name] = [False] * len(keys)
+                elif write and self._skip_write(pool):
+                    self._count(skipped_writes=len(keys))
+                    out[name] = [True] * len(keys)
+                elif write:
+                    out[name] = self._set_pages(pool, keys, t.host_indices)
+                else:
+                    out[name] = self._get_pages(pool, keys, t.host_indices)
+            except Exception as exc:  # noqa: BLE001 - never raise into SGLang's threads
+                self._fail(what, exc)
+                out[name] = [False] * len(keys)
+        return out
+
+    def batch_set_v2(self, transfers: Any, extra_info: Any = None) -> Dict[Any, List[bool]]:
+        """Writes each transfer's pages to its pool's namespace; {transfer.name: [bool]}."""
+        try:
+            return self._v2(True, transfers)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("batch_set_v2", exc)
+            return {}
+
+    def batch_get_v2(self, transfers: Any, extra_info: Any = None) -> Dict[Any, List[bool]]:
+        """Reads each transfer's pages (the leading run); {transfer.name: [bool]}."""
+        try:
+            return self._v2(False, transfers)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("batch_get_v2", exc)
+            return {}
+
+    # ---- legacy (non-v1) calls ---------------------------------------------------------
+    # A legacy value is one flat page: the pool's pieces in memory order (SGLang's
+    # get_data_page). KV pages inside the registered pool go zero-copy; others are staged.
+    # Pages of another size, and keys ending in ".draft", are draft pages (speculative
+    # decoding's draft pool): a namespace per page size, opened on first use.
 
     @staticmethod
     def _location(target_location: Any, target_sizes: Any):
@@ -548,19 +1070,64 @@ class HiCacheKvtier(_HiCacheStorage):
             return [(int(a), int(s)) for a, s in zip(target_location, sizes)]
         return [_address_size(target_location)]
 
-    def _staged_io(self, store: kvtier.Store, key: str, pieces, write: bool):
-        """A legacy page outside the pool, copied through a registered staging row."""
-        staging = self._legacy_staging(store)
+    def _draft(self, page_bytes: int) -> _DraftPages:
+        with self._lock:
+            draft = self._drafts.get(page_bytes)
+            if draft is not None:
+                return draft
+            kv = self._kv
+            store = self.open_store(dtype=kv.dtype, layout=f"{kv.layout}/draft",
+                                    page_tokens=kv.page_size, piece_bytes=page_bytes,
+                                    pieces=1, tp=(self.tp_rank, self.tp_size), mla=self.is_mla)
+            try:
+                draft = _DraftPages(store, page_bytes)
+            except BaseException:
+                store.close()
+                raise
+            self._drafts[page_bytes] = draft
+            return draft
+
+    def _is_draft(self, key: str, pieces) -> bool:
+        total = sum(size for _, size in pieces)
+        return key.endswith(".draft") or total != self.page_bytes or self._kv.logical
+
+    def _kv_pieces(self, pool: _Pool, pieces) -> Optional[List[tuple]]:
+        """The store's pieces for a legacy KV page inside the registered pool, else None."""
+        if not pool.zero_copy or pool.split > 1:
+            return None
+        if len(pieces) == 1:
+            candidate = pool.flat_pieces(pieces[0][0])
+        elif [s for _, s in pieces] == pool.sizes:
+            candidate = list(pieces)
+        else:
+            return None
+        ranges = [_address_size(t) for t in _pool_tensors(pool.host)]
+        if all(any(a <= p and p + s <= a + n for a, n in ranges) for p, s in candidate):
+            return candidate
+        return None
+
+    def _legacy_kv(self, pool: _Pool, key: str, pieces, write: bool) -> Any:
+        direct = self._kv_pieces(pool, pieces)
+        if direct is not None:
+            return pool.stores[0].put(key, direct) if write else \
+                pool.stores[0].get(key, direct)
+        with self._lock:
+            if self._legacy is None:
+                self._legacy = _Staging(pool.stores, pool._flat_like(), 1, pool.page_bytes)
+            staging = self._legacy
         with staging.lock:
-            row, _ = _address_size(staging.row(0))
-            offset = 0
+            row = staging.row_address(0)
             if write:
+                offset = 0
                 for address, size in pieces:
                     ctypes.memmove(row + offset, address, size)
                     offset += size
-                return store.put(key, self._split([(row, self.page_bytes)]))
-            status = store.get(key, self._split([(row, self.page_bytes)]))
-            if status:
+            flat = pool.flat_pieces(row) if pool.zero_copy else [(row, pool.page_bytes)]
+            ptrs, sizes = [p for p, _ in flat], [s for _, s in flat]
+            statuses = pool._pieces_io(write, [key], pool._per_store(ptrs, sizes))
+            status = statuses[0]
+            if not write and status:
+                offset = 0
                 for address, size in pieces:
                     ctypes.memmove(address, row + offset, size)
                     offset += size
@@ -568,21 +1135,20 @@ class HiCacheKvtier(_HiCacheStorage):
 
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None):
         try:
-            store = self._ready()
-            if store is None:
+            pool = self._ready()
+            if pool is None:
                 return None
             if target_location is None:
-                target_location = _empty_rows(self.mem_pool_host.kv_buffer, 1,
-                                              self.page_bytes)[0]
+                target_location = _empty_rows(pool._flat_like(), 1, pool.page_bytes)[0]
             pieces = self._location(target_location, target_sizes)
-            if self._in_pool(pieces):
-                status = store.get(key, self._split(pieces))
+            if self._is_draft(key, pieces):
+                status = self._draft(sum(s for _, s in pieces)).io(key, pieces, write=False)
+                self._count(draft_pages=1)
             else:
-                self._split(pieces)  # size check before any I/O
-                status = self._staged_io(store, key, pieces, write=False)
+                status = self._legacy_kv(pool, key, pieces, write=False)
             self._count(get_pages=1, get_hits=int(bool(status)),
-                        get_misses=int(status.is_miss), get_faults=int(not status and
-                                                                        not status.is_miss))
+                        get_misses=int(status.is_miss),
+                        get_faults=int(not status and not status.is_miss))
             if not status:
                 if not status.is_miss:
                     self._log("get-fault", "get failed: %s", status)
@@ -594,9 +1160,17 @@ class HiCacheKvtier(_HiCacheStorage):
 
     def batch_get(self, keys: List[str], target_locations: Any = None,
                   target_sizes: Any = None) -> List[Any]:
-        locations = target_locations if target_locations is not None else [None] * len(keys)
-        sizes = target_sizes if target_sizes is not None else [None] * len(keys)
-        return [self.get(k, loc, sz) for k, loc, sz in zip(keys, locations, sizes)]
+        try:
+            n = len(keys)
+            locations = target_locations if target_locations is not None else [None] * n
+            sizes = target_sizes if target_sizes is not None else [None] * n
+            if len(locations) != n or len(sizes) != n:
+                raise kvtier.InvalidArgumentError(
+                    f"{n} keys, {len(locations)} targets, {len(sizes)} sizes")
+            return [self.get(k, loc, sz) for k, loc, sz in zip(keys, locations, sizes)]
+        except Exception as exc:  # noqa: BLE001
+            self._fail("batch_get", exc)
+            return [None] * len(keys)
 
     def set(self, key: str, value: Any = None, target_location: Any = None,
             target_sizes: Any = None) -> bool:
@@ -604,16 +1178,23 @@ class HiCacheKvtier(_HiCacheStorage):
             if self._skip_write():
                 self._count(skipped_writes=1)
                 return True
-            store = self._ready()
-            if store is None:
+            pool = self._ready()
+            if pool is None:
                 return False
             source = value if value is not None else target_location
             pieces = self._location(source, target_sizes)
-            if self._in_pool(pieces):
-                status = store.put(key, self._split(pieces))
+            if self._is_draft(key, pieces):
+                draft = self._draft(sum(s for _, s in pieces))
+                self._count(draft_pages=1)
+                if draft.store.exists(key):
+                    self._count(set_present=1)
+                    return True
+                status = draft.io(key, pieces, write=True)
             else:
-                self._split(pieces)
-                status = self._staged_io(store, key, pieces, write=True)
+                if pool.exists(key):
+                    self._count(set_present=1)
+                    return True
+                status = self._legacy_kv(pool, key, pieces, write=True)
             self._count(set_pages=1, set_ok=int(bool(status)), set_faults=int(not status))
             if not status:
                 self._log("set-fault", "set failed: %s", status)
@@ -624,64 +1205,113 @@ class HiCacheKvtier(_HiCacheStorage):
 
     def batch_set(self, keys: List[str], values: Any = None, target_locations: Any = None,
                   target_sizes: Any = None) -> bool:
-        n = len(keys)
-        values = values if values is not None else [None] * n
-        locations = target_locations if target_locations is not None else [None] * n
-        sizes = target_sizes if target_sizes is not None else [None] * n
-        results = [self.set(k, v, loc, sz) for k, v, loc, sz in zip(keys, values, locations, sizes)]
-        return all(results)
+        try:
+            n = len(keys)
+            values = values if values is not None else [None] * n
+            locations = target_locations if target_locations is not None else [None] * n
+            sizes = target_sizes if target_sizes is not None else [None] * n
+            if len(values) != n or len(locations) != n or len(sizes) != n:
+                raise kvtier.InvalidArgumentError(
+                    f"{n} keys, {len(values)} values, {len(locations)} targets")
+            results = [self.set(k, v, loc, sz)
+                       for k, v, loc, sz in zip(keys, values, locations, sizes)]
+            return all(results)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("batch_set", exc)
+            return False
 
     # ---- management --------------------------------------------------------------------
 
     def clear(self) -> bool:
-        """Removes this deployment's pages (its namespace), and nobody else's."""
+        """Removes this deployment's pages (its namespaces), and nobody else's. Every other
+        adapter of these namespaces, in any process, sees them gone on its next call."""
         try:
-            if self._skip_write():
-                return True  # MLA: rank 0 owns the shared namespace
-            store = self._ready()
-            if store is None:
+            with self._lock:
+                pools = list(self._pools.values())
+                drafts = list(self._drafts.values())
+            if not pools:
+                self._ready()
                 return False
-            status = store.clear()
-            if not status:
-                self._log("clear", "clear failed: %s", status)
-            return bool(status)
+            ok = True
+            for pool in pools:
+                if self._skip_write(pool):
+                    continue  # rank 0 owns the shared namespace
+                for status in pool.clear():
+                    if not status:
+                        self._log("clear", "clear of pool %s failed: %s", pool.name, status)
+                        ok = False
+            if not self._skip_write():
+                for draft in drafts:
+                    status = draft.store.clear()
+                    if not status:
+                        self._log("clear", "clear of draft pages failed: %s", status)
+                        ok = False
+            return ok
         except Exception as exc:  # noqa: BLE001
             self._fail("clear", exc)
             return False
 
     def counters(self) -> Dict[str, Any]:
-        """Cumulative adapter counters, with the store's own under 'store'."""
+        """Cumulative adapter counters, with the KV store's own under 'store' and every
+        pool's under 'pools'."""
         with self._lock:
             out: Dict[str, Any] = dict(self._counters)
-        store = self._store
-        if store is not None:
-            try:
-                out["store"] = store.stats()
-            except Exception:  # noqa: BLE001 - closed meanwhile
-                pass
+            pools = dict(self._pools)
+        try:
+            if self._store is not None:
+                out["store"] = self._store.stats()
+            out["pools"] = {name: pool.stores[0].stats() for name, pool in pools.items()}
+        except Exception:  # noqa: BLE001 - closed meanwhile
+            pass
         return out
 
     def prometheus(self) -> str:
-        """The store's metrics as Prometheus text, labelled with this shard."""
-        store = self._store
-        if store is None:
-            return ""
-        labels = (f'namespace="{store.namespace_id}",tp_rank="{self.tp_rank}",'
-                  f'pp_rank="{self.pp_rank}"')
-        try:
-            return store.prometheus(labels)
-        except Exception:  # noqa: BLE001 - closed meanwhile
-            return ""
+        """kvtier's metrics of every pool's store as Prometheus text, labelled with the
+        namespace, pool and shard."""
+        with self._lock:
+            pools = list(self._pools.values())
+        text = []
+        for pool in pools:
+            for store in pool.stores:
+                labels = (f'namespace="{store.namespace_id}",pool="{pool.name}",'
+                          f'tp_rank="{self.tp_rank}",pp_rank="{self.pp_rank}"')
+                try:
+                    text.append(store.prometheus(labels))
+                except Exception:  # noqa: BLE001 - closed meanwhile
+                    pass
+        return "".join(text)
 
-    def get_stats(self):
-        """Pages and GB/s of every batch since the last call, and the cumulative counters."""
+    def _take_interval(self) -> Dict[str, list]:
         with self._lock:
             interval = {k: list(v) for k, v in self._interval.items()}
             for v in self._interval.values():
                 v.clear()
-        if _SglangStorageMetrics is not None:
-            metrics = _SglangStorageMetrics()
+        return interval
+
+    def storage_metrics(self) -> KvtierStorageMetrics:
+        """kvtier's own interval metrics (the KV pages and GB/s since the last call of this
+        or get_stats) with the cumulative counters."""
+        return KvtierStorageMetrics(counters=self.counters(), **self._take_interval())
+
+    def get_stats(self):
+        """SGLang's own StorageMetrics filled with the KV pages and GB/s since the last
+        call, or None where SGLang is not importable (SGLang asserts the type)."""
+        try:
+            cls = _sglang_storage_metrics()
+            interval = self._take_interval()
+            if cls is None:
+                return None
+            try:
+                metrics = cls()
+            except TypeError:
+                return cls(**interval)
             for k, v in interval.items():
-                getattr(metrics, k).extend(v)
+                samples = getattr(metrics, k, None)
+                if isinstance(samples, list):
+                    samples.extend(v)
+                else:
+                    setattr(metrics, k, v)
             return metrics
-        return KvtierStorageMetrics(counters=self.counters(), **interval)
+        except Exception as exc:  # noqa: BLE001 - never raise into the scheduler
+            self._fail("get_stats", exc)
+            return None

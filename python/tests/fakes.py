@@ -1,6 +1,11 @@
 """Small stand-ins for what SGLang hands a HiCache storage backend: its storage config and its
 host KV pool, with the buffer shapes, pointer arithmetic and flat-page copies SGLang uses, for
-MHA and MLA, the three memory layouts, and numpy- or torch-backed buffers."""
+MHA and MLA, the memory layouts SGLang stores, and numpy- or torch-backed buffers.
+
+The buffer shapes mirror hzh0425/sglang@03855bda08537598d9310b2a44b640d19861969d
+python/sglang/srt/mem_cache/memory_pool_host.py (MHA: layer_first (2, L, T, H, D),
+page_first (2, T, L, H, D), page_first_direct (2, P, L, ps, H, D), page_head (2, P, H, ps, L, D));
+the newer pools of sglang_fakes.py cite their own sources."""
 
 from dataclasses import dataclass
 from typing import Optional
@@ -12,7 +17,8 @@ try:
 except ImportError:  # torch is optional for the numpy-backed fakes
     torch = None
 
-LAYOUTS = ("layer_first", "page_first", "page_first_direct")
+LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
 
 
 @dataclass
@@ -80,11 +86,14 @@ class HostPool:
             self.qk_rope_head_dim = qk_rope_head_dim
         L, T, H, D, ps = layers, tokens, self.head_num, self.head_dim, page_size
         if mla:
+            # page_first_kv_split (Ascend): the latent part and the rope part apart.
             shape = {"layer_first": (L, T, 1, D), "page_first": (T, L, 1, D),
-                     "page_first_direct": (T // ps, L, ps, 1, D)}[layout]
+                     "page_first_direct": (T // ps, L, ps, 1, D),
+                     "page_first_kv_split": (T, L, 1, D)}[layout]
         else:
             shape = {"layer_first": (2, L, T, H, D), "page_first": (2, T, L, H, D),
-                     "page_first_direct": (2, T // ps, L, ps, H, D)}[layout]
+                     "page_first_direct": (2, T // ps, L, ps, H, D),
+                     "page_head": (2, T // ps, H, ps, L, D)}[layout]
         if backing == "torch":
             self.dtype = dtype if dtype is not None else torch.bfloat16
             self.kv_buffer = torch.zeros(shape, dtype=self.dtype)
@@ -112,6 +121,16 @@ class HostPool:
                         k = base + (layer * T + start) * H * D * item
                         ptrs += [k, k + L * T * H * D * item]
                         sizes += [ps * H * D * item] * 2
+            elif self.layout == "page_head":
+                # heads outermost within a page: K then V, each one run
+                k = base + (start // ps) * H * ps * L * D * item
+                ptrs += [k, k + T * L * H * D * item]
+                sizes += [H * ps * L * D * item] * 2
+            elif self.layout == "page_first_kv_split":
+                lora = self.kv_lora_rank
+                row = base + start * L * D * item
+                ptrs += [row, row + lora * item]
+                sizes += [ps * L * lora * item, ps * L * (D - lora) * item]
             elif self.layout == "page_first":
                 if self.mla:
                     ptrs.append(base + start * L * D * item)
@@ -136,9 +155,11 @@ class HostPool:
         if self.layout == "layer_first":
             return self.kv_buffer[:, index:index + ps] if self.mla else \
                 self.kv_buffer[:, :, index:index + ps]
-        if self.layout == "page_first":
+        if self.layout in ("page_first", "page_first_kv_split"):
             return self.kv_buffer[index:index + ps] if self.mla else \
                 self.kv_buffer[:, index:index + ps]
+        if self.layout == "page_head":
+            return self.kv_buffer[:, index // ps]
         return self.kv_buffer[index // ps] if self.mla else self.kv_buffer[:, index // ps]
 
     def get_data_page(self, index, flat=True):
@@ -156,6 +177,14 @@ class HostPool:
         view[...] = data_page.reshape(view.shape)
 
     # -- test helpers ---------------------------------------------------------------------
+
+    def head_bytes(self, index, first_head, heads):
+        """The bytes of `heads` heads from `first_head` of a page_head page (K then V)."""
+        assert self.layout == "page_head"
+        view = self.kv_buffer[:, index // self.page_size, first_head:first_head + heads]
+        if self.backing == "torch":
+            return view.contiguous().view(torch.uint8).numpy().copy().reshape(-1)
+        return np.ascontiguousarray(view).view(np.uint8).reshape(-1).copy()
 
     def page_bytes(self, index):
         """The page's bytes, as numpy uint8 (bfloat16 compared bit for bit)."""

@@ -64,7 +64,8 @@ Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<
         if (e.is_dir && routing::is_fanout_name(e.name)) {
           fanouts.push_back(e.name);
         } else if (e.name != routing::kManifest && e.name != routing::kTempDir &&
-                   e.name != routing::kUsageFile && e.name != routing::kMembersFile) {
+                   e.name != routing::kUsageFile && e.name != routing::kMembersFile &&
+                   e.name != routing::kGenerationFile) {
           ++ns.other_files;
         }
         return ok_status();

@@ -82,4 +82,8 @@ std::string Router::manifest_path(size_t i) const {
   return join(ns_dirs_[i], kManifest);
 }
 
+std::string Router::generation_path() const {
+  return join(ns_dirs_[0], kGenerationFile);
+}
+
 }  // namespace kvtier::routing

@@ -23,6 +23,9 @@ inline constexpr std::string_view kManifest = "namespace.json";
 // The capacity ledger's files (see ledger.h).
 inline constexpr std::string_view kUsageFile = "usage";
 inline constexpr std::string_view kMembersFile = "members";
+// The namespace's clear generation: rewritten by every clear(), watched by every store of the
+// namespace so that a clear in one process empties the others' indexes (see store.h).
+inline constexpr std::string_view kGenerationFile = "generation";
 
 // kInvalidArgument for empty keys and keys over page::kMaxKeyBytes.
 Status validate_key(std::string_view key);
@@ -50,6 +53,8 @@ class Router {
   const std::string& namespace_dir(size_t i) const { return ns_dirs_[i]; }
   std::string temp_dir(size_t i) const;
   std::string manifest_path(size_t i) const;
+  // The clear generation object (base 0 only: one per namespace).
+  std::string generation_path() const;
 
  private:
   size_t pick_base(const Hash128& key_hash) const;

@@ -9,6 +9,8 @@
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
@@ -212,6 +214,46 @@ struct Store::Impl {
   std::mutex async_mu;
   std::condition_variable async_idle;
   size_t async_pending = 0;  // guarded by async_mu
+  // The namespace's clear generation as this store last saw it: the generation object's
+  // identity, modification time and size (all zero while there is none). A change means
+  // another store cleared the namespace, and this store's index is dropped.
+  struct Generation {
+    ObjectIdentity identity;
+    uint64_t mtime_ns = 0;
+    uint64_t size = 0;
+    friend bool operator==(const Generation&, const Generation&) = default;
+  };
+  std::mutex generation_mu;
+  Generation seen_generation;  // guarded by generation_mu
+
+  // nullopt when storage cannot tell now (the next call asks again).
+  std::optional<Generation> read_generation() {
+    Result<ObjectInfo> info = agent.stat(router.generation_path());
+    if (info.ok()) return Generation{info->identity, info->mtime_ns, info->size};
+    if (info.status().code() == StatusCode::kNotFound) return Generation{};
+    return std::nullopt;
+  }
+  // One stat: drops the index when the namespace was cleared since this store last looked.
+  void observe_generation() {
+    std::optional<Generation> now = read_generation();
+    if (!now) return;
+    std::lock_guard lock(generation_mu);
+    if (*now == seen_generation) return;
+    seen_generation = *now;
+    index.clear();
+  }
+  // Rewrites the generation object with a value never used before.
+  Status publish_generation() {
+    std::random_device rd;
+    const std::string token = fmt::format("{:08x}{:08x}{:016x}\n", rd(), rd(), wall_ns());
+    KVTIER_RETURN_IF_ERROR(
+        object_io::write_object(agent, router.generation_path(), router.temp_dir(0), token));
+    if (std::optional<Generation> now = read_generation()) {
+      std::lock_guard lock(generation_mu);
+      seen_generation = *now;
+    }
+    return ok_status();
+  }
 
   BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
     BatchTimer timer(counters, counters.put_latency);
@@ -1082,6 +1124,7 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   KVTIER_RETURN_IF_ERROR(
       impl->scan_index(/*as_recent=*/true)
           .with_context(fmt::format("indexing the store at {}", config.location.uri())));
+  if (std::optional<Impl::Generation> g = impl->read_generation()) impl->seen_generation = *g;
   if (config.capacity_bytes != 0 || config.min_free_bytes != 0) {
     if (config.location.storage_class != StorageClass::kFile) {
       return unsupported_error(fmt::format(
@@ -1171,6 +1214,7 @@ BatchTicket Store::submit_get(std::span<const std::string_view> keys,
 Result<bool> Store::exists(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   bump(impl_->counters.exists_queries);
+  impl_->observe_generation();
   const routing::Route r = impl_->router.route(key);
   if (impl_->index.contains(r.key_hash)) return true;
   // Not indexed: perhaps another process wrote it since this one looked.
@@ -1188,6 +1232,7 @@ Result<bool> Store::exists(std::string_view key) {
 size_t Store::batch_exists(std::span<const std::string_view> keys) {
   Impl& impl = *impl_;
   BatchTimer timer(impl.counters, impl.counters.exists_latency);
+  impl.observe_generation();
   size_t n = 0;
   // Indexed keys cost no system call; from the first one that is not, ask storage.
   for (; n < keys.size(); ++n) {
@@ -1263,6 +1308,9 @@ Status Store::clear() {
   }
   impl.index.clear();
   if (ledger) impl.ledger->release(freed).ignore_error();
+  // Every other store of the namespace drops its index on its next exists call.
+  Status published = impl.publish_generation();
+  if (result.ok()) result = published;
   return result;
 }
 

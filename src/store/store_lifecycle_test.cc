@@ -174,6 +174,46 @@ TEST_F(StoreLifecycle, AnotherProcessesPagesAreFoundOnAnIndexMiss) {
   EXPECT_EQ(reader->exists("late").value_or(true), false);
 }
 
+TEST_F(StoreLifecycle, AClearIsSeenByEveryStoreOfTheNamespaceOnItsNextCall) {
+  auto a = open();
+  auto b = open();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  PagePool pool(*a, 8, kPage);
+  const auto keys = testing::keys_for("gen", 8);
+  ASSERT_TRUE(put(*a, pool, keys).all_ok());
+  // b indexes the pages (a stat each), then answers from its index.
+  EXPECT_EQ(b->batch_exists(testing::views(keys)), 8u);
+  EXPECT_EQ(b->stats().pages, 8u);
+  KVTIER_ASSERT_OK(a->clear());
+  // b's next calls see the clear: nothing indexed survives it.
+  EXPECT_EQ(b->batch_exists(testing::views(keys)), 0u);
+  EXPECT_EQ(b->exists(keys[0]).value_or(true), false);
+  EXPECT_EQ(b->stats().pages, 0u);
+  // Pages written after the clear are found again, by both, and a second clear by b is seen
+  // by a (a generation is never reused).
+  ASSERT_TRUE(put(*a, pool, keys).all_ok());
+  EXPECT_EQ(b->batch_exists(testing::views(keys)), 8u);
+  KVTIER_ASSERT_OK(b->clear());
+  EXPECT_EQ(a->batch_exists(testing::views(keys)), 0u);
+  // Another namespace in the same directory is untouched by either clear, and a store
+  // opened after a clear starts from the current generation.
+  NamespaceSpec other = fixed_namespace();
+  other.model = "lifecycle-other";
+  auto c = open(0, "?backend=posix", other);
+  ASSERT_NE(c, nullptr);
+  PagePool cpool(*c, 8, kPage);
+  ASSERT_TRUE(put(*c, cpool, keys).all_ok());
+  KVTIER_ASSERT_OK(a->clear());
+  EXPECT_EQ(c->batch_exists(testing::views(keys)), 8u);
+  auto d = open();
+  ASSERT_NE(d, nullptr);
+  PagePool dpool(*d, 8, kPage);
+  ASSERT_TRUE(put(*d, dpool, keys).all_ok());
+  EXPECT_EQ(d->batch_exists(testing::views(keys)), 8u);
+  EXPECT_EQ(d->stats().index_stats, 0u);
+}
+
 TEST_F(StoreLifecycle, EvictionFollowsReadsNotOnlyWrites) {
   auto s = open(4 * kObject);
   ASSERT_NE(s, nullptr);

@@ -251,16 +251,19 @@ class Store {
                          std::span<const MutableBuffer> pieces, BatchCallback on_done = {});
 
   // Whether a page is stored (not verified: a later get may still find it corrupt). Answered
-  // from the index without a system call; a key the index lacks is looked up in storage (a
-  // page another process wrote) and indexed. A page another process removed is reported
-  // until a read misses it.
+  // from the index; a key the index lacks is looked up in storage (a page another process
+  // wrote) and indexed. A page another process removed is reported until a read misses it,
+  // except after a clear(): every call first looks at the namespace's clear generation (one
+  // stat per call, not per key) and drops the index when another store cleared since.
   Result<bool> exists(std::string_view key);
   // Number of leading keys that exist; stops at the first absent key (or fault).
   size_t batch_exists(std::span<const std::string_view> keys);
 
   // kNotFound when absent.
   Status remove(std::string_view key);
-  // Removes every page of this store's namespace (and no other) from every base directory.
+  // Removes every page of this store's namespace (and no other) from every base directory,
+  // then publishes a new clear generation: every store of the namespace, in any process,
+  // answers exists/batch_exists from storage again on its next call.
   Status clear();
 
   StoreStats stats() const;
