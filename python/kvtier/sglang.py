@@ -804,9 +804,14 @@ class HiCacheKvtier(_HiCacheStorage):
         self._log(what, "%s failed: %s: %s", what, type(exc).__name__, exc)
 
     def _skip_write(self, pool: Optional[_Pool] = None) -> bool:
-        # MLA-style models: every TP rank holds the same pages; rank 0 writes for all.
-        replicated = self.is_mla if pool is None else pool.replicated
-        return replicated and self.tp_rank != 0
+        # MLA-style models: every TP rank holds the same KV pages, and SGLang backs them up from
+        # TP rank 0 only; a KV write another rank is asked for anyway is answered as rank 0's.
+        # Every other pool is written by each rank SGLang asks to (SGLang does not skip them,
+        # so neither does the adapter): a page of a shared pool that another rank stored first
+        # is skipped as present, and none is reported stored that this rank did not see stored.
+        if pool is not None and not pool.is_kv:
+            return False
+        return self.is_mla and self.tp_rank != 0
 
     def _tally(self, kind: str, pool: _Pool, statuses: List[Any], seconds: float) -> List[bool]:
         ok = [bool(s) for s in statuses]

@@ -283,6 +283,37 @@ def test_mla_rank_other_than_0_skips_kv_but_writes_its_mamba_state(sglang, store
         x.close()
 
 
+def test_mla_rank_other_than_0_writes_the_side_pools_sglang_asks_it_to(sglang, store_dir):
+    # SGLang skips the KV backup on MLA ranks other than 0, but not the side pools': a page
+    # such a rank is asked to store is stored by it, not taken on trust from rank 0.
+    layout = "page_first_direct"
+    kv = HostPool(layout=layout, mla=True, backing="torch", tokens=64)
+    indexer = IndexerPoolHost(kv)
+    indexer.fill_random(seed=45)
+    one = make(sglang, store_dir, kv, storage_config(mla=True, tp_rank=1, tp_size=2,
+                                                      layout=layout))
+    one.register_mem_host_pool_v2(indexer, PoolName.INDEXER)
+    keys = keys_for("mla-side", 3)
+    kvi = host_indices(range(3), kv.page_size)
+    assert one.batch_set_v2([PoolTransfer(name=PoolName.INDEXER, host_indices=kvi,
+                                          keys=keys)]) == {PoolName.INDEXER: [True] * 3}
+    assert one.counters()["pools"]["indexer"]["put_pages"] == 3
+    # Rank 0 (which wrote nothing) reads them from the shared namespace.
+    dst_kv = HostPool(layout=layout, mla=True, backing="torch", tokens=64)
+    dst_ix = IndexerPoolHost(dst_kv)
+    zero = make(sglang, store_dir, dst_kv, storage_config(mla=True, tp_rank=0, tp_size=2,
+                                                          layout=layout))
+    zero.register_mem_host_pool_v2(dst_ix, PoolName.INDEXER)
+    got = zero.batch_get_v2([PoolTransfer(name=PoolName.INDEXER,
+                                          host_indices=host_indices(range(8, 11), kv.page_size),
+                                          keys=keys)])
+    assert got == {PoolName.INDEXER: [True] * 3}
+    for i in range(3):
+        assert np.array_equal(dst_ix.page_bytes((8 + i) * 4), indexer.page_bytes(i * 4))
+    one.close()
+    zero.close()
+
+
 @pytest.mark.parametrize("layout", ["page_first", "page_first_direct"])
 def test_deepseek_v4_group_with_a_logical_anchor(sglang, store_dir, layout):
     anchor = LogicalAnchor(tokens=64, page_size=4, layout=layout)
