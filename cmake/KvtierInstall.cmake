@@ -64,8 +64,9 @@ install(FILES ${CMAKE_BINARY_DIR}/kvtier.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/
         COMPONENT kvtier)
 
 # The man page, from `kvtier --help`, each subcommand's --help and `kvtier --version`.
+# (Not in sanitizer builds, which are not installed.)
 find_program(HELP2MAN help2man)
-if(HELP2MAN)
+if(HELP2MAN AND NOT KVTIER_SANITIZE)
   add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/kvtier.1
     COMMAND ${PROJECT_SOURCE_DIR}/tools/man-subcommands.sh $<TARGET_FILE:kvtier_cli>
             ${CMAKE_BINARY_DIR}/kvtier.1.subcommands
@@ -77,7 +78,7 @@ if(HELP2MAN)
   add_custom_target(kvtier_man ALL DEPENDS ${CMAKE_BINARY_DIR}/kvtier.1)
   install(FILES ${CMAKE_BINARY_DIR}/kvtier.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
           COMPONENT kvtier)
-else()
+elseif(NOT HELP2MAN)
   message(WARNING "help2man not found: no man page (scripts/deps installs it)")
 endif()
 install(FILES ${PROJECT_SOURCE_DIR}/tools/kvtier.bash-completion
