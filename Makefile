@@ -8,13 +8,22 @@
 #                     beside a throw-away local S3 server for the S3 tests (KVTIER_S3=0: none),
 #                     all in a network namespace with only loopback up (scripts/loopback-only)
 #   make bench        kvtier against fio and memcpy, side by side (bench/compare.py; ARGS=...)
+#   make wheel        dist/kvtier-<version>-<tag>.whl: the Python module, kvtier.sglang and the
+#                     CLI, for Debian's python3 or PYTHON=/path/to/python3.X (which needs that
+#                     Python's headers; built in build-wheel-3.X/)
+#   make deb          dist/kvtier_<version>_amd64.deb (CPack): CLI, shared library, headers,
+#                     CMake and pkg-config files, man page, completion, Python module
+#   make install      cmake --install build --prefix $(PREFIX) (default /usr/local)
 #   make format       clang-format every C++ file in place
 
 SHELL := /bin/bash
 SANITIZE ?= 1
 ARGS ?=
+PYTHON ?= /usr/bin/python3
+PREFIX ?= /usr/local
 
-.PHONY: all deps s3-deps build run bench test test-release test-asan test-tsan format format-check clean
+.PHONY: all deps s3-deps build run bench test test-release test-asan test-tsan format format-check \
+	wheel deb install clean
 
 all: build
 
@@ -30,6 +39,28 @@ run: build
 
 bench: build
 	bench/compare.py $(ARGS)
+
+# The wheel packs what CMake built (scripts/build-wheel); for another Python, a build of the
+# module and the CLI alone in a directory of its own.
+ifeq ($(PYTHON),/usr/bin/python3)
+wheel: build
+	@scripts/build-wheel build dist
+else
+WHEEL_BUILD = build-wheel-$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+wheel: deps
+	@cmake -S . -B $(WHEEL_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_BUILD_TESTS=OFF \
+	  -DKVTIER_PYTHON_EXECUTABLE=$(PYTHON) >/dev/null
+	@cmake --build $(WHEEL_BUILD) --target kvtier_python_package kvtier_cli
+	@scripts/build-wheel $(WHEEL_BUILD) dist
+endif
+
+deb: build
+	@cd build && cpack --config CPackConfig.cmake -B ../dist >/dev/null
+	@rm -rf dist/_CPack_Packages
+	@ls dist/kvtier_*.deb
+
+install: build
+	cmake --install build --prefix $(PREFIX)
 
 # One throw-away S3 server (tests/s3/server.sh) serves every pass's S3 tests. The passes run
 # in a network namespace of their own with only loopback up, so a test that reaches for any
@@ -66,4 +97,4 @@ format: deps
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf build build-debug build-asan build-tsan
+	rm -rf build build-debug build-asan build-tsan build-wheel-* dist

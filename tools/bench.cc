@@ -20,6 +20,7 @@
 #include "kvtier/core/clock.h"
 #include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
+#include "progress.h"
 
 namespace kvtier::cli {
 namespace {
@@ -182,7 +183,7 @@ class Bench {
     PhaseResult r;
     Batch b;
     const uint64_t batches = (o_.pages + o_.batch - 1) / o_.batch;
-    for (uint64_t i = 0; i < batches; ++i) {
+    for (uint64_t i = 0; i < batches && !interrupted(); ++i) {
       fill(b, TransferOp::kRead, 0, i);
       account(r, TransferOp::kRead, 0, b, store_.batch_get(b.keys, b.out), true);
     }
@@ -250,7 +251,7 @@ class Bench {
                            std::atomic<uint64_t>& done, Progress& progress) {
     PhaseResult mine;
     Batch b;
-    for (uint64_t i; (i = next.fetch_add(1)) < batches;) {
+    for (uint64_t i; !interrupted() && (i = next.fetch_add(1)) < batches;) {
       fill(b, op, t, i);
       const double cpu0 = process_cpu_s();
       const Stopwatch sw;
@@ -283,6 +284,7 @@ class Bench {
     PhaseResult mine;
     double check_cpu_s = 0;
     auto submit = [&](uint64_t l) {
+      if (interrupted()) return;
       const uint64_t i = next.fetch_add(1);
       if (i >= batches) return;
       Lane& lane = lanes[l];
@@ -441,19 +443,20 @@ int run_bench(const BenchOptions& o) {
       fmt::print(stderr, "kvtier bench: {}\n", st.to_string());
       return kExitUsage;
     }
-    const bool bars = !o.json && ::isatty(STDERR_FILENO);
+    const bool bars = progress_wanted(o.quiet);
     {
       Progress p("write", o.pages, bars);
       wr = bench.run(TransferOp::kWrite, p);
     }
     fds_during = count_open_fds().value_or(0);
-    bench.warm_up();
-    {
+    if (!interrupted()) {
+      bench.warm_up();
       Progress p("read ", o.pages, bars);
       rd = bench.run(TransferOp::kRead, p);
     }
     store_stats = (*store)->stats();
-    chk = bench.check_every_byte();
+    if (!interrupted()) chk = bench.check_every_byte();
+    // Ctrl-C: the pages written so far are cleared all the same (unless --keep).
     if (!o.keep) {
       if (Status st = (*store)->clear(); !st.ok()) {
         fmt::print(stderr, "kvtier bench: clearing the bench pages failed: {}\n", st.to_string());
@@ -461,6 +464,14 @@ int run_bench(const BenchOptions& o) {
     }
   }
   const size_t fds_after = count_open_fds().value_or(0);
+  if (interrupted()) {
+    fmt::print(stderr,
+               "kvtier bench: interrupted: {} of {} pages written, {} read, {} checked; pages "
+               "{}\n",
+               wr.ok_pages, o.pages, rd.ok_pages, chk.ok_pages,
+               o.keep ? "kept (kvtier stat / kvtier verify " + loc->uri() + ")" : "cleared");
+    return kExitInterrupted;
+  }
 
   const uint64_t bytes = o.pages * shape.page_bytes();
   // With a capacity, pages evicted before the read phase are misses, not failures: verified

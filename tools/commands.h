@@ -11,6 +11,7 @@ namespace kvtier::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;  // ran, and found a problem (corrupt pages, bad bytes)
 inline constexpr int kExitUsage = 2;   // bad arguments, or the store could not be opened
+// kExitInterrupted (130, progress.h): stopped by Ctrl-C after cleaning up.
 
 struct BenchOptions {
   std::string dir;    // --dir
@@ -28,6 +29,7 @@ struct BenchOptions {
   bool skip_payload_checksum = false;
   bool keep = false;
   bool json = false;
+  bool quiet = false;     // --quiet: no progress bar
   uint64_t capacity = 0;  // --capacity: the store's capacity_bytes (0: none)
 };
 
@@ -40,6 +42,7 @@ struct InspectOptions {
   bool repair = false;           // verify --repair
   std::string namespace_prefix;  // ls/clear --namespace
   uint64_t to_bytes = 0;         // gc --to
+  bool quiet = false;            // --quiet: no progress bar
 };
 
 int run_stat(const InspectOptions& options);
@@ -51,21 +54,5 @@ int run_clear(const InspectOptions& options);
 // The default store location of `kvtier bench`: $TMPDIR/kvtier-bench, or ./kvtier-bench when
 // TMPDIR is unset.
 std::string default_bench_dir();
-
-// A progress line on stderr, drawn only when stderr is a terminal.
-class Progress {
- public:
-  Progress(std::string label, uint64_t total, bool enabled);
-  ~Progress();
-  void update(uint64_t done);
-  void finish();
-
- private:
-  std::string label_;
-  uint64_t total_;
-  bool enabled_;
-  bool drawn_ = false;
-  int last_permille_ = -1;
-};
 
 }  // namespace kvtier::cli

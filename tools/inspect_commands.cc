@@ -1,4 +1,4 @@
-// kvtier stat / kvtier verify, and the progress line.
+// kvtier stat, verify, ls, gc and clear.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "kvtier/store/inspect.h"
+#include "progress.h"
 
 namespace kvtier::cli {
 namespace {
@@ -43,31 +44,32 @@ std::string describe(const nlohmann::json& m) {
                      num("page_tokens"), geometry, tp);
 }
 
+// Lists the pages with a running count on the bar; Ctrl-C stops the listing (kCancelled).
+Result<std::vector<PageListing>> list_with_progress(const StoreLocation& loc, std::string_view ns,
+                                                    bool quiet) {
+  Progress bar("listing", 0, progress_wanted(quiet));
+  return list_pages(loc, ns, [&](uint64_t found) {
+    bar.update(found);
+    return !interrupted();
+  });
+}
+
+// Removes pages with a bar; Ctrl-C stops before the next group (report.stopped).
+Result<RemovalReport> remove_with_progress(const StoreLocation& loc,
+                                           std::span<const PageListing> pages, bool quiet) {
+  Progress bar("removing", pages.size(), progress_wanted(quiet));
+  return remove_pages(loc, pages, [&](uint64_t done, uint64_t) {
+    bar.update(done);
+    return !interrupted();
+  });
+}
+
+int interrupted_while_listing(const char* command) {
+  fmt::print(stderr, "kvtier {}: interrupted while listing pages; nothing removed\n", command);
+  return kExitInterrupted;
+}
+
 }  // namespace
-
-Progress::Progress(std::string label, uint64_t total, bool enabled)
-    : label_(std::move(label)), total_(total), enabled_(enabled && total > 0) {}
-
-Progress::~Progress() {
-  finish();
-}
-
-void Progress::update(uint64_t done) {
-  if (!enabled_) return;
-  const int permille = static_cast<int>(done * 1000 / total_);
-  if (permille == last_permille_) return;
-  last_permille_ = permille;
-  constexpr int kWidth = 40;
-  const int filled = permille * kWidth / 1000;
-  fmt::print(stderr, "\r{} [{}{}] {}/{}", label_, std::string(filled, '#'),
-             std::string(kWidth - filled, ' '), done, total_);
-  drawn_ = true;
-}
-
-void Progress::finish() {
-  if (drawn_) fmt::print(stderr, "\r{}\r", std::string(label_.size() + 60, ' '));
-  drawn_ = false;
-}
 
 int run_stat(const InspectOptions& o) {
   Result<StoreLocation> loc = location_of(o.location, "stat");
@@ -138,16 +140,26 @@ int run_verify(const InspectOptions& o) {
   Result<VerifyReport> report = invalid_argument_error("not run");
   {
     // The total is known once the pages are listed: the bar starts with the first page.
-    std::unique_ptr<Progress> bar;
+    Progress bar("verify", 0, progress_wanted(o.quiet));
     report = verify_store(*loc, [&](uint64_t done, uint64_t total) {
-      if (!bar)
-        bar = std::make_unique<Progress>("verify", total, !o.json && ::isatty(STDERR_FILENO));
-      bar->update(done);
+      bar.set_total(total);
+      bar.update(done);
+      return !interrupted();
     });
   }
   if (!report.ok()) {
     fmt::print(stderr, "kvtier verify: {}\n", report.status().to_string());
     return kExitUsage;
+  }
+  if (report->stopped) {
+    for (const VerifyProblem& p : report->problems) {
+      fmt::print("CORRUPT {}: {}\n", p.path, p.status.message());
+    }
+    fmt::print(stderr,
+               "kvtier verify: interrupted: {} pages checked, {} intact, {} corrupt; nothing "
+               "removed\n",
+               report->pages, report->intact, report->problems.size());
+    return kExitInterrupted;
   }
   const bool ok = report->problems.empty();
   // --repair: corrupt pages are removed (faults that stopped a read are left alone).
@@ -161,7 +173,7 @@ int run_verify(const InspectOptions& o) {
       bad.push_back(PageListing{p.path, p.namespace_id, fanout.substr(0, fanout.rfind('/')),
                                 p.path.substr(slash + 1), p.bytes, 0});
     }
-    Result<RemovalReport> removed = remove_pages(*loc, bad);
+    Result<RemovalReport> removed = remove_pages(*loc, bad);  // few: not interrupted
     if (!removed.ok()) {
       fmt::print(stderr, "kvtier verify: repairing: {}\n", removed.status().to_string());
       return kExitUsage;
@@ -195,7 +207,11 @@ int run_verify(const InspectOptions& o) {
 int run_ls(const InspectOptions& o) {
   Result<StoreLocation> loc = location_of(o.location, "ls");
   if (!loc.ok()) return kExitUsage;
-  Result<std::vector<PageListing>> pages = list_pages(*loc, o.namespace_prefix);
+  Result<std::vector<PageListing>> pages = list_with_progress(*loc, o.namespace_prefix, o.quiet);
+  if (pages.status().code() == StatusCode::kCancelled && interrupted()) {
+    fmt::print(stderr, "kvtier ls: interrupted while listing pages\n");
+    return kExitInterrupted;
+  }
   if (!pages.ok()) {
     fmt::print(stderr, "kvtier ls: {}\n", pages.status().to_string());
     return kExitUsage;
@@ -212,8 +228,15 @@ int run_ls(const InspectOptions& o) {
     fmt::print("{}\n", j.dump());
     return kExitOk;
   }
+  uint64_t printed = 0;
   for (const PageListing& p : *pages) {
+    if (interrupted()) {
+      std::fflush(stdout);
+      fmt::print(stderr, "kvtier ls: interrupted: {} of {} pages listed\n", printed, pages->size());
+      return kExitInterrupted;
+    }
     fmt::print("{}  {}  {:>12}  {}\n", p.namespace_id.substr(0, 12), p.name, p.bytes, p.path);
+    ++printed;
   }
   return kExitOk;
 }
@@ -221,7 +244,11 @@ int run_ls(const InspectOptions& o) {
 int run_gc(const InspectOptions& o) {
   Result<StoreLocation> loc = location_of(o.location, "gc");
   if (!loc.ok()) return kExitUsage;
-  Result<std::vector<PageListing>> pages = list_pages(*loc);  // least recently written first
+  // Least recently written first.
+  Result<std::vector<PageListing>> pages = list_with_progress(*loc, {}, o.quiet);
+  if (pages.status().code() == StatusCode::kCancelled && interrupted()) {
+    return interrupted_while_listing("gc");
+  }
   if (!pages.ok()) {
     fmt::print(stderr, "kvtier gc: {}\n", pages.status().to_string());
     return kExitUsage;
@@ -234,10 +261,19 @@ int run_gc(const InspectOptions& o) {
     victims.push_back(p);
     total -= p.bytes;
   }
-  Result<RemovalReport> removed = remove_pages(*loc, victims);
+  Result<RemovalReport> removed = remove_with_progress(*loc, victims, o.quiet);
   if (!removed.ok()) {
     fmt::print(stderr, "kvtier gc: {}\n", removed.status().to_string());
     return kExitUsage;
+  }
+  if (removed->stopped) {
+    uint64_t left = 0;
+    for (const PageListing& p : *pages) left += p.bytes;
+    left -= removed->bytes;
+    fmt::print(stderr,
+               "kvtier gc: interrupted: removed {} of {} pages ({} bytes); {} bytes remain\n",
+               removed->pages, victims.size(), removed->bytes, left);
+    return kExitInterrupted;
   }
   if (o.json) {
     nlohmann::json j = {{"removed_pages", removed->pages},
@@ -277,15 +313,24 @@ int run_clear(const InspectOptions& o) {
                o.namespace_prefix, ids.size());
     return kExitUsage;
   }
-  Result<std::vector<PageListing>> pages = list_pages(*loc, *ids.begin());
+  Result<std::vector<PageListing>> pages = list_with_progress(*loc, *ids.begin(), o.quiet);
+  if (pages.status().code() == StatusCode::kCancelled && interrupted()) {
+    return interrupted_while_listing("clear");
+  }
   if (!pages.ok()) {
     fmt::print(stderr, "kvtier clear: {}\n", pages.status().to_string());
     return kExitUsage;
   }
-  Result<RemovalReport> removed = remove_pages(*loc, *pages);
+  Result<RemovalReport> removed = remove_with_progress(*loc, *pages, o.quiet);
   if (!removed.ok()) {
     fmt::print(stderr, "kvtier clear: {}\n", removed.status().to_string());
     return kExitUsage;
+  }
+  if (removed->stopped) {
+    fmt::print(stderr,
+               "kvtier clear: interrupted: namespace {}: removed {} of {} pages ({} bytes)\n",
+               *ids.begin(), removed->pages, pages->size(), removed->bytes);
+    return kExitInterrupted;
   }
   fmt::print("{}: namespace {}: removed {} pages ({} bytes)\n", loc->uri(), *ids.begin(),
              removed->pages, removed->bytes);

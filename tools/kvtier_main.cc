@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "kvtier/backends/builtin.h"
+#include "progress.h"
 
 namespace {
 
@@ -12,7 +13,9 @@ constexpr const char* kDescription =
     "kvtier: a storage tier for LLM KV-cache pages.\n"
     "Locations are a directory, file:///dir[,/dir2...][?backend=posix&io_threads=N], "
     "mem://name, or s3://bucket/prefix?endpoint=http://host:port&region=R (credentials from "
-    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).";
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). bench, verify, ls, gc and clear draw a "
+    "progress bar on stderr when it is a terminal (not with --quiet); Ctrl-C stops them "
+    "cleanly (bench clears its pages), prints the counts so far and exits with status 130.";
 
 }  // namespace
 
@@ -20,7 +23,7 @@ int main(int argc, char** argv) {
   using namespace kvtier::cli;
   CLI::App app(kDescription, "kvtier");
   app.require_subcommand(1);
-  app.set_version_flag("--version", "kvtier 0.1.0");
+  app.set_version_flag("--version", "kvtier " KVTIER_VERSION);
 
   BenchOptions bench;
   CLI::App* b = app.add_subcommand(
@@ -76,6 +79,8 @@ int main(int argc, char** argv) {
               "measure what verification costs; the bench still compares every byte");
   b->add_flag("--keep", bench.keep, "Keep the pages (for kvtier stat/verify) instead of clearing");
   b->add_flag("--json", bench.json, "Print one JSON object");
+  b->add_flag("--quiet", bench.quiet,
+              "No progress bar (one is drawn on stderr only when it is a terminal)");
   b->add_option("--capacity", bench.capacity,
                 "Bound the store to BYTES (least recently used pages evicted); pages evicted "
                 "before the read phase count as misses, apart from corruption")
@@ -96,12 +101,16 @@ int main(int argc, char** argv) {
   v->add_option("location", verify.location, "Directory or URI")->required();
   v->add_flag("--json", verify.json, "Print one JSON object");
   v->add_flag("--repair", verify.repair, "Remove the corrupt pages found");
+  v->add_flag("--quiet", verify.quiet,
+              "No progress bar (one is drawn on stderr only when it is a terminal)");
 
   InspectOptions ls;
   CLI::App* l = app.add_subcommand("ls", "List pages: namespace, key hash, bytes, path");
   l->add_option("location", ls.location, "Directory or URI")->required();
   l->add_option("--namespace", ls.namespace_prefix, "Only namespaces whose id starts with this");
   l->add_flag("--json", ls.json, "Print one JSON array");
+  l->add_flag("--quiet", ls.quiet,
+              "No progress bar (one is drawn on stderr only when it is a terminal)");
 
   InspectOptions gc;
   CLI::App* g = app.add_subcommand(
@@ -109,12 +118,16 @@ int main(int argc, char** argv) {
   g->add_option("location", gc.location, "Directory or URI")->required();
   g->add_option("--to", gc.to_bytes, "Bytes to keep at most")->required();
   g->add_flag("--json", gc.json, "Print one JSON object");
+  g->add_flag("--quiet", gc.quiet,
+              "No progress bar (one is drawn on stderr only when it is a terminal)");
 
   InspectOptions clear;
   CLI::App* c = app.add_subcommand("clear", "Remove every page of one namespace");
   c->add_option("location", clear.location, "Directory or URI")->required();
   c->add_option("--namespace", clear.namespace_prefix, "Namespace id (or a unique prefix)")
       ->required();
+  c->add_flag("--quiet", clear.quiet,
+              "No progress bar (one is drawn on stderr only when it is a terminal)");
 
   try {
     app.parse(argc, argv);
@@ -128,6 +141,8 @@ int main(int argc, char** argv) {
     (void)app.exit(e);
     return kExitUsage;
   }
+  // Ctrl-C stops bench, verify, ls, gc and clear cleanly (exit 130), see progress.h.
+  catch_interrupts();
   if (b->parsed()) return run_bench(bench);
   if (s->parsed()) return run_stat(stat);
   if (v->parsed()) return run_verify(verify);

@@ -20,6 +20,8 @@ namespace {
 
 constexpr uint64_t kVerifyChunk = 4 << 20;
 constexpr uint64_t kMaxManifest = 1 << 20;
+// Pages removed per remove_many call (object stores delete up to 1000 in one request).
+constexpr size_t kRemovalGroup = 1000;
 
 Result<Agent> agent_for(const StoreLocation& loc) {
   AgentConfig ac;
@@ -34,7 +36,10 @@ using PageEntry = PageListing;
 
 // Walks <base>/kvtier/<ns>/<xx>/<page> for every base, filling summaries and (optionally) the
 // list of pages.
-Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<PageEntry>* pages) {
+// `progress`, when given, is told of each page found and may stop the walk (kCancelled).
+Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<PageEntry>* pages,
+            const ListProgress* progress = nullptr) {
+  uint64_t found = 0;
   for (const std::string& base : loc.bases) {
     if (loc.storage_class == StorageClass::kFile) {
       Result<ObjectInfo> b = agent.stat(base);
@@ -82,6 +87,9 @@ Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<
           ns.bytes += e.size;
           if (pages) {
             pages->push_back(PageEntry{dir + "/" + e.name, id, ns.dir, e.name, e.size, e.mtime_ns});
+          }
+          if (progress && *progress && !(*progress)(++found)) {
+            return cancelled_error("listing stopped");
           }
           return ok_status();
         });
@@ -150,11 +158,12 @@ Result<Inventory> take_inventory(const StoreLocation& location) {
 }
 
 Result<std::vector<PageListing>> list_pages(const StoreLocation& location,
-                                            std::string_view namespace_prefix) {
+                                            std::string_view namespace_prefix,
+                                            const ListProgress& progress) {
   KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
   Inventory inv;
   std::vector<PageEntry> pages;
-  KVTIER_RETURN_IF_ERROR(walk(agent, location, &inv, &pages));
+  KVTIER_RETURN_IF_ERROR(walk(agent, location, &inv, &pages, &progress));
   std::erase_if(pages,
                 [&](const PageEntry& p) { return !p.namespace_id.starts_with(namespace_prefix); });
   std::stable_sort(pages.begin(), pages.end(),
@@ -163,20 +172,30 @@ Result<std::vector<PageListing>> list_pages(const StoreLocation& location,
 }
 
 Result<RemovalReport> remove_pages(const StoreLocation& location,
-                                   std::span<const PageListing> pages) {
+                                   std::span<const PageListing> pages,
+                                   const RemovalProgress& progress) {
   KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
   RemovalReport report;
   std::map<std::string, uint64_t> freed;  // namespace dir -> bytes
-  std::vector<std::string> paths;
-  for (const PageListing& p : pages) paths.push_back(p.path);
-  std::vector<Status> removed = agent.remove_many(paths);
-  for (size_t i = 0; i < pages.size(); ++i) {
-    if (removed[i].ok()) {
-      ++report.pages;
-      report.bytes += pages[i].bytes;
-      freed[pages[i].namespace_dir] += pages[i].bytes;
-    } else if (removed[i].code() != StatusCode::kNotFound && report.first_error.ok()) {
-      report.first_error = removed[i];
+  for (size_t begin = 0; begin < pages.size();) {
+    const size_t end = std::min(pages.size(), begin + kRemovalGroup);
+    std::vector<std::string> paths;
+    for (size_t i = begin; i < end; ++i) paths.push_back(pages[i].path);
+    std::vector<Status> removed = agent.remove_many(paths);
+    for (size_t i = begin; i < end; ++i) {
+      const Status& st = removed[i - begin];
+      if (st.ok()) {
+        ++report.pages;
+        report.bytes += pages[i].bytes;
+        freed[pages[i].namespace_dir] += pages[i].bytes;
+      } else if (st.code() != StatusCode::kNotFound && report.first_error.ok()) {
+        report.first_error = st;
+      }
+    }
+    begin = end;
+    if (progress && !progress(end, pages.size()) && end < pages.size()) {
+      report.stopped = true;
+      break;
     }
   }
   // Namespaces with a capacity ledger get the bytes back (FILE stores only).
@@ -223,7 +242,10 @@ Result<VerifyReport> verify_store(const StoreLocation& location, const VerifyPro
     } else {
       --report.pages;
     }
-    if (progress) progress(i + 1, pages.size());
+    if (progress && !progress(i + 1, pages.size())) {
+      report.stopped = true;
+      break;
+    }
   }
   return report;
 }

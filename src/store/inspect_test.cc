@@ -69,6 +69,7 @@ TEST(Inspect, VerifyListsEachCorruptPage) {
   KVTIER_ASSERT_OK_AND_ASSIGN(VerifyReport bad, verify_store(loc, [&](uint64_t d, uint64_t t) {
                                 last_done = d;
                                 last_total = t;
+                                return true;
                               }));
   EXPECT_EQ(bad.pages, 10u);
   EXPECT_EQ(bad.intact, 8u);
@@ -81,6 +82,66 @@ TEST(Inspect, VerifyListsEachCorruptPage) {
   EXPECT_EQ(paths, (std::set<std::string>{file_of("v3"), file_of("v7")}));
   EXPECT_EQ(last_done, 10u);
   EXPECT_EQ(last_total, 10u);
+}
+
+// The CLI stops long runs on Ctrl-C through these callbacks.
+TEST(Inspect, ProgressCallbacksStopVerifyListingAndRemoval) {
+  testing::TempDir dir;
+  const StoreLocation loc = *parse_store_uri(dir.file("s") + "?backend=posix");
+  auto s = testing::open_store(loc, testing::test_namespace());
+  PagePool p(*s, 1, 4096);
+  p.fill(0, 4096, 5);
+  constexpr int kPages = 2500;
+  for (int i = 0; i < kPages; ++i) {
+    KVTIER_ASSERT_OK(s->put("p" + std::to_string(i), p.slot(0), 4096));
+  }
+
+  KVTIER_ASSERT_OK_AND_ASSIGN(VerifyReport part,
+                              verify_store(loc, [](uint64_t done, uint64_t) { return done < 4; }));
+  EXPECT_TRUE(part.stopped);
+  EXPECT_EQ(part.pages, 4u);
+  EXPECT_EQ(part.intact, 4u);
+
+  uint64_t calls = 0;
+  Result<std::vector<PageListing>> stopped = list_pages(loc, {}, [&](uint64_t found) {
+    ++calls;
+    return found < 10;
+  });
+  EXPECT_EQ(stopped.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(calls, 10u);
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<PageListing> all,
+                              list_pages(loc, {}, [](uint64_t) { return true; }));
+  ASSERT_EQ(all.size(), static_cast<size_t>(kPages));
+
+  // Removal stops after the first group of pages; the rest stay.
+  std::vector<std::pair<uint64_t, uint64_t>> seen;
+  KVTIER_ASSERT_OK_AND_ASSIGN(RemovalReport removed,
+                              remove_pages(loc, all, [&](uint64_t done, uint64_t total) {
+                                seen.emplace_back(done, total);
+                                return false;
+                              }));
+  EXPECT_TRUE(removed.stopped);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].second, static_cast<uint64_t>(kPages));
+  EXPECT_EQ(removed.pages, seen[0].first);
+  EXPECT_LT(removed.pages, static_cast<uint64_t>(kPages));
+  KVTIER_ASSERT_OK_AND_ASSIGN(Inventory left, take_inventory(loc));
+  EXPECT_EQ(left.pages, kPages - removed.pages);
+
+  // Without a callback (or one that goes on) everything goes, in groups.
+  seen.clear();
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<PageListing> rest, list_pages(loc));
+  KVTIER_ASSERT_OK_AND_ASSIGN(RemovalReport all_removed,
+                              remove_pages(loc, rest, [&](uint64_t done, uint64_t total) {
+                                seen.emplace_back(done, total);
+                                return true;
+                              }));
+  EXPECT_FALSE(all_removed.stopped);
+  EXPECT_EQ(all_removed.pages, rest.size());
+  EXPECT_GE(seen.size(), 2u);
+  EXPECT_EQ(seen.back().first, rest.size());
+  KVTIER_ASSERT_OK_AND_ASSIGN(Inventory none, take_inventory(loc));
+  EXPECT_EQ(none.pages, 0u);
 }
 
 TEST(Inspect, MissingDirectoryIsAnError) {

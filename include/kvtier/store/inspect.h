@@ -43,20 +43,31 @@ struct PageListing {
   uint64_t mtime_ns = 0;
 };
 
+// Called while listing with the number of pages found so far; returning false stops the
+// listing, which then fails with kCancelled.
+using ListProgress = std::function<bool(uint64_t found)>;
+
 // Every page of the location whose namespace id starts with `namespace_prefix` (all when
 // empty), least recently written first.
 Result<std::vector<PageListing>> list_pages(const StoreLocation& location,
-                                            std::string_view namespace_prefix = {});
+                                            std::string_view namespace_prefix = {},
+                                            const ListProgress& progress = {});
 
 struct RemovalReport {
   uint64_t pages = 0;
   uint64_t bytes = 0;
-  Status first_error;  // the first failure other than "already gone"
+  Status first_error;    // the first failure other than "already gone"
+  bool stopped = false;  // the progress callback stopped it: later pages were left alone
 };
+
+// Called after each group of pages (about a thousand) with the pages tried so far and the
+// total; returning false stops the removal before the next group.
+using RemovalProgress = std::function<bool(uint64_t done, uint64_t total)>;
 
 // Removes pages (as listed), giving their bytes back to their namespaces' capacity ledgers.
 Result<RemovalReport> remove_pages(const StoreLocation& location,
-                                   std::span<const PageListing> pages);
+                                   std::span<const PageListing> pages,
+                                   const RemovalProgress& progress = {});
 
 struct VerifyProblem {
   std::string path;
@@ -70,9 +81,12 @@ struct VerifyReport {
   uint64_t intact = 0;
   uint64_t bytes = 0;
   std::vector<VerifyProblem> problems;
+  bool stopped = false;  // the progress callback stopped it: only `pages` pages were checked
 };
 
-using VerifyProgress = std::function<void(uint64_t done, uint64_t total)>;
+// Called after each page with the pages checked and the pages listed; returning false stops
+// the verification, whose report then covers the pages checked so far (`stopped` set).
+using VerifyProgress = std::function<bool(uint64_t done, uint64_t total)>;
 
 // Reads every page of every namespace and checks it completely (header, namespace directory,
 // file name against key hash, size, payload checksum).
