@@ -15,7 +15,6 @@ class Store::Impl::TicketJob final : public PoolJob {
       : impl_(impl), state_(std::move(state)) {}
 
   void run() override {
-    if (ran_.exchange(true)) return;
     detail::TicketState& st = *state_;
     st.result = st.is_put ? impl_.put(st.views, st.put_pieces) : impl_.get(st.views, st.get_pieces);
     if (st.callback) {
@@ -38,7 +37,6 @@ class Store::Impl::TicketJob final : public PoolJob {
  private:
   Store::Impl& impl_;
   std::shared_ptr<detail::TicketState> state_;
-  std::atomic<bool> ran_{false};
 };
 
 void Store::Impl::submit(std::shared_ptr<detail::TicketState> state) {
@@ -58,13 +56,13 @@ BatchTicket::BatchTicket() noexcept = default;
 BatchTicket::BatchTicket(BatchTicket&&) noexcept = default;
 BatchTicket& BatchTicket::operator=(BatchTicket&& other) noexcept {
   if (this != &other) {
-    if (state_ && !state_->detached) wait();
+    if (state_) wait();
     state_ = std::move(other.state_);
   }
   return *this;
 }
 BatchTicket::~BatchTicket() {
-  if (state_ && !state_->detached) wait();
+  if (state_) wait();
 }
 
 bool BatchTicket::done() const {
@@ -107,7 +105,6 @@ BatchResult BatchTicket::take() {
 }
 
 void BatchTicket::detach() noexcept {
-  if (state_) state_->detached = true;
   state_.reset();
 }
 

@@ -112,7 +112,6 @@ struct TicketState {
   mutable std::condition_variable cv;
   bool done = false;  // guarded by mu
   bool taken = false;
-  bool detached = false;
 };
 
 }  // namespace detail
