@@ -39,7 +39,21 @@ class Store::Impl::TicketJob final : public PoolJob {
   std::shared_ptr<detail::TicketState> state_;
 };
 
-void Store::Impl::submit(std::shared_ptr<detail::TicketState> state) {
+template <typename Buffer>
+BatchTicket Store::Impl::submit(std::span<const std::string_view> keys,
+                                std::span<const Buffer> pieces, BatchCallback on_done) {
+  auto st = std::make_shared<detail::TicketState>();
+  st->keys.assign(keys.begin(), keys.end());
+  st->views.assign(st->keys.begin(), st->keys.end());
+  if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
+    st->is_put = true;
+    st->put_pieces.assign(pieces.begin(), pieces.end());
+  } else {
+    st->get_pieces.assign(pieces.begin(), pieces.end());
+  }
+  st->callback = std::move(on_done);
+  BatchTicket t;
+  t.state_ = st;
   std::call_once(async_once, [&] {
     async_pool = std::make_unique<WorkerPool>(std::max<size_t>(1, config.async_threads));
   });
@@ -47,7 +61,8 @@ void Store::Impl::submit(std::shared_ptr<detail::TicketState> state) {
     std::lock_guard lock(async_mu);
     ++async_pending;
   }
-  async_pool->schedule(std::make_shared<TicketJob>(*this, std::move(state)), 1);
+  async_pool->schedule(std::make_shared<TicketJob>(*this, std::move(st)), 1);
+  return t;
 }
 
 // ---- BatchTicket ----
@@ -108,41 +123,14 @@ void BatchTicket::detach() noexcept {
   state_.reset();
 }
 
-namespace {
-
-template <typename Buffer>
-std::shared_ptr<detail::TicketState> make_ticket(std::span<const std::string_view> keys,
-                                                 std::span<const Buffer> pieces,
-                                                 BatchCallback on_done) {
-  auto st = std::make_shared<detail::TicketState>();
-  st->keys.assign(keys.begin(), keys.end());
-  st->views.assign(st->keys.begin(), st->keys.end());
-  if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
-    st->is_put = true;
-    st->put_pieces.assign(pieces.begin(), pieces.end());
-  } else {
-    st->get_pieces.assign(pieces.begin(), pieces.end());
-  }
-  st->callback = std::move(on_done);
-  return st;
-}
-
-}  // namespace
-
 BatchTicket Store::submit_put(std::span<const std::string_view> keys,
                               std::span<const ConstBuffer> pieces, BatchCallback on_done) {
-  BatchTicket t;
-  t.state_ = make_ticket(keys, pieces, std::move(on_done));
-  impl_->submit(t.state_);
-  return t;
+  return impl_->submit(keys, pieces, std::move(on_done));
 }
 
 BatchTicket Store::submit_get(std::span<const std::string_view> keys,
                               std::span<const MutableBuffer> pieces, BatchCallback on_done) {
-  BatchTicket t;
-  t.state_ = make_ticket(keys, pieces, std::move(on_done));
-  impl_->submit(t.state_);
-  return t;
+  return impl_->submit(keys, pieces, std::move(on_done));
 }
 
 }  // namespace kvtier

@@ -30,6 +30,7 @@
 #include "kvtier/core/worker_pool.h"
 #include "kvtier/store/store.h"
 #include "ledger.h"
+#include "namespace_walk.h"
 #include "page_format.h"
 #include "page_index.h"
 #include "pools.h"
@@ -191,10 +192,15 @@ struct Store::Impl {
   // Rewrites the generation object with a value never used before.
   Status publish_generation();
 
-  // A put batch, timed and run in windows (store_write.cc).
-  BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces);
-  // A get batch, timed and run in windows (store_read.cc).
-  BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces);
+  // A put or get batch: timed into its latency histogram, run in windows, failures counted.
+  BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
+    return timed_batch(counters.put_latency, keys, pieces,
+                       [this](auto&&... args) { put_window(args...); });
+  }
+  BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces) {
+    return timed_batch(counters.get_latency, keys, pieces,
+                       [this](auto&&... args) { get_window(args...); });
+  }
   // Failed pages by status code, for stats() (misses are not failures).
   void count_errors(const BatchResult& r) {
     for (const Status& st : r.pages) {
@@ -203,7 +209,10 @@ struct Store::Impl {
       }
     }
   }
-  void submit(std::shared_ptr<detail::TicketState> state);
+  // Copies a batch into a ticket's state and runs it on the async pool (store_async.cc).
+  template <typename Buffer>
+  BatchTicket submit(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
+                     BatchCallback on_done);
   class TicketJob;
 
   // One valid page of a window, and what is opened for it.
@@ -348,11 +357,18 @@ struct Store::Impl {
   // Lists the namespace's pages into the index: `as_recent` puts them in their modification
   // order as used; otherwise they go in as least recently used (found later).
   Status scan_index(bool as_recent);
-  // Lists base `b`'s namespace directory one fan-out directory at a time: `fn(dir, pages)`
-  // gets the page entries of each (directories that vanish meanwhile are skipped).
-  Status for_each_fanout(size_t b, bool with_details,
-                         const std::function<Status(const std::string& dir,
-                                                    const std::vector<ObjectInfo>& pages)>& fn);
+  // Walks base `b`'s namespace directory (see walk_namespace): `fn(dir, pages)` gets the
+  // pages of each fan-out directory; a base without the directory has none.
+  Status for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn);
+
+  template <typename Buffer, typename Window>
+  BatchResult timed_batch(Counters::Histogram& latency, std::span<const std::string_view> keys,
+                          std::span<const Buffer> pieces, Window window) {
+    BatchTimer timer(counters, latency);
+    BatchResult r = run_batch(keys, pieces, window);
+    count_errors(r);
+    return r;
+  }
 
   // Runs a batch in windows of at most budget.capacity() pages, each holding its permits.
   template <typename Buffer, typename Window>

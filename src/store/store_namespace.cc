@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <type_traits>
 
+#include "namespace_walk.h"
 #include "object_io.h"
 #include "store_impl.h"
 
@@ -13,25 +15,20 @@ namespace kvtier {
 namespace {
 
 std::string manifest_json(const NamespaceSpec& ns, const Hash128& id) {
-  auto rank = [&](const ParallelRank& r) { return nlohmann::json::array({r.rank, r.size}); };
-  nlohmann::json j = {
-      {"kvtier_namespace", 1},
-      {"id", id.hex()},
-      {"format", kPageFormatVersion},
-      {"model", ns.model},
-      {"dtype", ns.dtype},
-      {"layout", ns.layout},
-      {"page_tokens", ns.page_tokens},
-      {"piece_bytes", ns.piece_bytes},
-      {"pieces_per_page", ns.pieces_per_page},
-      {"mla", ns.mla},
-      {"tp", ns.mla ? nlohmann::json("replicated") : rank(ns.tp)},
-      {"pp", rank(ns.pp)},
-      {"cp", rank(ns.cp)},
-      {"dp", rank(ns.dp)},
+  nlohmann::json j = {{"kvtier_namespace", 1}, {"id", id.hex()}, {"format", kPageFormatVersion}};
+  ns.for_each_field([&](std::string_view name, const auto& value) {
+    const std::string key(name);
+    using T = std::decay_t<decltype(value)>;
+    if (name == "salt") {
       // The salt itself may name a tenant: record only that there is one.
-      {"salted", !ns.salt.empty()},
-  };
+      j["salted"] = !ns.salt.empty();
+    } else if constexpr (std::is_same_v<T, ParallelRank>) {
+      j[key] = name == "tp" && ns.mla ? nlohmann::json("replicated")
+                                      : nlohmann::json::array({value.rank, value.size});
+    } else {
+      j[key] = value;
+    }
+  });
   return j.dump(2) + "\n";
 }
 
@@ -118,28 +115,10 @@ Status Store::Impl::scan_index(bool as_recent) {
   return ok_status();
 }
 
-Status Store::Impl::for_each_fanout(
-    size_t b, bool with_details,
-    const std::function<Status(const std::string& dir, const std::vector<ObjectInfo>& pages)>& fn) {
-  const std::string& ns_dir = router.namespace_dir(b);
-  std::vector<std::string> fanouts;
-  Status st = agent.list(ns_dir, ListOptions{}, [&](const ObjectInfo& e) {
-    if (e.is_dir && routing::is_fanout_name(e.name)) fanouts.push_back(ns_dir + "/" + e.name);
-    return ok_status();
-  });
-  if (st.code() == StatusCode::kNotFound) return ok_status();
-  KVTIER_RETURN_IF_ERROR(st);
-  for (const std::string& dir : fanouts) {
-    std::vector<ObjectInfo> pages;
-    st = agent.list(dir, ListOptions{.with_details = with_details}, [&](const ObjectInfo& e) {
-      if (!e.is_dir && routing::is_page_name(e.name)) pages.push_back(e);
-      return ok_status();
-    });
-    if (st.code() == StatusCode::kNotFound) continue;
-    KVTIER_RETURN_IF_ERROR(st);
-    KVTIER_RETURN_IF_ERROR(fn(dir, pages));
-  }
-  return ok_status();
+Status Store::Impl::for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn) {
+  Status st = walk_namespace(agent, router.namespace_dir(b), with_details, fn);
+  // A base whose namespace directory is gone holds no pages.
+  return st.code() == StatusCode::kNotFound ? ok_status() : st;
 }
 
 std::optional<Store::Impl::Generation> Store::Impl::read_generation() {

@@ -10,14 +10,6 @@
 
 namespace kvtier {
 
-BatchResult Store::Impl::get(std::span<const std::string_view> keys,
-                             std::span<const MutableBuffer> pieces) {
-  BatchTimer timer(counters, counters.get_latency);
-  BatchResult r = run_batch(keys, pieces, [this](auto&&... args) { get_window(args...); });
-  count_errors(r);
-  return r;
-}
-
 // One get window on its way through the read path: what each step leaves for the next.
 // Members go in reverse order: the transfer (last) before the header blocks, targets and
 // staging buffers it refers to.
@@ -223,14 +215,10 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
     }
     return st;
   }
-  if (w.header_only) {
-    return corrupt_error(fmt::format("object is {} bytes; its header says {}", w.target.size(),
-                                     object_bytes(h->payload_bytes)));
-  }
-  if (config.verify_payload &&
-      page::combine_chunk_checksums(chunk_checksums) != h->payload_checksum) {
-    return corrupt_error("payload checksum mismatch");
-  }
+  // The header is this page's, so its size differs from the object's only when the read
+  // stopped at the header (header_only), and then no chunk was read.
+  KVTIER_RETURN_IF_ERROR(page::verify_object(
+      *h, w.target.size(), config.verify_payload ? std::optional(chunk_checksums) : std::nullopt));
   if (w.io == PageIo::kStaged) {
     // Verified in the staging buffer: only now does it reach the caller's memory.
     const std::byte* src = w.staging.data();

@@ -11,14 +11,6 @@
 
 namespace kvtier {
 
-BatchResult Store::Impl::put(std::span<const std::string_view> keys,
-                             std::span<const ConstBuffer> pieces) {
-  BatchTimer timer(counters, counters.put_latency);
-  BatchResult r = run_batch(keys, pieces, [this](auto&&... args) { put_window(args...); });
-  count_errors(r);
-  return r;
-}
-
 void Store::Impl::put_window(std::span<const std::string_view> keys,
                              std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out) {
   auto work = plan(keys, pieces, k, out);
