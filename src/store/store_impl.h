@@ -361,6 +361,7 @@ struct Store::Impl {
   // pages of each fan-out directory; a base without the directory has none.
   Status for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn);
 
+  // Times a batch call into `latency`, runs it in windows and counts its failed pages.
   template <typename Buffer, typename Window>
   BatchResult timed_batch(Counters::Histogram& latency, std::span<const std::string_view> keys,
                           std::span<const Buffer> pieces, Window window) {
