@@ -16,7 +16,6 @@
 
 #include "commands.h"
 #include "kvtier/core/aligned_buffer.h"
-#include "kvtier/core/checksum.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
@@ -505,7 +504,6 @@ int run_bench(const BenchOptions& o) {
          {"uri", uri},
          {"fsync", o.fsync},
          {"payload_checksum", !o.skip_payload_checksum},
-         {"xxh3_implementation", std::string(checksum64_implementation())},
          {"backend_description", backend_description},
          {"direct_io", store_stats.direct_io},
          {"direct_pages", store_stats.direct_pages},

@@ -57,9 +57,6 @@ TEST(Cli, BenchVerifiesReportsAndClearsAfterItself) {
   EXPECT_NE(j["backend_selection"].get<std::string>().find("auto"), std::string::npos);
   EXPECT_EQ(j["fds_before"], j["fds_after"]);
   EXPECT_GT(j["read_gbps"].get<double>(), 0.0);
-  // Which XXH3 build checked the headers, so a result can be reproduced.
-  EXPECT_TRUE(j["xxh3_implementation"] == "avx512" || j["xxh3_implementation"] == "libxxhash")
-      << j["xxh3_implementation"];
   nlohmann::json s = json_of(run("stat " + dir.path() + " --json"));
   EXPECT_EQ(s["pages"], 0) << "pages were not cleared";
 }

@@ -106,12 +106,16 @@ py::dict stats_dict(const StoreStats& s) {
 }
 
 py::dict namespace_dict(const NamespaceSpec& ns) {
-  auto rank = [](const ParallelRank& r) { return py::make_tuple(r.rank, r.size); };
-  return py::dict("model"_a = ns.model, "dtype"_a = ns.dtype, "layout"_a = ns.layout,
-                  "page_tokens"_a = ns.page_tokens, "piece_bytes"_a = ns.piece_bytes,
-                  "pieces_per_page"_a = ns.pieces_per_page, "tp"_a = rank(ns.tp),
-                  "pp"_a = rank(ns.pp), "cp"_a = rank(ns.cp), "dp"_a = rank(ns.dp),
-                  "mla"_a = ns.mla, "salt"_a = ns.salt);
+  py::dict d;
+  ns.for_each_field([&](std::string_view name, const auto& value) {
+    const py::str key(name.data(), name.size());
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, ParallelRank>) {
+      d[key] = py::make_tuple(value.rank, value.size);
+    } else {
+      d[key] = value;
+    }
+  });
+  return d;
 }
 
 // A batch running in the background, and the Python memory it uses.

@@ -11,6 +11,7 @@
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/store/store.h"
 #include "ledger.h"
+#include "namespace_walk.h"
 #include "object_io.h"
 #include "page_format.h"
 #include "routing.h"
@@ -39,7 +40,7 @@ using PageEntry = PageListing;
 // `progress`, when given, is told of each page found and may stop the walk (kCancelled).
 Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<PageEntry>* pages,
             const ListProgress* progress = nullptr) {
-  uint64_t found = 0;
+  uint64_t found_pages = 0;
   for (const std::string& base : loc.bases) {
     if (loc.storage_class == StorageClass::kFile) {
       Result<ObjectInfo> b = agent.stat(base);
@@ -64,38 +65,23 @@ Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<
       if (manifest.ok()) ns.manifest_json = std::move(manifest).value();
       KVTIER_ASSIGN_OR_RETURN(
           ns.temp_files, agent.count_temporaries(ns.dir + "/" + std::string(routing::kTempDir)));
-      std::vector<std::string> fanouts;
-      KVTIER_RETURN_IF_ERROR(agent.list(ns.dir, ListOptions{}, [&](const ObjectInfo& e) {
-        if (e.is_dir && routing::is_fanout_name(e.name)) {
-          fanouts.push_back(e.name);
-        } else if (e.name != routing::kManifest && e.name != routing::kTempDir &&
-                   e.name != routing::kUsageFile && e.name != routing::kMembersFile &&
-                   e.name != routing::kGenerationFile) {
-          ++ns.other_files;
-        }
-        return ok_status();
-      }));
-      std::sort(fanouts.begin(), fanouts.end());
-      for (const std::string& f : fanouts) {
-        const std::string dir = ns.dir + "/" + f;
-        st = agent.list(dir, ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
-          if (e.is_dir || !routing::is_page_name(e.name)) {
-            ++ns.other_files;
+      KVTIER_RETURN_IF_ERROR(walk_namespace(
+          agent, ns.dir, /*with_details=*/true,
+          [&](const std::string& dir, const std::vector<ObjectInfo>& found) {
+            for (const ObjectInfo& e : found) {
+              ++ns.pages;
+              ns.bytes += e.size;
+              if (pages) {
+                pages->push_back(
+                    PageEntry{dir + "/" + e.name, id, ns.dir, e.name, e.size, e.mtime_ns});
+              }
+              if (progress && *progress && !(*progress)(++found_pages)) {
+                return cancelled_error("listing stopped");
+              }
+            }
             return ok_status();
-          }
-          ++ns.pages;
-          ns.bytes += e.size;
-          if (pages) {
-            pages->push_back(PageEntry{dir + "/" + e.name, id, ns.dir, e.name, e.size, e.mtime_ns});
-          }
-          if (progress && *progress && !(*progress)(++found)) {
-            return cancelled_error("listing stopped");
-          }
-          return ok_status();
-        });
-        if (st.code() == StatusCode::kNotFound) continue;
-        KVTIER_RETURN_IF_ERROR(st);
-      }
+          },
+          &ns.other_files));
       inv->pages += ns.pages;
       inv->bytes += ns.bytes;
       inv->temp_files += ns.temp_files;
@@ -124,10 +110,8 @@ Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
     return corrupt_error(
         fmt::format("holds key hash {}, stored under {}", h.key_hash.hex(), p.name));
   }
-  if (t.size() != page::object_bytes(h.payload_bytes)) {
-    return corrupt_error(
-        fmt::format("{} bytes; its header says {}", t.size(), page::object_bytes(h.payload_bytes)));
-  }
+  // The size first: the payload is read by the header's length.
+  KVTIER_RETURN_IF_ERROR(page::verify_object(h, t.size(), std::nullopt));
   // Read in units of whole checksum chunks; hash each chunk as it arrives.
   static_assert(kVerifyChunk % page::kChecksumChunkBytes == 0);
   std::vector<uint64_t> sums;
@@ -142,10 +126,7 @@ Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
       sums.push_back(page::chunk_checksum(std::span<const ConstBuffer>(&window, 1), n, c));
     }
   }
-  if (page::combine_chunk_checksums(sums) != h.payload_checksum) {
-    return corrupt_error("payload checksum mismatch");
-  }
-  return ok_status();
+  return page::verify_object(h, t.size(), sums);
 }
 
 }  // namespace

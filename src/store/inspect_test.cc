@@ -57,10 +57,7 @@ TEST(Inspect, VerifyListsEachCorruptPage) {
   EXPECT_EQ(clean.intact, 10u);
   EXPECT_TRUE(clean.problems.empty());
 
-  auto file_of = [&](std::string_view key) {
-    const std::string hex = hash128(key).hex();
-    return s->namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
-  };
+  auto file_of = [&](std::string_view key) { return testing::page_file(*s, key); };
   std::string bytes = testing::read_file(file_of("v3"));
   bytes[page::kHeaderBytes + 999] ^= 1;
   testing::write_file(file_of("v3"), bytes);

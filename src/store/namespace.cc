@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <type_traits>
+
 namespace kvtier {
 namespace {
 
@@ -13,31 +15,25 @@ void field(std::string& out, std::string_view name, uint64_t value) {
   field(out, name, std::string_view(fmt::format("{}", value)));
 }
 
-void rank_field(std::string& out, std::string_view name, const ParallelRank& r) {
-  field(out, name, std::string_view(fmt::format("{}/{}", r.rank, r.size)));
-}
-
 }  // namespace
 
 std::string NamespaceSpec::canonical() const {
   std::string out = "kvtier-namespace\n";
   field(out, "format", kPageFormatVersion);
-  field(out, "model", model);
-  field(out, "dtype", dtype);
-  field(out, "layout", layout);
-  field(out, "page_tokens", page_tokens);
-  field(out, "piece_bytes", piece_bytes);
-  field(out, "pieces_per_page", pieces_per_page);
-  field(out, "mla", mla ? 1 : 0);
-  if (mla) {
-    field(out, "tp", std::string_view("replicated"));
-  } else {
-    rank_field(out, "tp", tp);
-  }
-  rank_field(out, "pp", pp);
-  rank_field(out, "cp", cp);
-  rank_field(out, "dp", dp);
-  field(out, "salt", salt);
+  for_each_field([&](std::string_view name, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, ParallelRank>) {
+      if (name == "tp" && mla) {
+        field(out, name, std::string_view("replicated"));
+      } else {
+        field(out, name, std::string_view(fmt::format("{}/{}", value.rank, value.size)));
+      }
+    } else if constexpr (std::is_same_v<T, bool>) {
+      field(out, name, uint64_t{value ? 1u : 0u});
+    } else {
+      field(out, name, value);
+    }
+  });
   return out;
 }
 

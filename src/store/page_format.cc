@@ -140,4 +140,16 @@ Status check(const Header& h, const Expectation& e) {
   return ok_status();
 }
 
+Status verify_object(const Header& h, uint64_t object_size,
+                     std::optional<std::span<const uint64_t>> chunk_checksums) {
+  if (object_size != object_bytes(h.payload_bytes)) {
+    return corrupt_error(fmt::format("object is {} bytes; its header says {}", object_size,
+                                     object_bytes(h.payload_bytes)));
+  }
+  if (chunk_checksums && combine_chunk_checksums(*chunk_checksums) != h.payload_checksum) {
+    return corrupt_error("payload checksum mismatch");
+  }
+  return ok_status();
+}
+
 }  // namespace kvtier::page

@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -130,6 +131,13 @@ struct Expectation {
   uint64_t piece_bytes = 0;  // 0: pieces of differing sizes
 };
 Status check(const Header& h, const Expectation& e);
+
+// The checks every reader of a page object makes once its header decoded and is the page it
+// wants (a get, `kvtier verify`): the object is exactly as long as the header says, then the
+// CRC-64 values of the payload's chunks, in chunk order, combine to the header's payload
+// checksum (nullopt: payloads are not verified). kCorrupt naming what differs.
+Status verify_object(const Header& h, uint64_t object_size,
+                     std::optional<std::span<const uint64_t>> chunk_checksums);
 
 // Piece bytes as recorded in a header: the common size, or 0 when they differ.
 template <typename Pieces>

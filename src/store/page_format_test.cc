@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace kvtier::page {
@@ -161,10 +162,9 @@ TEST(PageFormat, ForeignChecksumChunkSizeIsRefused) {
   // chunk size would have: the reader refuses rather than misverifies.
   const uint32_t other = 1 << 20;
   std::memcpy(b.bytes.data() + 88, &other, 4);
-  Checksum64Stream s;
-  s.update(b.bytes.data(), 120);
-  s.update(b.bytes.data() + 128, 1);
-  const uint64_t sealed = s.digest();
+  std::string sealed_bytes(reinterpret_cast<const char*>(b.bytes.data()), 120);
+  sealed_bytes += static_cast<char>(b.bytes[128]);  // the key, "k"
+  const uint64_t sealed = checksum64(sealed_bytes);
   std::memcpy(b.bytes.data() + 120, &sealed, 8);
   Result<Header> h = decode(b.span());
   ASSERT_FALSE(h.ok());

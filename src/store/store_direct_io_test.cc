@@ -79,9 +79,7 @@ TEST_F(StoreDirectIo, UnalignedSizesAndMemoryAreStagedNeverRefused) {
   EXPECT_EQ(st.staged_pages, 3u);  // ds put, ds get, odd put
   EXPECT_EQ(st.direct_pages, 1u);  // odd get into aligned memory
   // The object is padded to whole 4096-byte blocks.
-  const std::string hex = hash128("ds").hex();
-  EXPECT_EQ(std::filesystem::file_size(s->namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex),
-            page::object_bytes(70272));
+  EXPECT_EQ(std::filesystem::file_size(testing::page_file(*s, "ds")), page::object_bytes(70272));
   EXPECT_EQ(page::object_bytes(70272), 4096u + 73728u);
 }
 
@@ -134,8 +132,7 @@ TEST_F(StoreDirectIo, CorruptionIsStillCaught) {
   PagePool pool(*s, 2, 1 << 20);
   pool.fill(0, 70272, 8);
   KVTIER_ASSERT_OK(s->put("c", pool.slot(0), 70272));
-  const std::string hex = hash128("c").hex();
-  const std::string f = s->namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
+  const std::string f = testing::page_file(*s, "c");
   std::string bytes = testing::read_file(f);
   bytes[page::kHeaderBytes + 70000] ^= 4;
   testing::write_file(f, bytes);

@@ -46,8 +46,7 @@ class StoreFds : public ::testing::Test {
   }
   std::string page_file(std::string_view key) {
     // The only page under the namespace with this key's hash as its name.
-    const std::string hex = hash128(key).hex();
-    return store_->namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
+    return testing::page_file(*store_, key);
   }
 
   testing::TempDir dir_;

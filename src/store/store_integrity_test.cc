@@ -28,10 +28,7 @@ class StoreIntegrity : public ::testing::Test {
     KVTIER_ASSERT_OK(store_->put("beta", pool_->slot(1), kPage));
   }
 
-  std::string file_of(std::string_view key) const {
-    const std::string hex = hash128(key).hex();
-    return store_->namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
-  }
+  std::string file_of(std::string_view key) const { return testing::page_file(*store_, key); }
 
   void flip(std::string_view key, size_t offset) {
     std::string bytes = testing::read_file(file_of(key));
@@ -137,10 +134,9 @@ TEST_F(StoreIntegrity, PageOfAnotherNamespaceIsNeverRead) {
   EXPECT_EQ(other->get("alpha", pool.slot(0), kPage).code(), StatusCode::kNotFound);
   EXPECT_EQ(other->stats().get_misses, 1u);
   // Copied by hand into the other namespace's directory: the header says whose it is.
-  const std::string hex = hash128("alpha").hex();
-  const std::string dst = other->namespace_dirs()[0] + "/" + hex.substr(0, 2);
-  std::filesystem::create_directories(dst);
-  std::filesystem::copy_file(file_of("alpha"), dst + "/" + hex);
+  const std::filesystem::path dst = testing::page_file(*other, "alpha");
+  std::filesystem::create_directories(dst.parent_path());
+  std::filesystem::copy_file(file_of("alpha"), dst);
   Status st = other->get("alpha", pool.slot(0), kPage);
   EXPECT_EQ(st.code(), StatusCode::kCorrupt);
   EXPECT_NE(st.message().find("namespace"), std::string::npos) << st.message();

@@ -245,8 +245,7 @@ TEST_F(StoreLifecycle, EvictionNeverTearsAReadInFlight) {
   ac.backend = "posix";
   ac.registry = &builtin_backends();
   Agent agent = std::move(Agent::create(ac)).value();
-  const std::string hex = hash128("held").hex();
-  const std::string path = s->namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
+  const std::string path = testing::page_file(*s, "held");
   Target t = std::move(agent.open_target({path, TargetMode::kRead, 0, {}})).value();
   // ... then two more pages evict it ...
   ASSERT_TRUE(put(*s, pool, {"a", "b"}, 1).all_ok());
@@ -391,8 +390,7 @@ TEST_F(StoreLifecycle, MetricsCountLatenciesErrorsAndRenderAsPrometheus) {
   std::vector<MutableBuffer> out;
   for (size_t i = 0; i < 4; ++i) out.push_back(pool.out(4 + i, kPage));
   // Damage one page: the read reports it as CORRUPT, counted by code.
-  const std::string hex = hash128(keys[2]).hex();
-  const std::string path = s->namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
+  const std::string path = testing::page_file(*s, keys[2]);
   std::string bytes = testing::read_file(path);
   bytes[5000] ^= 1;
   testing::write_file(path, bytes);

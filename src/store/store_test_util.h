@@ -65,6 +65,13 @@ inline StoreLocation location_for(const StoreCase& c, const TempDir& dir) {
   return loc.ok() ? *loc : StoreLocation{};
 }
 
+// The file of `key`'s page in `store`'s first base directory (a FILE store): routed as the
+// store routes it, <namespace dir>/<first two hex digits>/<key hash in hex>.
+inline std::string page_file(const Store& store, std::string_view key) {
+  const std::string hex = hash128(key).hex();
+  return store.namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
+}
+
 inline std::unique_ptr<Store> open_store(StoreConfig cfg) {
   Result<std::unique_ptr<Store>> s = Store::open(cfg);
   EXPECT_TRUE(s.ok()) << s.status().to_string();

@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
 
@@ -19,10 +18,6 @@ uint64_t checksum64(const void* data, size_t size) noexcept;
 inline uint64_t checksum64(std::string_view s) noexcept {
   return checksum64(s.data(), s.size());
 }
-// Which build of XXH3 checksum64 runs: "avx512" (kvtier's own, compiled for AVX-512 and
-// chosen where the CPU has it) or "libxxhash" (the library's run-time dispatch). Both compute
-// the same XXH3-64.
-std::string_view checksum64_implementation() noexcept;
 
 // CRC-64/XZ (the ECMA-182 polynomial, reflected, initial value and final XOR all ones; of
 // "123456789" it is 0x995dc9bbdf1939fa). `crc` continues an earlier result, so that
@@ -41,23 +36,5 @@ Hash128 hash128(const void* data, size_t size) noexcept;
 inline Hash128 hash128(std::string_view s) noexcept {
   return hash128(s.data(), s.size());
 }
-
-// Streaming checksum64 over several pieces: equal to checksum64 of their concatenation.
-// Not thread-safe; one per computation.
-class Checksum64Stream {
- public:
-  Checksum64Stream();
-  ~Checksum64Stream();
-  Checksum64Stream(Checksum64Stream&&) noexcept;
-  Checksum64Stream& operator=(Checksum64Stream&&) noexcept;
-
-  void update(const void* data, size_t size) noexcept;
-  uint64_t digest() const noexcept;
-  void reset() noexcept;
-
- private:
-  struct State;
-  std::unique_ptr<State> state_;
-};
 
 }  // namespace kvtier

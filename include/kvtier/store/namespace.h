@@ -42,6 +42,26 @@ struct NamespaceSpec {
   bool mla = false;
   std::string salt;  // tenant or deployment salt; empty for none
 
+  // Calls visit(name, value) for every field, in canonical order, with value a
+  // const std::string&, uint64_t, bool or ParallelRank. Every form of the spec is rendered
+  // from it (canonical(), the namespace manifest, the Python module's dict), so a new field
+  // reaches them all. With `mla`, the TP rank is not part of the namespace: the canonical
+  // form and the manifest write "replicated" for it.
+  template <typename Visitor>
+  void for_each_field(Visitor&& visit) const {
+    visit("model", model);
+    visit("dtype", dtype);
+    visit("layout", layout);
+    visit("page_tokens", uint64_t{page_tokens});
+    visit("piece_bytes", piece_bytes);
+    visit("pieces_per_page", uint64_t{pieces_per_page});
+    visit("mla", mla);
+    visit("tp", tp);
+    visit("pp", pp);
+    visit("cp", cp);
+    visit("dp", dp);
+    visit("salt", salt);
+  }
   // A stable, unambiguous text form (length-prefixed values), the input of id().
   std::string canonical() const;
   Hash128 id() const;

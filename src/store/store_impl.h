@@ -1,0 +1,434 @@
+// The page store's private parts, shared by the files that implement Store:
+//
+//   store.cc            the public Store methods (open, put/get, exists, remove, clear)
+//   store_write.cc      the write path: put windows and capacity reservations
+//   store_read.cc       the read path: get windows, step by step, and page verification
+//   store_namespace.cc  the namespace on storage: manifest, temporaries, index scan, clears
+//   store_async.cc      submitted batches: tickets and the pool that runs them
+//   store_metrics.cc    stats() and the Prometheus rendering
+//
+// Nothing here is installed; only src/store/ includes it.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/core/aligned_buffer.h"
+#include "kvtier/core/clock.h"
+#include "kvtier/core/worker_pool.h"
+#include "kvtier/store/store.h"
+#include "ledger.h"
+#include "namespace_walk.h"
+#include "page_format.h"
+#include "page_index.h"
+#include "pools.h"
+#include "routing.h"
+
+namespace kvtier {
+namespace detail {
+
+struct Counters {
+  std::atomic<uint64_t> put_pages{0}, put_bytes{0}, put_failures{0};
+  std::atomic<uint64_t> get_hits{0}, get_bytes{0}, get_misses{0}, get_corrupt{0}, get_failures{0};
+  std::atomic<uint64_t> corrupt_dropped{0}, exists_queries{0}, removes{0}, cleared{0},
+      invalid_requests{0}, temps_swept{0};
+  std::atomic<uint64_t> direct_pages{0}, staged_pages{0}, direct_fallback_pages{0};
+  std::atomic<uint64_t> evicted_pages{0}, evicted_bytes{0}, index_stats{0}, capacity_refusals{0};
+  std::atomic<uint64_t> batches_in_flight{0};
+  std::array<std::atomic<uint64_t>, 16> errors_by_code{};  // indexed by StatusCode
+
+  struct Histogram {
+    std::array<std::atomic<uint64_t>, LatencyHistogram::kBuckets> buckets{};
+    std::atomic<uint64_t> count{0}, sum_us{0};
+    void add(uint64_t us) {
+      size_t b = 0;
+      while (b + 1 < buckets.size() && us >= (uint64_t{1} << b)) ++b;
+      buckets[b].fetch_add(1, std::memory_order_relaxed);
+      count.fetch_add(1, std::memory_order_relaxed);
+      sum_us.fetch_add(us, std::memory_order_relaxed);
+    }
+    LatencyHistogram snapshot() const {
+      LatencyHistogram h;
+      for (size_t i = 0; i < buckets.size(); ++i) h.buckets[i] = buckets[i].load();
+      h.count = count.load();
+      h.sum_us = sum_us.load();
+      return h;
+    }
+  };
+  Histogram put_latency, get_latency, exists_latency;
+};
+
+// Times a batch call into a histogram and counts it in flight while it runs.
+class BatchTimer {
+ public:
+  BatchTimer(Counters& c, Counters::Histogram& h) : c_(c), h_(h), start_(now_ns()) {
+    c_.batches_in_flight.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~BatchTimer() {
+    c_.batches_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    h_.add((now_ns() - start_) / 1000);
+  }
+  BatchTimer(const BatchTimer&) = delete;
+  BatchTimer& operator=(const BatchTimer&) = delete;
+
+ private:
+  Counters& c_;
+  Counters::Histogram& h_;
+  uint64_t start_;
+};
+
+inline void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+  c.fetch_add(n, std::memory_order_relaxed);
+}
+
+// How one page moves between memory and storage.
+enum class PageIo : uint8_t {
+  kBuffered,  // through the page cache
+  kDirect,    // direct I/O in place (memory and size aligned)
+  kStaged,    // direct I/O through an aligned staging buffer
+};
+
+// A submitted batch: its own copies of the keys and buffer lists, and its result.
+struct TicketState {
+  bool is_put = false;
+  std::vector<std::string> keys;
+  std::vector<std::string_view> views;
+  std::vector<ConstBuffer> put_pieces;
+  std::vector<MutableBuffer> get_pieces;
+  BatchCallback callback;
+  BatchResult result;
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  bool done = false;  // guarded by mu
+  bool taken = false;
+};
+
+}  // namespace detail
+
+using detail::BatchTimer;
+using detail::bump;
+using detail::Counters;
+using detail::PageIo;
+using page::kBlockBytes;
+using page::kHeaderBytes;
+using page::object_bytes;
+using pools::HeaderPool;
+using pools::ObjectBudget;
+using pools::StagingPool;
+
+struct Store::Impl {
+  Impl(StoreConfig cfg, Agent a, routing::Router r)
+      : config(std::move(cfg)),
+        agent(std::move(a)),
+        router(std::move(r)),
+        ns_id(config.ns.id()),
+        headers(agent),
+        staging(agent, config.staging_bytes),
+        budget(config.max_open_objects != 0 ? config.max_open_objects
+                                            : ObjectBudget::default_capacity()),
+        dio(router.base_count()) {}
+
+  ~Impl() {
+    // Submitted batches use this store: let every one finish before anything goes.
+    std::unique_lock lock(async_mu);
+    async_idle.wait(lock, [&] { return async_pending == 0; });
+    lock.unlock();
+    async_pool.reset();
+  }
+
+  StoreConfig config;
+  Agent agent;
+  routing::Router router;
+  Hash128 ns_id;
+  HeaderPool headers;  // after agent: its registrations go first
+  StagingPool staging;
+  ObjectBudget budget;
+  Counters counters;
+  // The namespace's pages as this process knows them (see page_index.h), and the shared
+  // capacity budget when the store has one (see ledger.h).
+  PageIndex index;
+  std::unique_ptr<Ledger> ledger;
+  // kBlockBytes of zeros, registered: the source of every object's tail padding.
+  AlignedBuffer zeros;
+  Registration zeros_registration;
+  // Per base directory: its direct I/O alignment, when direct I/O is on and possible there.
+  std::vector<std::optional<DirectIoAlignment>> dio;
+  std::string dio_summary = "off";
+  // Submitted batches: run on a pool started on first use; the store waits for them on close.
+  std::once_flag async_once;
+  std::unique_ptr<WorkerPool> async_pool;
+  std::mutex async_mu;
+  std::condition_variable async_idle;
+  size_t async_pending = 0;  // guarded by async_mu
+  // The namespace's clear generation as this store last saw it: the generation object's
+  // identity, modification time and size (all zero while there is none). A change means
+  // another store cleared the namespace, and this store's index is dropped.
+  struct Generation {
+    ObjectIdentity identity;
+    uint64_t mtime_ns = 0;
+    uint64_t size = 0;
+    friend bool operator==(const Generation&, const Generation&) = default;
+  };
+  std::mutex generation_mu;
+  Generation seen_generation;  // guarded by generation_mu
+
+  // The generation object as storage has it now; nullopt when storage cannot tell now (the
+  // next call asks again).
+  std::optional<Generation> read_generation();
+  // One stat: drops the index when the namespace was cleared since this store last looked.
+  void observe_generation();
+  // Rewrites the generation object with a value never used before.
+  Status publish_generation();
+
+  // A put or get batch: timed into its latency histogram, run in windows, failures counted.
+  BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
+    return timed_batch(counters.put_latency, keys, pieces,
+                       [this](auto&&... args) { put_window(args...); });
+  }
+  BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces) {
+    return timed_batch(counters.get_latency, keys, pieces,
+                       [this](auto&&... args) { get_window(args...); });
+  }
+  // Failed pages by status code, for stats() (misses are not failures).
+  void count_errors(const BatchResult& r) {
+    for (const Status& st : r.pages) {
+      if (!st.ok() && st.code() != StatusCode::kNotFound) {
+        bump(counters.errors_by_code[static_cast<size_t>(st.code()) % 16]);
+      }
+    }
+  }
+  // Copies a batch into a ticket's state and runs it on the async pool (store_async.cc).
+  template <typename Buffer>
+  BatchTicket submit(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
+                     BatchCallback on_done);
+  class TicketJob;
+
+  // One valid page of a window, and what is opened for it.
+  template <typename Buffer>
+  struct PageWork {
+    size_t page;  // index in the window
+    routing::Route route;
+    uint64_t payload;
+    std::span<const Buffer> pieces;
+    Target target;
+    bool header_only = false;  // reads: the object's size does not fit the buffers
+    PageIo io = PageIo::kBuffered;
+    StagingPool::Lease staging;  // kStaged
+    size_t first_desc = 0;
+    size_t desc_count = 0;
+  };
+
+  // Checks one page's key and memory. Page-level caller errors come back here.
+  template <typename Buffer>
+  Status validate_page(std::string_view key, std::span<const Buffer> pieces,
+                       uint64_t* payload) const {
+    KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
+    const NamespaceSpec& ns = config.ns;
+    if (ns.piece_bytes != 0 && pieces.size() != ns.pieces_per_page) {
+      return invalid_argument_error(fmt::format("page has {} pieces; the namespace's pages have {}",
+                                                pieces.size(), ns.pieces_per_page));
+    }
+    uint64_t total = 0;
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      const Buffer& b = pieces[p];
+      if (b.data == nullptr || b.size == 0) {
+        return invalid_argument_error(
+            fmt::format("piece {} is empty (data {}, size {}); pages are never empty", p,
+                        fmt::ptr(b.data), b.size));
+      }
+      if (ns.piece_bytes != 0 && b.size != ns.piece_bytes) {
+        return invalid_argument_error(fmt::format(
+            "piece {} is {} bytes; the namespace's pieces are {}", p, b.size, ns.piece_bytes));
+      }
+      KVTIER_RETURN_IF_ERROR(
+          agent.check_registered(b.data, b.size).with_context(fmt::format("piece {}", p)));
+      if (b.size > UINT64_MAX / 2 - total) return invalid_argument_error("page size overflows");
+      total += b.size;
+    }
+    if (total == 0) return invalid_argument_error("page has no pieces; pages are never empty");
+    *payload = total;
+    return ok_status();
+  }
+
+  template <typename Buffer>
+  Status check_shape(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
+                     size_t* per_page) {
+    if (keys.empty()) {
+      if (!pieces.empty()) {
+        return invalid_argument_error(fmt::format("{} pieces for 0 keys", pieces.size()));
+      }
+      *per_page = 0;
+      return ok_status();
+    }
+    if (pieces.size() % keys.size() != 0 || pieces.empty()) {
+      return invalid_argument_error(
+          fmt::format("{} pieces for {} keys: expected the same number of pieces for every key",
+                      pieces.size(), keys.size()));
+    }
+    *per_page = pieces.size() / keys.size();
+    return ok_status();
+  }
+
+  // Picks buffered, direct or staged I/O for a page (see DirectIo).
+  template <typename Buffer>
+  void choose_io(PageWork<Buffer>& w) {
+    w.io = PageIo::kBuffered;
+    if (config.direct_io == DirectIo::kOff) return;
+    const std::optional<DirectIoAlignment>& a = dio[w.route.base];
+    if (!a) return;  // the filesystem cannot: the reason is in stats().direct_io
+    bool aligned = true;
+    for (const Buffer& p : w.pieces) {
+      aligned = aligned && reinterpret_cast<uintptr_t>(p.data) % a->memory == 0 &&
+                p.size % a->offset == 0;
+    }
+    if (aligned) {
+      w.io = PageIo::kDirect;
+      return;
+    }
+    if (config.direct_io == DirectIo::kOn) {
+      w.staging = staging.acquire(object_bytes(w.payload) - kHeaderBytes);
+      if (w.staging) {
+        w.io = PageIo::kStaged;
+        return;
+      }
+    }
+    bump(counters.direct_fallback_pages);
+  }
+
+  // Validates every page of a window: invalid pages get their status in `out`, valid ones
+  // come back routed, with their I/O mode chosen.
+  template <typename Buffer>
+  std::vector<PageWork<Buffer>> plan(std::span<const std::string_view> keys,
+                                     std::span<const Buffer> pieces, size_t k,
+                                     std::span<Status> out) {
+    std::vector<PageWork<Buffer>> work;
+    work.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto page_pieces = pieces.subspan(i * k, k);
+      uint64_t payload = 0;
+      Status st = validate_page(keys[i], page_pieces, &payload);
+      if (!st.ok()) {
+        bump(counters.invalid_requests);
+        out[i] = std::move(st);
+        continue;
+      }
+      PageWork<Buffer>& w = work.emplace_back();
+      w.page = i;
+      w.route = router.route(keys[i]);
+      w.payload = payload;
+      w.pieces = page_pieces;
+      choose_io(w);
+    }
+    return work;
+  }
+
+  // The first failure among a page's descriptors, or OK.
+  template <typename Buffer>
+  static Status page_result(const Transfer& xfer, const PageWork<Buffer>& w) {
+    const auto results = xfer.results();
+    for (size_t d = w.first_desc; d < w.first_desc + w.desc_count; ++d) {
+      if (!results[d].ok()) return results[d];
+    }
+    return ok_status();
+  }
+
+  template <typename Buffer>
+  void count_io(const PageWork<Buffer>& w) {
+    if (w.io == PageIo::kDirect) bump(counters.direct_pages);
+    if (w.io == PageIo::kStaged) bump(counters.staged_pages);
+  }
+
+  // The bytes `need` fit the capacity: least recently used pages are evicted until they do.
+  // kResourceExhausted when they cannot (a page larger than the capacity, or every page this
+  // process knows of is gone and a rescan finds no more).
+  Status reserve(uint64_t need);
+  // Lists the namespace's pages into the index: `as_recent` puts them in their modification
+  // order as used; otherwise they go in as least recently used (found later).
+  Status scan_index(bool as_recent);
+  // Walks base `b`'s namespace directory (see walk_namespace): `fn(dir, pages)` gets the
+  // pages of each fan-out directory; a base without the directory has none.
+  Status for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn);
+
+  // Times a batch call into `latency`, runs it in windows and counts its failed pages.
+  template <typename Buffer, typename Window>
+  BatchResult timed_batch(Counters::Histogram& latency, std::span<const std::string_view> keys,
+                          std::span<const Buffer> pieces, Window window) {
+    BatchTimer timer(counters, latency);
+    BatchResult r = run_batch(keys, pieces, window);
+    count_errors(r);
+    return r;
+  }
+
+  // Runs a batch in windows of at most budget.capacity() pages, each holding its permits.
+  template <typename Buffer, typename Window>
+  BatchResult run_batch(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
+                        Window window) {
+    BatchResult out;
+    size_t k = 0;
+    out.status = check_shape(keys, pieces, &k);
+    if (!out.status.ok()) {
+      bump(counters.invalid_requests);
+      return out;
+    }
+    out.pages.resize(keys.size());
+    const size_t step = std::min<size_t>(budget.capacity(), 128);
+    for (size_t first = 0; first < keys.size(); first += step) {
+      const size_t n = std::min(step, keys.size() - first);
+      ObjectBudget::Permits permits(budget, n);
+      window(keys.subspan(first, n), pieces.subspan(first * k, n * k), k,
+             std::span<Status>(out.pages).subspan(first, n));
+    }
+    return out;
+  }
+
+  // The write path (store_write.cc): validates, reserves capacity, encodes headers, writes
+  // in growing chunks and publishes each page.
+  void put_window(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,
+                  size_t k, std::span<Status> out);
+
+  // The read path (store_read.cc): get_window runs the steps below in order; a ReadWindow
+  // carries what each step leaves for the next.
+  struct ReadWindow;
+  void get_window(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
+                  size_t k, std::span<Status> out);
+  // Opens the planned pages' objects; those that open and hold at least a header are read.
+  void open_for_read(ReadWindow& rw, std::span<Status> out);
+  // Takes a header block per page and lays out its descriptors, cut at checksum chunks.
+  void build_read_descriptors(ReadWindow& rw);
+  // Posts the read and waits for it; chunks are hashed and pages verified as they complete.
+  void run_read(ReadWindow& rw);
+  // Runs on the thread that completed descriptor `d`: hashes its chunk once the chunk is
+  // complete, and verifies its page once the page is.
+  void on_read_descriptor(ReadWindow& rw, size_t d, const Status& st);
+  // Checks a page whose descriptors all completed: header, then payload checksum; a staged
+  // page is copied out to the caller's pieces once it checks out.
+  Status verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
+                     std::span<const std::byte, kHeaderBytes> block,
+                     std::span<const uint64_t> chunk_checksums) const;
+  // Each read page's status: the batch's error, else its descriptors', else its verdict.
+  void collect_read_results(ReadWindow& rw, std::span<Status> out);
+  // Counts hits, misses, corrupt and failed pages, and drops the corrupt ones.
+  void account_reads(ReadWindow& rw, std::span<const Status> out);
+  // Removes a corrupt object if it is still the one that was read.
+  void drop(const routing::Route& route, const ObjectIdentity& identity, uint64_t bytes);
+  // The index follows what reads found: hits are recent, misses are gone.
+  void index_reads(const ReadWindow& rw, std::span<const Status> out);
+
+  // Creates the namespace's directories and manifest on every base, sweeps temporaries left
+  // by dead writers and probes direct I/O (store_namespace.cc).
+  Status open_namespace();
+};
+
+}  // namespace kvtier

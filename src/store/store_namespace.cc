@@ -1,0 +1,152 @@
+// The namespace on storage: its directories and manifest, the temporaries dead writers left,
+// the listing that fills the page index, and the clear generation other stores watch.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <type_traits>
+
+#include "namespace_walk.h"
+#include "object_io.h"
+#include "store_impl.h"
+
+namespace kvtier {
+namespace {
+
+std::string manifest_json(const NamespaceSpec& ns, const Hash128& id) {
+  nlohmann::json j = {{"kvtier_namespace", 1}, {"id", id.hex()}, {"format", kPageFormatVersion}};
+  ns.for_each_field([&](std::string_view name, const auto& value) {
+    const std::string key(name);
+    using T = std::decay_t<decltype(value)>;
+    if (name == "salt") {
+      // The salt itself may name a tenant: record only that there is one.
+      j["salted"] = !ns.salt.empty();
+    } else if constexpr (std::is_same_v<T, ParallelRank>) {
+      j[key] = name == "tp" && ns.mla ? nlohmann::json("replicated")
+                                      : nlohmann::json::array({value.rank, value.size});
+    } else {
+      j[key] = value;
+    }
+  });
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
+Status Store::Impl::open_namespace() {
+  KVTIER_ASSIGN_OR_RETURN(zeros, AlignedBuffer::allocate(kBlockBytes));
+  KVTIER_ASSIGN_OR_RETURN(zeros_registration, agent.register_memory(zeros.data(), zeros.size()));
+  const std::string manifest = manifest_json(config.ns, ns_id);
+  std::string dio_reason;
+  std::optional<DirectIoAlignment> dio_seen;
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    const std::string temp_dir = router.temp_dir(b);
+    KVTIER_RETURN_IF_ERROR(agent.make_dirs(temp_dir));
+    const std::string path = router.manifest_path(b);
+    Result<ObjectInfo> existing = agent.stat(path);
+    if (existing.status().code() == StatusCode::kNotFound) {
+      KVTIER_RETURN_IF_ERROR(object_io::write_object(agent, path, temp_dir, manifest));
+    } else if (!existing.ok()) {
+      return existing.status();
+    }
+    KVTIER_ASSIGN_OR_RETURN(size_t swept,
+                            agent.sweep_temporaries(temp_dir, config.stale_temp_age_s));
+    bump(counters.temps_swept, swept);
+
+    if (config.direct_io == DirectIo::kOff) continue;
+    Result<DirectIoAlignment> a = agent.probe_direct_io(temp_dir);
+    if (a.ok() && (a->memory > kBlockBytes || a->offset > kBlockBytes)) {
+      a = unsupported_error(
+          fmt::format("{}: direct I/O alignment {}/{} exceeds the page format's {}-byte blocks",
+                      temp_dir, a->memory, a->offset, kBlockBytes));
+    }
+    if (a.ok()) {
+      dio[b] = *a;
+      dio_seen = *a;
+    } else if (dio_reason.empty()) {
+      dio_reason = std::string(a.status().message());
+    }
+  }
+  if (config.direct_io != DirectIo::kOff) {
+    if (!dio_seen) {
+      dio_summary = "off: " + dio_reason;
+    } else {
+      dio_summary =
+          fmt::format("{} ({}-byte memory, {}-byte offset alignment){}",
+                      direct_io_name(config.direct_io), dio_seen->memory, dio_seen->offset,
+                      dio_reason.empty() ? "" : "; some bases buffered: " + dio_reason);
+    }
+  }
+  return ok_status();
+}
+
+Status Store::Impl::scan_index(bool as_recent) {
+  const NamespaceSpec& ns = config.ns;
+  // With a fixed page geometry every object has the same size: names alone are enough (one
+  // getdents per directory, no stat per page).
+  const bool fixed = ns.piece_bytes != 0;
+  const uint64_t fixed_bytes = fixed ? object_bytes(ns.piece_bytes * ns.pieces_per_page) : 0;
+  struct Found {
+    PageIndex::Page page;
+    uint64_t mtime_ns;
+  };
+  std::vector<Found> found;
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    KVTIER_RETURN_IF_ERROR(for_each_fanout(
+        b, /*with_details=*/!fixed, [&](const std::string&, const std::vector<ObjectInfo>& pages) {
+          for (const ObjectInfo& e : pages) {
+            const std::optional<Hash128> h = parse_hash_hex(e.name);
+            if (h && (fixed || e.size > kHeaderBytes)) {
+              found.push_back(
+                  {{*h, static_cast<uint32_t>(b), fixed ? fixed_bytes : e.size}, e.mtime_ns});
+            }
+          }
+          return ok_status();
+        }));
+  }
+  if (as_recent) {
+    std::sort(found.begin(), found.end(),
+              [](const Found& a, const Found& b) { return a.mtime_ns < b.mtime_ns; });
+    for (const Found& f : found) index.put(f.page);
+  } else {
+    for (const Found& f : found) index.put_cold(f.page);
+  }
+  return ok_status();
+}
+
+Status Store::Impl::for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn) {
+  Status st = walk_namespace(agent, router.namespace_dir(b), with_details, fn);
+  // A base whose namespace directory is gone holds no pages.
+  return st.code() == StatusCode::kNotFound ? ok_status() : st;
+}
+
+std::optional<Store::Impl::Generation> Store::Impl::read_generation() {
+  Result<ObjectInfo> info = agent.stat(router.generation_path());
+  if (info.ok()) return Generation{info->identity, info->mtime_ns, info->size};
+  if (info.status().code() == StatusCode::kNotFound) return Generation{};
+  return std::nullopt;
+}
+
+void Store::Impl::observe_generation() {
+  std::optional<Generation> now = read_generation();
+  if (!now) return;
+  std::lock_guard lock(generation_mu);
+  if (*now == seen_generation) return;
+  seen_generation = *now;
+  index.clear();
+}
+
+Status Store::Impl::publish_generation() {
+  std::random_device rd;
+  const std::string token = fmt::format("{:08x}{:08x}{:016x}\n", rd(), rd(), wall_ns());
+  KVTIER_RETURN_IF_ERROR(
+      object_io::write_object(agent, router.generation_path(), router.temp_dir(0), token));
+  if (std::optional<Generation> now = read_generation()) {
+    std::lock_guard lock(generation_mu);
+    seen_generation = *now;
+  }
+  return ok_status();
+}
+
+}  // namespace kvtier

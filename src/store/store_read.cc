@@ -1,0 +1,300 @@
+// The read path: a get window opens its pages' objects, reads each header into a header
+// block and the payload straight into the caller's memory (or a staging buffer), verifies
+// every page on the thread that completed it, then counts, drops and indexes what it found.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "store_impl.h"
+
+namespace kvtier {
+
+// One get window on its way through the read path: what each step leaves for the next.
+// Members go in reverse order: the transfer (last) before the header blocks, targets and
+// staging buffers it refers to.
+struct Store::Impl::ReadWindow {
+  // Marks a descriptor that reads a page's header rather than a checksum chunk.
+  static constexpr uint32_t kNoChunk = UINT32_MAX;
+  // What a descriptor reads: a page (index in `reading`) and a chunk of it.
+  struct DescRef {
+    uint32_t page;
+    uint32_t chunk;  // or kNoChunk for the header
+  };
+
+  std::span<const std::string_view> keys;
+  std::vector<PageWork<MutableBuffer>> work;       // the window's valid pages
+  std::vector<PageWork<MutableBuffer>*> reading;   // those whose objects opened
+  Status batch_error;                              // fails every page being read
+  std::optional<HeaderPool::Lease> header_blocks;  // one per page being read
+  std::vector<MemDesc> mem;
+  std::vector<StorageDesc> sto;
+  std::vector<DescRef> refs;  // per descriptor
+  // Page r's chunks are chunk_sums[first_chunk[r] .. first_chunk[r + 1]).
+  std::vector<size_t> first_chunk;
+  std::vector<Status> verdicts;                            // verify_page's, per page being read
+  std::vector<uint64_t> chunk_sums;                        // CRC-64 of each chunk, once read
+  std::unique_ptr<std::atomic<uint32_t>[]> chunk_pending;  // descriptors left, per chunk
+  std::unique_ptr<std::atomic<uint32_t>[]> pending;        // descriptors left, per page
+  std::unique_ptr<std::atomic<bool>[]> failed;             // a descriptor failed, per page
+  Result<Transfer> xfer = Transfer();
+};
+
+void Store::Impl::get_window(std::span<const std::string_view> keys,
+                             std::span<const MutableBuffer> pieces, size_t k,
+                             std::span<Status> out) {
+  ReadWindow rw;
+  rw.keys = keys;
+  rw.work = plan(keys, pieces, k, out);
+  open_for_read(rw, out);
+  build_read_descriptors(rw);
+  run_read(rw);
+  collect_read_results(rw, out);
+  account_reads(rw, out);
+  index_reads(rw, out);
+}
+
+void Store::Impl::open_for_read(ReadWindow& rw, std::span<Status> out) {
+  std::vector<TargetSpec> specs;
+  specs.reserve(rw.work.size());
+  for (const auto& w : rw.work) {
+    TargetSpec spec;
+    spec.path = w.route.path;
+    spec.direct = w.io != PageIo::kBuffered;
+    specs.push_back(std::move(spec));
+  }
+  std::vector<Result<Target>> opened = agent.open_targets(specs);
+
+  rw.reading.reserve(rw.work.size());
+  for (size_t i = 0; i < rw.work.size(); ++i) {
+    auto& w = rw.work[i];
+    if (!opened[i].ok()) {
+      out[w.page] = std::move(opened[i]).status();
+      continue;
+    }
+    w.target = std::move(opened[i]).value();
+    const uint64_t size = w.target.size();
+    if (size < kHeaderBytes) {
+      out[w.page] = corrupt_error(
+          fmt::format("'{}' is {} bytes, shorter than a page header", w.route.path, size));
+      continue;
+    }
+    w.header_only = size != object_bytes(w.payload);
+    rw.reading.push_back(&w);
+  }
+}
+
+void Store::Impl::build_read_descriptors(ReadWindow& rw) {
+  Result<HeaderPool::Lease> lease = headers.acquire(rw.reading.size());
+  rw.batch_error = lease.status();
+  if (lease.ok()) rw.header_blocks.emplace(std::move(lease).value());
+  // Pieces are split at checksum chunk boundaries: each chunk is hashed by the thread that
+  // completes it, while it is still in that core's cache, in parallel with other reads; the
+  // thread that completes a page's last descriptor verifies the page.
+  rw.first_chunk.assign(rw.reading.size() + 1, 0);
+  auto add = [&](void* m, const Target* t, uint64_t off, uint64_t n, uint32_t r, uint32_t c) {
+    rw.mem.push_back(MemDesc{m, n});
+    rw.sto.push_back(StorageDesc{t, off, n});
+    rw.refs.push_back(ReadWindow::DescRef{r, c});
+  };
+  if (rw.batch_error.ok()) {
+    for (size_t r = 0; r < rw.reading.size(); ++r) {
+      auto& w = *rw.reading[r];
+      const auto page = static_cast<uint32_t>(r);
+      rw.first_chunk[r + 1] =
+          rw.first_chunk[r] + (w.header_only ? 0 : page::chunk_count(w.payload));
+      w.first_desc = rw.mem.size();
+      add(rw.header_blocks->block(r).data(), &w.target, 0, kHeaderBytes, page,
+          ReadWindow::kNoChunk);
+      if (w.header_only) {
+        // Only the header: it tells a caller error from damage.
+      } else if (w.io == PageIo::kStaged) {
+        const uint64_t n = align_up(w.payload, dio[w.route.base]->offset);
+        for (uint64_t off = 0; off < n; off += page::kChecksumChunkBytes) {
+          add(w.staging.data() + off, &w.target, kHeaderBytes + off,
+              std::min<uint64_t>(page::kChecksumChunkBytes, n - off), page,
+              static_cast<uint32_t>(off / page::kChecksumChunkBytes));
+        }
+      } else {
+        uint64_t base = 0;  // payload offset of the piece
+        for (const MutableBuffer& p : w.pieces) {
+          for (uint64_t pos = 0; pos < p.size;) {
+            const uint64_t at = base + pos;
+            const uint64_t chunk = at / page::kChecksumChunkBytes;
+            const uint64_t n = std::min(p.size - pos, (chunk + 1) * page::kChecksumChunkBytes - at);
+            add(static_cast<std::byte*>(p.data) + pos, &w.target, kHeaderBytes + at, n, page,
+                static_cast<uint32_t>(chunk));
+            pos += n;
+          }
+          base += p.size;
+        }
+      }
+      w.desc_count = rw.mem.size() - w.first_desc;
+    }
+  }
+}
+
+void Store::Impl::run_read(ReadWindow& rw) {
+  rw.verdicts.resize(rw.reading.size());
+  rw.chunk_sums.resize(rw.first_chunk.back());
+  rw.chunk_pending = std::make_unique<std::atomic<uint32_t>[]>(rw.chunk_sums.size());
+  rw.pending = std::make_unique<std::atomic<uint32_t>[]>(rw.reading.size());
+  rw.failed = std::make_unique<std::atomic<bool>[]>(rw.reading.size());
+  for (size_t c = 0; c < rw.chunk_sums.size(); ++c) rw.chunk_pending[c].store(0);
+  for (size_t r = 0; r < rw.reading.size(); ++r) {
+    rw.pending[r].store(static_cast<uint32_t>(rw.reading[r]->desc_count));
+    rw.failed[r].store(false);
+  }
+  for (const ReadWindow::DescRef& ref : rw.refs) {
+    if (ref.chunk != ReadWindow::kNoChunk) {
+      rw.chunk_pending[rw.first_chunk[ref.page] + ref.chunk].fetch_add(1);
+    }
+  }
+  TransferCallbacks callbacks;
+  callbacks.on_descriptor = [this, &rw](size_t d, const Status& st) {
+    on_read_descriptor(rw, d, st);
+  };
+
+  if (rw.batch_error.ok()) {
+    rw.xfer = agent.make_request(TransferOp::kRead, rw.mem, rw.sto);
+    rw.batch_error = rw.xfer.status();
+  }
+  if (rw.batch_error.ok() && !rw.mem.empty()) {
+    rw.batch_error = rw.xfer->post(std::move(callbacks));
+    if (rw.batch_error.ok()) rw.xfer->wait();
+  }
+}
+
+void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st) {
+  const ReadWindow::DescRef ref = rw.refs[d];
+  const auto& w = *rw.reading[ref.page];
+  if (!st.ok()) {
+    rw.failed[ref.page].store(true, std::memory_order_relaxed);
+  } else if (ref.chunk != ReadWindow::kNoChunk && config.verify_payload) {
+    const size_t g = rw.first_chunk[ref.page] + ref.chunk;
+    if (rw.chunk_pending[g].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (w.io == PageIo::kStaged) {
+        const MutableBuffer staged{w.staging.data(), w.payload};
+        rw.chunk_sums[g] =
+            page::chunk_checksum(std::span<const MutableBuffer>(&staged, 1), w.payload, ref.chunk);
+      } else {
+        rw.chunk_sums[g] = page::chunk_checksum(w.pieces, w.payload, ref.chunk);
+      }
+    }
+  }
+  if (rw.pending[ref.page].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (rw.failed[ref.page].load(std::memory_order_relaxed)) return;  // the page's status says why
+  const auto sums = std::span<const uint64_t>(rw.chunk_sums)
+                        .subspan(rw.first_chunk[ref.page],
+                                 rw.first_chunk[ref.page + 1] - rw.first_chunk[ref.page]);
+  rw.verdicts[ref.page] = verify_page(w, rw.keys[w.page], rw.header_blocks->block(ref.page), sums);
+}
+
+Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
+                                std::span<const std::byte, kHeaderBytes> block,
+                                std::span<const uint64_t> chunk_checksums) const {
+  Result<page::Header> h = page::decode(block);
+  if (!h.ok()) return h.status();
+  const page::Expectation expect{ns_id, key, w.payload, static_cast<uint32_t>(w.pieces.size()),
+                                 page::uniform_piece_bytes(w.pieces)};
+  Status st = page::check(*h, expect);
+  if (!st.ok()) {
+    if (h->namespace_id == ns_id && h->key == key &&
+        w.target.size() == object_bytes(h->payload_bytes)) {
+      // An intact page of this key, asked for with buffers of another size or layout: the
+      // caller's mistake, not damage. Not data, not dropped.
+      auto pieces = [](uint64_t bytes, uint64_t count, uint64_t piece_bytes) {
+        return piece_bytes != 0
+                   ? fmt::format("{} bytes in {} pieces of {}", bytes, count, piece_bytes)
+                   : fmt::format("{} bytes in {} pieces of unequal sizes", bytes, count);
+      };
+      return invalid_argument_error(
+          fmt::format("stored page is {}; the buffers hold {}",
+                      pieces(h->payload_bytes, h->piece_count, h->piece_bytes),
+                      pieces(w.payload, w.pieces.size(), page::uniform_piece_bytes(w.pieces))));
+    }
+    return st;
+  }
+  // The header is this page's, so its size differs from the object's only when the read
+  // stopped at the header (header_only), and then no chunk was read.
+  KVTIER_RETURN_IF_ERROR(page::verify_object(
+      *h, w.target.size(), config.verify_payload ? std::optional(chunk_checksums) : std::nullopt));
+  if (w.io == PageIo::kStaged) {
+    // Verified in the staging buffer: only now does it reach the caller's memory.
+    const std::byte* src = w.staging.data();
+    for (const MutableBuffer& p : w.pieces) {
+      std::memcpy(p.data, src, p.size);
+      src += p.size;
+    }
+  }
+  return ok_status();
+}
+
+void Store::Impl::collect_read_results(ReadWindow& rw, std::span<Status> out) {
+  for (size_t r = 0; r < rw.reading.size(); ++r) {
+    auto& w = *rw.reading[r];
+    Status& st = out[w.page];
+    st = rw.batch_error;
+    if (st.ok()) st = page_result(*rw.xfer, w);
+    if (st.ok()) st = std::move(rw.verdicts[r]);
+    if (st.code() == StatusCode::kCorrupt) {
+      st = st.with_context(fmt::format("page '{}'", w.route.path));
+    }
+  }
+}
+
+void Store::Impl::account_reads(ReadWindow& rw, std::span<const Status> out) {
+  for (const Status& st : out) {
+    switch (st.code()) {
+      case StatusCode::kOk:
+        break;
+      case StatusCode::kNotFound:
+        bump(counters.get_misses);
+        break;
+      case StatusCode::kCorrupt:
+        bump(counters.get_corrupt);
+        break;
+      default:
+        bump(counters.get_failures);
+        break;
+    }
+  }
+  for (auto& w : rw.work) {
+    const Status& st = out[w.page];
+    if (st.ok()) {
+      bump(counters.get_hits);
+      bump(counters.get_bytes, w.payload);
+      count_io(w);
+    } else if (st.code() == StatusCode::kCorrupt && w.target.valid()) {
+      const ObjectIdentity id = w.target.identity();
+      const uint64_t bytes = w.target.size();
+      w.target.reset();
+      drop(w.route, id, bytes);
+    }
+  }
+}
+
+void Store::Impl::drop(const routing::Route& route, const ObjectIdentity& identity,
+                       uint64_t bytes) {
+  if (!config.drop_corrupt) return;
+  if (agent.remove(route.path, identity.valid() ? &identity : nullptr).ok()) {
+    bump(counters.corrupt_dropped);
+    index.erase(route.key_hash);
+    if (ledger) ledger->release(bytes).ignore_error();  // drift only: healed on restart
+  }
+}
+
+void Store::Impl::index_reads(const ReadWindow& rw, std::span<const Status> out) {
+  for (const auto& w : rw.work) {
+    const Status& st = out[w.page];
+    if (st.ok()) {
+      if (!index.touch(w.route.key_hash)) {
+        index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), object_bytes(w.payload)});
+      }
+    } else if (st.code() == StatusCode::kNotFound) {
+      index.erase(w.route.key_hash);
+    }
+  }
+}
+
+}  // namespace kvtier

@@ -1,0 +1,205 @@
+// The write path: a put window validates its pages, reserves their bytes against the
+// capacity (evicting as needed), encodes their headers and writes them in growing chunks,
+// then publishes each page.
+#include <fmt/format.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "store_impl.h"
+
+namespace kvtier {
+
+void Store::Impl::put_window(std::span<const std::string_view> keys,
+                             std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out) {
+  auto work = plan(keys, pieces, k, out);
+
+  Result<HeaderPool::Lease> lease = headers.acquire(work.size());
+  if (!lease.ok()) {
+    for (const auto& w : work) out[w.page] = lease.status();
+    bump(counters.put_failures, work.size());
+    return;
+  }
+  // Capacity: the window's bytes are reserved (evicting as needed) before anything is written.
+  uint64_t reserved = 0;
+  if (ledger && !work.empty()) {
+    for (const auto& w : work) reserved += object_bytes(w.payload);
+    Status st = reserve(reserved);
+    if (!st.ok()) {
+      for (const auto& w : work) out[w.page] = st;
+      bump(counters.put_failures, work.size());
+      bump(counters.capacity_refusals, work.size());
+      return;
+    }
+  }
+
+  std::vector<TargetSpec> specs;
+  specs.reserve(work.size());
+  for (const auto& w : work) {
+    TargetSpec spec;
+    spec.path = w.route.path;
+    spec.mode = TargetMode::kCreate;
+    spec.size_hint = object_bytes(w.payload);
+    spec.temp_dir = router.temp_dir(w.route.base);
+    spec.direct = w.io != PageIo::kBuffered;
+    specs.push_back(std::move(spec));
+  }
+  std::vector<Result<Target>> opened = agent.open_targets(specs);
+
+  // Pages go out in chunks that grow from 1 MiB to 16 MiB: while the backend writes one
+  // chunk, this thread checksums the next, so checksumming overlaps the copy.
+  struct Chunk {
+    std::vector<size_t> pages;  // indexes into `work`
+    Result<Transfer> xfer = Transfer();
+    Status error;  // the chunk's request could not be made or posted
+  };
+  std::vector<Chunk> chunks;
+  const uint64_t created = wall_ns();
+  uint64_t chunk_target = 1 << 20;
+  size_t next = 0;
+  while (next < work.size()) {
+    Chunk& c = chunks.emplace_back();
+    uint64_t bytes = 0;
+    std::vector<MemDesc> mem;
+    std::vector<StorageDesc> sto;
+    for (; next < work.size() && (c.pages.empty() || bytes < chunk_target); ++next) {
+      auto& w = work[next];
+      if (!opened[next].ok()) {
+        out[w.page] = std::move(opened[next]).status();
+        continue;
+      }
+      w.target = std::move(opened[next]).value();
+      const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
+      uint64_t checksum;
+      if (w.io == PageIo::kStaged) {
+        std::byte* dst = w.staging.data();
+        for (const ConstBuffer& p : w.pieces) {
+          std::memcpy(dst, p.data, p.size);
+          dst += p.size;
+        }
+        std::memset(dst, 0, padded - w.payload);
+        const ConstBuffer staged{w.staging.data(), w.payload};
+        checksum = page::payload_checksum(std::span<const ConstBuffer>(&staged, 1), w.payload);
+      } else {
+        checksum = page::payload_checksum(w.pieces, w.payload);
+      }
+      page::Header h;
+      h.namespace_id = ns_id;
+      h.key_hash = w.route.key_hash;
+      h.payload_bytes = w.payload;
+      h.payload_checksum = checksum;
+      h.piece_count = static_cast<uint32_t>(w.pieces.size());
+      h.piece_bytes = page::uniform_piece_bytes(w.pieces);
+      h.created_ns = created;
+      h.key = keys[w.page];
+      page::encode(h, lease->block(next));
+
+      c.pages.push_back(next);
+      w.first_desc = mem.size();
+      mem.push_back(MemDesc{lease->block(next).data(), kHeaderBytes});
+      sto.push_back(StorageDesc{&w.target, 0, kHeaderBytes});
+      if (w.io == PageIo::kStaged) {
+        mem.push_back(MemDesc{w.staging.data(), padded});
+        sto.push_back(StorageDesc{&w.target, kHeaderBytes, padded});
+      } else {
+        uint64_t off = kHeaderBytes;
+        for (const ConstBuffer& p : w.pieces) {
+          mem.push_back(MemDesc{const_cast<void*>(p.data), p.size});
+          sto.push_back(StorageDesc{&w.target, off, p.size});
+          off += p.size;
+        }
+        if (padded > w.payload) {
+          mem.push_back(MemDesc{zeros.data(), padded - w.payload});
+          sto.push_back(StorageDesc{&w.target, off, padded - w.payload});
+        }
+      }
+      w.desc_count = mem.size() - w.first_desc;
+      bytes += w.payload;
+    }
+    chunk_target = std::min<uint64_t>(chunk_target * 2, 16 << 20);
+    if (mem.empty()) continue;
+    c.xfer = agent.make_request(TransferOp::kWrite, mem, sto);
+    c.error = c.xfer.ok() ? c.xfer->post() : c.xfer.status();
+  }
+
+  for (Chunk& c : chunks) {
+    if (c.error.ok() && c.xfer->valid()) c.xfer->wait();
+    for (size_t i : c.pages) {
+      auto& w = work[i];
+      Status st = c.error;
+      if (st.ok()) st = page_result(*c.xfer, w);
+      if (st.ok()) st = w.target.publish(PublishOptions{.durable = config.fsync});
+      if (st.ok()) {
+        bump(counters.put_pages);
+        bump(counters.put_bytes, w.payload);
+        count_io(w);
+      }
+      out[w.page] = std::move(st);
+    }
+  }
+  for (const Status& s : out) {
+    if (!s.ok()) bump(counters.put_failures);
+  }
+  // Published pages are indexed as just used; bytes reserved for pages that were not
+  // published, and those of pages a publish replaced, go back to the budget.
+  uint64_t give_back = 0;
+  for (const auto& w : work) {
+    const uint64_t bytes = object_bytes(w.payload);
+    if (out[w.page].ok()) {
+      const std::optional<uint64_t> old =
+          index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), bytes});
+      if (old) give_back += *old;
+    } else {
+      give_back += bytes;
+    }
+  }
+  if (reserved != 0) ledger->release(give_back).ignore_error();  // drift only: healed on restart
+}
+
+Status Store::Impl::reserve(uint64_t need) {
+  bool rescanned = false;
+  const uint64_t capacity = config.capacity_bytes != 0 ? config.capacity_bytes : UINT64_MAX;
+  return ledger->update([&](uint64_t& used) -> Status {
+    for (;;) {
+      uint64_t limit = capacity;
+      if (config.min_free_bytes != 0) {
+        struct statvfs fs {};
+        if (::statvfs(router.namespace_dir(0).c_str(), &fs) == 0) {
+          const uint64_t avail = uint64_t{fs.f_bavail} * fs.f_frsize;
+          const uint64_t room = avail > config.min_free_bytes ? avail - config.min_free_bytes : 0;
+          limit = std::min(limit, used + room);
+        }
+      }
+      if (used + need <= limit) break;
+      std::optional<PageIndex::Page> victim = index.pop_oldest();
+      if (!victim) {
+        if (!rescanned) {
+          // Every page this process knew of is gone: learn the ones others wrote.
+          rescanned = true;
+          KVTIER_RETURN_IF_ERROR(scan_index(/*as_recent=*/false));
+          continue;
+        }
+        return resource_exhausted_error(fmt::format(
+            "capacity: {} more bytes do not fit ({} of {} used{}), and there is nothing left "
+            "to evict",
+            need, used, limit, config.min_free_bytes ? ", keeping min_free_bytes free" : ""));
+      }
+      // Readers holding the object open keep reading it: unlinking never tears a read.
+      Status st = agent.remove(router.page_path(victim->base, victim->hash));
+      if (st.ok()) {
+        used = used > victim->bytes ? used - victim->bytes : 0;
+        bump(counters.evicted_pages);
+        bump(counters.evicted_bytes, victim->bytes);
+      } else if (st.code() != StatusCode::kNotFound) {
+        return st.with_context("evicting a page");
+      }
+      // kNotFound: another process removed it and gave its bytes back.
+      // A fresh statvfs next round sees the space the unlink freed.
+    }
+    used += need;
+    return ok_status();
+  });
+}
+
+}  // namespace kvtier
