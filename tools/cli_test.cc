@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "src/testing/test_util.h"
 
@@ -151,6 +153,26 @@ TEST(Cli, UsageAndOpenErrorsExitTwo) {
   EXPECT_EQ(run("bench --uri 's3://bucket/x?endpoint=http://127.0.0.1:1'").exit_code, 2);
   EXPECT_EQ(run("--help").exit_code, 0);
   EXPECT_EQ(run("bench --help").exit_code, 0);
+}
+
+TEST(Cli, UnknownAndUnparsableLocationParametersExitTwoNamingThem) {
+  kvtier::testing::TempDir dir;
+  const std::string file = "'file://" + dir.path();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"stat " + file + "?bogus=1'", "bogus"},
+      {"bench --pages 4 --uri " + file + "?queue_dept=128'", "queue_dept"},
+      {"bench --pages 4 --uri " + file + "?queue_depth=abc'", "queue_depth"},
+      {"bench --pages 4 --uri " + file + "?backend=posix&io_threads=x'", "io_threads"},
+      {"bench --pages 4 --uri 'mem://cli?io_threads=4'", "io_threads"},
+      {"bench --pages 4 --uri 's3://bucket/x?endpoint=http://127.0.0.1:1&max_parallel=many'",
+       "max_parallel"}};
+  for (const auto& [args, named] : cases) {
+    CliRun r = run(args, /*with_stderr=*/true);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.out;
+    if (r.out.find("no backend is built") != std::string::npos) continue;  // built without S3
+    EXPECT_NE(r.out.find(named), std::string::npos) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("INVALID_ARGUMENT"), std::string::npos) << args << "\n" << r.out;
+  }
 }
 
 TEST(Cli, UnreachableS3EndpointExitsTwoQuickly) {

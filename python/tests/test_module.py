@@ -111,6 +111,30 @@ def test_open_failures_raise_storage_errors(tmp_path):
         make_store(str(tmp_path / "x"), backend="no-such-backend")
 
 
+@pytest.mark.parametrize("query,named", [
+    ("file://{d}?bogus=1", "bogus"),
+    ("file://{d}?queue_dept=128", "queue_dept"),
+    ("file://{d}?queue_depth=abc", "queue_depth"),
+    ("file://{d}?backend=posix&io_threads=x", "io_threads"),
+    ("file://{d}?backend=posix&queue_depth=8", "queue_depth"),
+    ("mem://strict?io_threads=4", "io_threads"),
+    ("s3://kvtier-test/p?max_parallel=lots", "max_parallel"),
+])
+def test_unknown_and_unparsable_location_parameters_are_named(tmp_path, query, named):
+    uri = query.format(d=tmp_path / "strict")
+    try:
+        make_store(uri)
+    except kvtier.InvalidArgumentError as e:
+        assert named in str(e)
+    except kvtier.Error as e:
+        assert uri.startswith("s3://") and "no backend is built" in str(e), str(e)
+    else:
+        pytest.fail(f"{uri} opened")
+    assert not (tmp_path / "strict").exists()
+    with pytest.raises(kvtier.InvalidArgumentError, match="bogus"):
+        kvtier.Agent(backend="posix", params={"bogus": "1"})
+
+
 def test_batches_report_each_page(store_dir):
     with make_store(store_dir) as store:
         pool = np.zeros(1 << 20, dtype=np.uint8)

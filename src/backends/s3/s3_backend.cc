@@ -747,6 +747,23 @@ std::string env(const char* name) {
 
 }  // namespace
 
+std::vector<ParamSpec> s3_backend_params() {
+  return {{"bucket", ParamType::kText},
+          {"region", ParamType::kText},
+          {"endpoint", ParamType::kText},
+          {"addressing", ParamType::kText},
+          {"ca_bundle", ParamType::kText},
+          {"access_key", ParamType::kText},
+          {"secret_key", ParamType::kText},
+          {"session_token", ParamType::kText},
+          {"max_parallel", ParamType::kUnsigned},
+          {"max_attempts", ParamType::kUnsigned},
+          {"deadline_ms", ParamType::kUnsigned},
+          {"connect_timeout_ms", ParamType::kUnsigned},
+          {"multipart_bytes", ParamType::kUnsigned},
+          {"part_bytes", ParamType::kUnsigned}};
+}
+
 Result<std::unique_ptr<Backend>> create_s3_backend(const BackendParams& params) {
   Options o;
   auto& c = o.client;
