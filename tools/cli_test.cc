@@ -175,6 +175,24 @@ TEST(Cli, UnknownAndUnparsableLocationParametersExitTwoNamingThem) {
   }
 }
 
+// A directory name holding a double quote, a backslash and a line feed stays one label value.
+TEST(Cli, PrometheusEscapesTheDirectoryLabel) {
+  kvtier::testing::TempDir dir;
+  const std::string odd = dir.path() + "/we\"ird\\dir\nx";
+  ASSERT_EQ(run("bench --dir '" + odd + "' --page-bytes 4096 --pages 2 --batch 2 --keep").exit_code,
+            0);
+  CliRun prom = run("stat '" + odd + "' --prometheus");
+  ASSERT_EQ(prom.exit_code, 0) << prom.out;
+  EXPECT_NE(prom.out.find("dir=\"" + dir.path() + "/we\\\"ird\\\\dir\\nx/"), std::string::npos)
+      << prom.out;
+  for (size_t i = 0, nl; i < prom.out.size(); i = nl + 1) {
+    nl = prom.out.find('\n', i);
+    ASSERT_NE(nl, std::string::npos);
+    const std::string line = prom.out.substr(i, nl - i);
+    EXPECT_TRUE(line.starts_with("# ") || line.starts_with("kvtier_")) << line;
+  }
+}
+
 TEST(Cli, UnreachableS3EndpointExitsTwoQuickly) {
   // Credentials in the location, so the client gets as far as connecting whatever the
   // environment holds; nothing listens on port 1 of loopback.

@@ -135,6 +135,18 @@ def test_unknown_and_unparsable_location_parameters_are_named(tmp_path, query, n
         kvtier.Agent(backend="posix", params={"bogus": "1"})
 
 
+def test_stats_and_prometheus_escape_label_values(store_dir):
+    with make_store(store_dir) as store:
+        stats = store.stats()
+        for key in ("put_pages", "removes", "min_free_bytes", "direct_io", "errors_by_code"):
+            assert key in stats
+        assert stats["put_latency"]["count"] == 0
+        text = store.prometheus([("dir", 'a"b\\c\nd'), ("rank", "0")])
+        assert 'kvtier_put_pages_total{dir="a\\"b\\\\c\\nd",rank="0"} 0\n' in text
+        assert all(line.startswith(("# ", "kvtier_")) for line in text.splitlines())
+        assert 'kvtier_pages{rank="1"} 0\n' in store.prometheus('rank="1"')
+
+
 def test_batches_report_each_page(store_dir):
     with make_store(store_dir) as store:
         pool = np.zeros(1 << 20, dtype=np.uint8)

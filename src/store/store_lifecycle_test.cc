@@ -415,5 +415,43 @@ TEST_F(StoreLifecycle, MetricsCountLatenciesErrorsAndRenderAsPrometheus) {
             std::string::npos);
 }
 
+// Label values are escaped as the text format requires: a backslash, a double quote and a
+// line feed in a path cannot end the value or the line early. Every statistic is exported.
+TEST(StoreMetrics, PrometheusEscapesLabelValuesAndNamesEveryStatistic) {
+  StoreStats st;
+  st.put_pages = 7;
+  st.removes = 2;
+  st.min_free_bytes = 5;
+  st.errors_by_code["EIO\"x"] = 1;
+  const std::string text = to_prometheus(st, MetricLabels{{"dir", "/a\"b\\c\nd"}, {"rank", "0"}});
+  EXPECT_NE(text.find("kvtier_put_pages_total{dir=\"/a\\\"b\\\\c\\nd\",rank=\"0\"} 7\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kvtier_removes_total{dir="), std::string::npos);
+  EXPECT_NE(text.find("# TYPE kvtier_min_free_bytes gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("code=\"EIO\\\"x\"} 1\n"), std::string::npos) << text;
+  // No raw line feed inside a sample: every line is a comment or name{...} value.
+  size_t lines = 0;
+  for (size_t i = 0, nl; i < text.size(); i = nl + 1) {
+    nl = text.find('\n', i);
+    ASSERT_NE(nl, std::string::npos);
+    const std::string line = text.substr(i, nl - i);
+    ++lines;
+    if (line.starts_with("#")) continue;
+    const size_t brace = line.rfind('}');
+    ASSERT_NE(brace, std::string::npos) << line;
+    EXPECT_EQ(line[brace + 1], ' ') << line;
+  }
+  size_t described = 0;
+  st.for_each([&](const StatInfo& info, const auto&) {
+    ++described;
+    if (info.kind == StatKind::kText) return;
+    EXPECT_NE(text.find("# TYPE kvtier_" + std::string(info.metric) + " "), std::string::npos)
+        << info.name;
+  });
+  EXPECT_GT(described, 30u);
+  EXPECT_GT(lines, described);
+}
+
 }  // namespace
 }  // namespace kvtier
