@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kvtier/backends/builtin.h"
+#include "kvtier/store/inspect.h"
 #include "kvtier/store/store.h"
 #include "store_test_util.h"
 
@@ -375,10 +376,19 @@ TEST_F(StoreLifecycle, CapacityNeedsAFileStore) {
   StoreConfig cfg;
   cfg.location = *parse_store_uri("mem://lifecycle-capacity");
   cfg.ns = fixed_namespace();
+  // Another store keeps the memory instance alive, so what the refused open left shows.
+  StoreConfig holder_cfg = cfg;
+  holder_cfg.ns.model += "-holder";
+  auto holder = testing::open_store(holder_cfg);
+  ASSERT_NE(holder, nullptr);
   cfg.capacity_bytes = 1 << 20;
   Result<std::unique_ptr<Store>> s = Store::open(cfg);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kUnsupported);
+  // Refused before anything was written: no namespace directory, no manifest.
+  KVTIER_ASSERT_OK_AND_ASSIGN(Inventory inv, take_inventory(cfg.location));
+  ASSERT_EQ(inv.namespaces.size(), 1u);
+  EXPECT_EQ(inv.namespaces[0].id, holder->namespace_id().hex());
 }
 
 TEST_F(StoreLifecycle, MetricsCountLatenciesErrorsAndRenderAsPrometheus) {
