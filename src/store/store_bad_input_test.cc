@@ -179,7 +179,9 @@ TEST_F(StoreBadInput, UnknownAndUnparsableLocationParameters) {
                              {"s3://kvtier-test/p?regoin=eu", "regoin"}};
   for (const Case& k : cases) {
     SCOPED_TRACE(k.uri);
-    KVTIER_ASSERT_OK_AND_ASSIGN(StoreLocation loc, parse_store_uri(k.uri));
+    Result<StoreLocation> parsed = parse_store_uri(k.uri);
+    if (parsed.status().code() == StatusCode::kUnsupported) continue;  // built without S3
+    KVTIER_ASSERT_OK_AND_ASSIGN(StoreLocation loc, std::move(parsed));
     StoreConfig cfg;
     cfg.location = loc;
     cfg.ns = testing::test_namespace();

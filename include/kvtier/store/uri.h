@@ -33,7 +33,9 @@ struct StoreLocation {
   std::string backend = "auto";
   BackendParams params;
 
-  // The URI that parses back to this location.
+  // The URI that parses back to this location: '%', control bytes and the separators of each
+  // part ('?' and ',' in paths, '&' in values) are %-encoded. Secret parameters print as
+  // REDACTED, so only a location without secrets parses back equal.
   std::string uri() const;
 };
 
