@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "src/testing/test_util.h"
 
@@ -151,6 +153,56 @@ TEST(Cli, UsageAndOpenErrorsExitTwo) {
   EXPECT_EQ(run("bench --uri 's3://bucket/x?endpoint=http://127.0.0.1:1'").exit_code, 2);
   EXPECT_EQ(run("--help").exit_code, 0);
   EXPECT_EQ(run("bench --help").exit_code, 0);
+}
+
+TEST(Cli, UnknownAndUnparsableLocationParametersExitTwoNamingThem) {
+  kvtier::testing::TempDir dir;
+  const std::string file = "'file://" + dir.path();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"stat " + file + "?bogus=1'", "bogus"},
+      {"bench --pages 4 --uri " + file + "?queue_dept=128'", "queue_dept"},
+      {"bench --pages 4 --uri " + file + "?queue_depth=abc'", "queue_depth"},
+      {"bench --pages 4 --uri " + file + "?backend=posix&io_threads=x'", "io_threads"},
+      {"bench --pages 4 --uri 'mem://cli?io_threads=4'", "io_threads"},
+      {"bench --pages 4 --uri 's3://bucket/x?endpoint=http://127.0.0.1:1&max_parallel=many'",
+       "max_parallel"}};
+  for (const auto& [args, named] : cases) {
+    CliRun r = run(args, /*with_stderr=*/true);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.out;
+    if (r.out.find("no backend is built") != std::string::npos) continue;  // built without S3
+    EXPECT_NE(r.out.find(named), std::string::npos) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("INVALID_ARGUMENT"), std::string::npos) << args << "\n" << r.out;
+  }
+}
+
+// A directory name holding a double quote, a backslash and a line feed stays one label value.
+TEST(Cli, PrometheusEscapesTheDirectoryLabel) {
+  kvtier::testing::TempDir dir;
+  const std::string odd = dir.path() + "/we\"ird\\dir\nx";
+  ASSERT_EQ(run("bench --dir '" + odd + "' --page-bytes 4096 --pages 2 --batch 2 --keep").exit_code,
+            0);
+  CliRun prom = run("stat '" + odd + "' --prometheus");
+  ASSERT_EQ(prom.exit_code, 0) << prom.out;
+  EXPECT_NE(prom.out.find("dir=\"" + dir.path() + "/we\\\"ird\\\\dir\\nx/"), std::string::npos)
+      << prom.out;
+  for (size_t i = 0, nl; i < prom.out.size(); i = nl + 1) {
+    nl = prom.out.find('\n', i);
+    ASSERT_NE(nl, std::string::npos);
+    const std::string line = prom.out.substr(i, nl - i);
+    EXPECT_TRUE(line.starts_with("# ") || line.starts_with("kvtier_")) << line;
+  }
+}
+
+TEST(Cli, SizesTakeUnitsLikePython) {
+  kvtier::testing::TempDir dir;
+  CliRun r = run("bench --dir " + dir.path() +
+                 " --page-bytes 65536 --pages 8 --batch 8 --capacity 2MiB --keep --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(json_of(r)["capacity_bytes"], 2097152);
+  EXPECT_EQ(run("gc " + dir.path() + " --to 200kb --json").exit_code, 0);
+  EXPECT_LE(json_of(run("stat " + dir.path() + " --json"))["bytes"].get<uint64_t>(), 200000u);
+  EXPECT_EQ(run("gc " + dir.path() + " --to lots").exit_code, 2);
+  EXPECT_EQ(run("bench --dir " + dir.path() + " --capacity 1XB").exit_code, 2);
 }
 
 TEST(Cli, UnreachableS3EndpointExitsTwoQuickly) {

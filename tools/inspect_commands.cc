@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "kvtier/store/inspect.h"
+#include "kvtier/store/store.h"
 #include "progress.h"
 
 namespace kvtier::cli {
@@ -81,27 +82,22 @@ int run_stat(const InspectOptions& o) {
   }
   if (o.prometheus) {
     // Prometheus text exposition: one sample per namespace (and base), plus totals.
-    fmt::print("# HELP kvtier_pages Pages stored, by namespace.\n# TYPE kvtier_pages gauge\n");
-    for (const NamespaceSummary& ns : inv->namespaces) {
-      fmt::print("kvtier_pages{{namespace=\"{}\",dir=\"{}\"}} {}\n", ns.id, ns.dir, ns.pages);
-    }
-    fmt::print(
-        "# HELP kvtier_bytes Object bytes stored (headers and padding included), by "
-        "namespace.\n# TYPE kvtier_bytes gauge\n");
-    for (const NamespaceSummary& ns : inv->namespaces) {
-      fmt::print("kvtier_bytes{{namespace=\"{}\",dir=\"{}\"}} {}\n", ns.id, ns.dir, ns.bytes);
-    }
-    fmt::print(
-        "# HELP kvtier_temp_files Temporaries of live or crashed writers, by namespace.\n"
-        "# TYPE kvtier_temp_files gauge\n");
-    for (const NamespaceSummary& ns : inv->namespaces) {
-      fmt::print("kvtier_temp_files{{namespace=\"{}\",dir=\"{}\"}} {}\n", ns.id, ns.dir,
-                 ns.temp_files);
-    }
-    fmt::print(
-        "# HELP kvtier_namespaces Namespaces at the location.\n"
-        "# TYPE kvtier_namespaces gauge\nkvtier_namespaces {}\n",
-        inv->namespaces.size());
+    PrometheusWriter w;
+    auto per_namespace = [&](std::string_view name, std::string_view help, auto field) {
+      w.family(name, "gauge", help);
+      for (const NamespaceSummary& ns : inv->namespaces) {
+        w.sample(name, static_cast<uint64_t>(field(ns)), {{"namespace", ns.id}, {"dir", ns.dir}});
+      }
+    };
+    per_namespace("pages", "Pages stored, by namespace.",
+                  [](const NamespaceSummary& ns) { return ns.pages; });
+    per_namespace("bytes", "Object bytes stored (headers and padding included), by namespace.",
+                  [](const NamespaceSummary& ns) { return ns.bytes; });
+    per_namespace("temp_files", "Temporaries of live or crashed writers, by namespace.",
+                  [](const NamespaceSummary& ns) { return ns.temp_files; });
+    w.family("namespaces", "gauge", "Namespaces at the location.");
+    w.sample("namespaces", static_cast<uint64_t>(inv->namespaces.size()));
+    fmt::print("{}", w.text());
     return kExitOk;
   }
   if (o.json) {

@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
   b->add_option("--capacity", bench.capacity,
                 "Bound the store to BYTES (least recently used pages evicted); pages evicted "
                 "before the read phase count as misses, apart from corruption")
+      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
       ->check(CLI::Range(uint64_t{1}, UINT64_MAX));
 
   InspectOptions stat;
@@ -116,7 +117,9 @@ int main(int argc, char** argv) {
   CLI::App* g = app.add_subcommand(
       "gc", "Remove least recently written pages until the location holds at most --to bytes");
   g->add_option("location", gc.location, "Directory or URI")->required();
-  g->add_option("--to", gc.to_bytes, "Bytes to keep at most")->required();
+  g->add_option("--to", gc.to_bytes, "Bytes to keep at most")
+      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
+      ->required();
   g->add_flag("--json", gc.json, "Print one JSON object");
   g->add_flag("--quiet", gc.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");

@@ -1278,8 +1278,8 @@ class HiCacheKvtier(_HiCacheStorage):
         text = []
         for pool in pools:
             for store in pool.stores:
-                labels = (f'namespace="{store.namespace_id}",pool="{pool.name}",'
-                          f'tp_rank="{self.tp_rank}",pp_rank="{self.pp_rank}"')
+                labels = [("namespace", store.namespace_id), ("pool", str(pool.name)),
+                          ("tp_rank", str(self.tp_rank)), ("pp_rank", str(self.pp_rank))]
                 try:
                     text.append(store.prometheus(labels))
                 except Exception:  # noqa: BLE001 - closed meanwhile

@@ -111,6 +111,42 @@ def test_open_failures_raise_storage_errors(tmp_path):
         make_store(str(tmp_path / "x"), backend="no-such-backend")
 
 
+@pytest.mark.parametrize("query,named", [
+    ("file://{d}?bogus=1", "bogus"),
+    ("file://{d}?queue_dept=128", "queue_dept"),
+    ("file://{d}?queue_depth=abc", "queue_depth"),
+    ("file://{d}?backend=posix&io_threads=x", "io_threads"),
+    ("file://{d}?backend=posix&queue_depth=8", "queue_depth"),
+    ("mem://strict?io_threads=4", "io_threads"),
+    ("s3://kvtier-test/p?max_parallel=lots", "max_parallel"),
+])
+def test_unknown_and_unparsable_location_parameters_are_named(tmp_path, query, named):
+    uri = query.format(d=tmp_path / "strict")
+    try:
+        make_store(uri)
+    except kvtier.InvalidArgumentError as e:
+        assert named in str(e)
+    except kvtier.Error as e:
+        assert uri.startswith("s3://") and "no backend is built" in str(e), str(e)
+    else:
+        pytest.fail(f"{uri} opened")
+    assert not (tmp_path / "strict").exists()
+    with pytest.raises(kvtier.InvalidArgumentError, match="bogus"):
+        kvtier.Agent(backend="posix", params={"bogus": "1"})
+
+
+def test_stats_and_prometheus_escape_label_values(store_dir):
+    with make_store(store_dir) as store:
+        stats = store.stats()
+        for key in ("put_pages", "removes", "min_free_bytes", "direct_io", "errors_by_code"):
+            assert key in stats
+        assert stats["put_latency"]["count"] == 0
+        text = store.prometheus([("dir", 'a"b\\c\nd'), ("rank", "0")])
+        assert 'kvtier_put_pages_total{dir="a\\"b\\\\c\\nd",rank="0"} 0\n' in text
+        assert all(line.startswith(("# ", "kvtier_")) for line in text.splitlines())
+        assert 'kvtier_pages{rank="1"} 0\n' in store.prometheus('rank="1"')
+
+
 def test_batches_report_each_page(store_dir):
     with make_store(store_dir) as store:
         pool = np.zeros(1 << 20, dtype=np.uint8)

@@ -391,6 +391,16 @@ def test_options_and_environment(store_dir, monkeypatch):
     assert HiCacheKvtier(StorageConfig(), {"capacity": 1000}).capacity_bytes == 1000
 
 
+def test_a_bad_location_parameter_fails_registration_naming_it(store_dir):
+    for uri, named in ((f"file://{store_dir}?queue_dept=128", "queue_dept"),
+                       (f"file://{store_dir}?queue_depth=abc", "queue_depth"),
+                       (f"file://{store_dir}?bogus=1", "bogus")):
+        a = HiCacheKvtier(StorageConfig(), {"uri": uri})
+        with pytest.raises(ValueError, match=named):
+            a.register_mem_pool_host(HostPool())
+        a.close()
+
+
 def test_capacity_evicts_least_recently_used_pages(store_dir):
     pool = HostPool(tokens=256)
     pool.fill_random(seed=18)

@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "errors.h"
@@ -86,23 +88,16 @@ py::dict histogram_dict(const LatencyHistogram& h) {
 }
 
 py::dict stats_dict(const StoreStats& s) {
-  return py::dict(
-      "put_pages"_a = s.put_pages, "put_bytes"_a = s.put_bytes, "put_failures"_a = s.put_failures,
-      "get_hits"_a = s.get_hits, "get_bytes"_a = s.get_bytes, "get_misses"_a = s.get_misses,
-      "get_corrupt"_a = s.get_corrupt, "get_failures"_a = s.get_failures,
-      "corrupt_dropped"_a = s.corrupt_dropped, "exists_queries"_a = s.exists_queries,
-      "removes"_a = s.removes, "cleared"_a = s.cleared, "invalid_requests"_a = s.invalid_requests,
-      "temps_swept"_a = s.temps_swept, "direct_io"_a = s.direct_io,
-      "direct_pages"_a = s.direct_pages, "staged_pages"_a = s.staged_pages,
-      "direct_fallback_pages"_a = s.direct_fallback_pages, "pages"_a = s.pages, "bytes"_a = s.bytes,
-      "capacity_bytes"_a = s.capacity_bytes, "min_free_bytes"_a = s.min_free_bytes,
-      "used_bytes"_a = s.used_bytes, "evicted_pages"_a = s.evicted_pages,
-      "evicted_bytes"_a = s.evicted_bytes, "capacity_refusals"_a = s.capacity_refusals,
-      "index_stats"_a = s.index_stats, "batches_in_flight"_a = s.batches_in_flight,
-      "objects_open"_a = s.objects_open, "errors_by_code"_a = s.errors_by_code,
-      "put_latency"_a = histogram_dict(s.put_latency),
-      "get_latency"_a = histogram_dict(s.get_latency),
-      "exists_latency"_a = histogram_dict(s.exists_latency));
+  py::dict d;
+  s.for_each([&](const StatInfo& info, const auto& value) {
+    const py::str key(info.name.data(), info.name.size());
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, LatencyHistogram>) {
+      d[key] = histogram_dict(value);
+    } else {
+      d[key] = value;
+    }
+  });
+  return d;
 }
 
 py::dict namespace_dict(const NamespaceSpec& ns) {
@@ -420,11 +415,15 @@ Status values (falsy).)")
       .def("stats", [](PyStore& self) { return stats_dict(self.get()->stats()); })
       .def(
           "prometheus",
-          [](PyStore& self, const std::string& labels) {
-            return to_prometheus(self.get()->stats(), labels);
+          [](PyStore& self, const std::variant<std::string, MetricLabels>& labels) {
+            if (const auto* rendered = std::get_if<std::string>(&labels)) {
+              return to_prometheus(self.get()->stats(), std::string_view(*rendered));
+            }
+            return to_prometheus(self.get()->stats(), std::get<MetricLabels>(labels));
           },
           "labels"_a = "",
-          "The stats as Prometheus text; `labels` (name=\"value\",...) go on every sample.")
+          "The stats as Prometheus text. `labels` go on every sample: a list of (name, value) "
+          "pairs, whose values are escaped, or text already rendered (name=\"value\",...).")
       .def_property_readonly(
           "namespace", [](PyStore& self) { return namespace_dict(self.get()->namespace_spec()); })
       .def_property_readonly("namespace_id",

@@ -49,6 +49,14 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   if (config.location.bases.empty()) {
     return invalid_argument_error("store location has no base directory");
   }
+  // Refused before anything is created or written.
+  if ((config.capacity_bytes != 0 || config.min_free_bytes != 0) &&
+      config.location.storage_class != StorageClass::kFile) {
+    return unsupported_error(fmt::format(
+        "{}: capacity_bytes and min_free_bytes need a FILE store (directories); object stores "
+        "bound their size with the bucket's own lifecycle rules",
+        config.location.uri()));
+  }
   AgentConfig ac;
   ac.backend = config.backend.empty() ? config.location.backend : config.backend;
   ac.storage_class = config.location.storage_class;
@@ -65,12 +73,6 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
           .with_context(fmt::format("indexing the store at {}", config.location.uri())));
   if (std::optional<Impl::Generation> g = impl->read_generation()) impl->seen_generation = *g;
   if (config.capacity_bytes != 0 || config.min_free_bytes != 0) {
-    if (config.location.storage_class != StorageClass::kFile) {
-      return unsupported_error(fmt::format(
-          "{}: capacity_bytes and min_free_bytes need a FILE store (directories); object stores "
-          "bound their size with the bucket's own lifecycle rules",
-          config.location.uri()));
-    }
     KVTIER_ASSIGN_OR_RETURN(impl->ledger,
                             Ledger::open(impl->router.namespace_dir(0), impl->index.bytes()));
   }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "kvtier/backends/fault/fault_backend.h"
 #include "kvtier/store/store.h"
 #include "page_format.h"
 #include "store_test_util.h"
@@ -157,6 +158,50 @@ TEST_F(StoreBadInput, BadConfigurations) {
   cfg.backend.clear();
   cfg.location.bases.clear();
   EXPECT_EQ(Store::open(cfg).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A typo in a location is an error naming it, on every storage class and through decorators,
+// never a silently ignored parameter or a quiet fall back from uring to posix.
+TEST_F(StoreBadInput, UnknownAndUnparsableLocationParameters) {
+  const std::string base = dir_.file("strict");
+  struct Case {
+    std::string uri;
+    std::string named;
+  };
+  std::vector<Case> cases = {{"file://" + base + "?bogus=1", "bogus"},
+                             {"file://" + base + "?queue_dept=128", "queue_dept"},
+                             {"file://" + base + "?queue_depth=abc", "queue_depth"},
+                             {"file://" + base + "?backend=posix&io_threads=x", "io_threads"},
+                             {"file://" + base + "?backend=posix&queue_depth=8", "queue_depth"},
+                             {"file://" + base + "?use_tmpfile=maybe", "use_tmpfile"},
+                             {"mem://strict?io_threads=4", "io_threads"},
+                             {"s3://kvtier-test/p?max_parallel=lots", "max_parallel"},
+                             {"s3://kvtier-test/p?regoin=eu", "regoin"}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.uri);
+    Result<StoreLocation> parsed = parse_store_uri(k.uri);
+    if (parsed.status().code() == StatusCode::kUnsupported) continue;  // built without S3
+    KVTIER_ASSERT_OK_AND_ASSIGN(StoreLocation loc, std::move(parsed));
+    StoreConfig cfg;
+    cfg.location = loc;
+    cfg.ns = testing::test_namespace();
+    for (bool faulty : {false, true}) {
+      if (faulty) {
+        auto faults = std::make_shared<FaultInjector>();
+        cfg.decorate = [faults](std::unique_ptr<Backend> b) {
+          return make_fault_backend(std::move(b), faults);
+        };
+      }
+      Result<std::unique_ptr<Store>> s = Store::open(cfg);
+      if (loc.storage_class == StorageClass::kObject &&
+          s.status().code() == StatusCode::kUnsupported) {
+        continue;  // built without S3
+      }
+      EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status().to_string();
+      EXPECT_NE(s.status().message().find(k.named), std::string::npos) << s.status().to_string();
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(base)) << "a refused location must leave nothing behind";
 }
 
 }  // namespace

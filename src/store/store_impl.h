@@ -40,13 +40,10 @@ namespace kvtier {
 namespace detail {
 
 struct Counters {
-  std::atomic<uint64_t> put_pages{0}, put_bytes{0}, put_failures{0};
-  std::atomic<uint64_t> get_hits{0}, get_bytes{0}, get_misses{0}, get_corrupt{0}, get_failures{0};
-  std::atomic<uint64_t> corrupt_dropped{0}, exists_queries{0}, removes{0}, cleared{0},
-      invalid_requests{0}, temps_swept{0};
-  std::atomic<uint64_t> direct_pages{0}, staged_pages{0}, direct_fallback_pages{0};
-  std::atomic<uint64_t> evicted_pages{0}, evicted_bytes{0}, index_stats{0}, capacity_refusals{0};
-  std::atomic<uint64_t> batches_in_flight{0};
+#define KVTIER_STAT_COUNTER(name, help) std::atomic<uint64_t> name{0};
+  KVTIER_STORE_COUNTERS(KVTIER_STAT_COUNTER)
+#undef KVTIER_STAT_COUNTER
+  std::atomic<uint64_t> batches_in_flight{0};              // the source of the gauge
   std::array<std::atomic<uint64_t>, 16> errors_by_code{};  // indexed by StatusCode
 
   struct Histogram {
@@ -67,7 +64,9 @@ struct Counters {
       return h;
     }
   };
-  Histogram put_latency, get_latency, exists_latency;
+#define KVTIER_STAT_HISTOGRAM(name, metric, help) Histogram name;
+  KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_HISTOGRAM)
+#undef KVTIER_STAT_HISTOGRAM
 };
 
 // Times a batch call into a histogram and counts it in flight while it runs.

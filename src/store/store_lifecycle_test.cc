@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kvtier/backends/builtin.h"
+#include "kvtier/store/inspect.h"
 #include "kvtier/store/store.h"
 #include "store_test_util.h"
 
@@ -375,10 +376,19 @@ TEST_F(StoreLifecycle, CapacityNeedsAFileStore) {
   StoreConfig cfg;
   cfg.location = *parse_store_uri("mem://lifecycle-capacity");
   cfg.ns = fixed_namespace();
+  // Another store keeps the memory instance alive, so what the refused open left shows.
+  StoreConfig holder_cfg = cfg;
+  holder_cfg.ns.model += "-holder";
+  auto holder = testing::open_store(holder_cfg);
+  ASSERT_NE(holder, nullptr);
   cfg.capacity_bytes = 1 << 20;
   Result<std::unique_ptr<Store>> s = Store::open(cfg);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kUnsupported);
+  // Refused before anything was written: no namespace directory, no manifest.
+  KVTIER_ASSERT_OK_AND_ASSIGN(Inventory inv, take_inventory(cfg.location));
+  ASSERT_EQ(inv.namespaces.size(), 1u);
+  EXPECT_EQ(inv.namespaces[0].id, holder->namespace_id().hex());
 }
 
 TEST_F(StoreLifecycle, MetricsCountLatenciesErrorsAndRenderAsPrometheus) {
@@ -413,6 +423,44 @@ TEST_F(StoreLifecycle, MetricsCountLatenciesErrorsAndRenderAsPrometheus) {
   EXPECT_NE(text.find("kvtier_get_batch_seconds_count{rank=\"0\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("kvtier_put_batch_seconds_bucket{rank=\"0\",le=\"+Inf\"} 1\n"),
             std::string::npos);
+}
+
+// Label values are escaped as the text format requires: a backslash, a double quote and a
+// line feed in a path cannot end the value or the line early. Every statistic is exported.
+TEST(StoreMetrics, PrometheusEscapesLabelValuesAndNamesEveryStatistic) {
+  StoreStats st;
+  st.put_pages = 7;
+  st.removes = 2;
+  st.min_free_bytes = 5;
+  st.errors_by_code["EIO\"x"] = 1;
+  const std::string text = to_prometheus(st, MetricLabels{{"dir", "/a\"b\\c\nd"}, {"rank", "0"}});
+  EXPECT_NE(text.find("kvtier_put_pages_total{dir=\"/a\\\"b\\\\c\\nd\",rank=\"0\"} 7\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kvtier_removes_total{dir="), std::string::npos);
+  EXPECT_NE(text.find("# TYPE kvtier_min_free_bytes gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("code=\"EIO\\\"x\"} 1\n"), std::string::npos) << text;
+  // No raw line feed inside a sample: every line is a comment or name{...} value.
+  size_t lines = 0;
+  for (size_t i = 0, nl; i < text.size(); i = nl + 1) {
+    nl = text.find('\n', i);
+    ASSERT_NE(nl, std::string::npos);
+    const std::string line = text.substr(i, nl - i);
+    ++lines;
+    if (line.starts_with("#")) continue;
+    const size_t brace = line.rfind('}');
+    ASSERT_NE(brace, std::string::npos) << line;
+    EXPECT_EQ(line[brace + 1], ' ') << line;
+  }
+  size_t described = 0;
+  st.for_each([&](const StatInfo& info, const auto&) {
+    ++described;
+    if (info.kind == StatKind::kText) return;
+    EXPECT_NE(text.find("# TYPE kvtier_" + std::string(info.metric) + " "), std::string::npos)
+        << info.name;
+  });
+  EXPECT_GT(described, 30u);
+  EXPECT_GT(lines, described);
 }
 
 }  // namespace

@@ -157,11 +157,18 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
   if (reserved != 0) ledger->release(give_back).ignore_error();  // drift only: healed on restart
 }
 
+// Under the ledger lock only the figure changes and victims are chosen; the unlinks and a
+// rescan of the namespace happen with the lock released, so other writers (threads and
+// processes) never wait behind file-system work. The usage is lowered only after the unlinks
+// succeed, so it never reads below what is on storage.
 Status Store::Impl::reserve(uint64_t need) {
   bool rescanned = false;
   const uint64_t capacity = config.capacity_bytes != 0 ? config.capacity_bytes : UINT64_MAX;
-  return ledger->update([&](uint64_t& used) -> Status {
-    for (;;) {
+  for (;;) {
+    bool reserved = false;
+    bool rescan = false;
+    std::vector<PageIndex::Page> victims;
+    KVTIER_RETURN_IF_ERROR(ledger->update([&](uint64_t& used) -> Status {
       uint64_t limit = capacity;
       if (config.min_free_bytes != 0) {
         struct statvfs fs {};
@@ -171,35 +178,54 @@ Status Store::Impl::reserve(uint64_t need) {
           limit = std::min(limit, used + room);
         }
       }
-      if (used + need <= limit) break;
-      std::optional<PageIndex::Page> victim = index.pop_oldest();
-      if (!victim) {
-        if (!rescanned) {
-          // Every page this process knew of is gone: learn the ones others wrote.
-          rescanned = true;
-          KVTIER_RETURN_IF_ERROR(scan_index(/*as_recent=*/false));
-          continue;
-        }
-        return resource_exhausted_error(fmt::format(
-            "capacity: {} more bytes do not fit ({} of {} used{}), and there is nothing left "
-            "to evict",
-            need, used, limit, config.min_free_bytes ? ", keeping min_free_bytes free" : ""));
+      if (used + need <= limit) {
+        used += need;
+        reserved = true;
+        return ok_status();
       }
+      // The least recently used pages that make room; removed once the lock is released.
+      uint64_t freeing = 0;
+      while (used + need > limit + freeing) {
+        std::optional<PageIndex::Page> victim = index.pop_oldest();
+        if (!victim) break;
+        freeing += victim->bytes;
+        victims.push_back(*victim);
+      }
+      if (!victims.empty()) return ok_status();
+      if (!rescanned) {
+        // Every page this process knew of is gone: learn the ones others wrote.
+        rescan = true;
+        return ok_status();
+      }
+      return resource_exhausted_error(fmt::format(
+          "capacity: {} more bytes do not fit ({} of {} used{}), and there is nothing left "
+          "to evict",
+          need, used, limit, config.min_free_bytes ? ", keeping min_free_bytes free" : ""));
+    }));
+    if (reserved) return ok_status();
+    if (rescan) {
+      rescanned = true;
+      KVTIER_RETURN_IF_ERROR(scan_index(/*as_recent=*/false));
+      continue;
+    }
+    uint64_t freed = 0;
+    Status failed;
+    for (const PageIndex::Page& victim : victims) {
       // Readers holding the object open keep reading it: unlinking never tears a read.
-      Status st = agent.remove(router.page_path(victim->base, victim->hash));
+      Status st = agent.remove(router.page_path(victim.base, victim.hash));
       if (st.ok()) {
-        used = used > victim->bytes ? used - victim->bytes : 0;
+        freed += victim.bytes;
         bump(counters.evicted_pages);
-        bump(counters.evicted_bytes, victim->bytes);
-      } else if (st.code() != StatusCode::kNotFound) {
-        return st.with_context("evicting a page");
+        bump(counters.evicted_bytes, victim.bytes);
+      } else if (st.code() != StatusCode::kNotFound && failed.ok()) {
+        failed = st.with_context("evicting a page");
       }
       // kNotFound: another process removed it and gave its bytes back.
-      // A fresh statvfs next round sees the space the unlink freed.
     }
-    used += need;
-    return ok_status();
-  });
+    // A fresh statvfs next round sees the space the unlinks freed.
+    if (freed != 0) KVTIER_RETURN_IF_ERROR(ledger->release(freed));
+    KVTIER_RETURN_IF_ERROR(failed);
+  }
 }
 
 }  // namespace kvtier

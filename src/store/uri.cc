@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "kvtier/backends/builtin.h"
+
 namespace kvtier {
 namespace {
 
@@ -34,6 +36,26 @@ Result<std::string> percent_decode(std::string_view s) {
   }
   return out;
 }
+
+// %XX encoding of what would not parse back: '%' itself, control bytes, and `specials`
+// (the separators of the part being written).
+std::string percent_encode(std::string_view s, std::string_view specials) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '%' || u < 0x20 || u == 0x7f || specials.find(ch) != std::string_view::npos) {
+      out += fmt::format("%{:02X}", u);
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+// What each part of a URI must not hold unencoded.
+constexpr std::string_view kPathSpecials = "?,";
+constexpr std::string_view kValueSpecials = "&";
 
 Result<std::string> normalize_dir(std::string_view raw) {
   if (raw.empty()) return invalid_argument_error("empty directory path");
@@ -69,23 +91,27 @@ bool is_secret_param(std::string_view name) {
 std::string StoreLocation::uri() const {
   std::string s;
   if (storage_class == StorageClass::kMemory) {
-    s = "mem://" + (bases.empty() ? std::string() : bases.front().substr(1));
+    s = "mem://" +
+        percent_encode(bases.empty() ? std::string() : bases.front().substr(1), kPathSpecials);
   } else if (storage_class == StorageClass::kObject) {
     auto bucket = params.find("bucket");
     s = "s3://" + (bucket == params.end() ? std::string() : bucket->second);
-    if (!bases.empty() && bases.front() != "/") s += bases.front();
+    if (!bases.empty() && bases.front() != "/") s += percent_encode(bases.front(), kPathSpecials);
   } else {
     s = "file://";
-    for (size_t i = 0; i < bases.size(); ++i) s += (i ? "," : "") + bases[i];
+    for (size_t i = 0; i < bases.size(); ++i) {
+      s += (i ? "," : "") + percent_encode(bases[i], kPathSpecials);
+    }
   }
   char sep = '?';
   if (backend != "auto" && !(storage_class == StorageClass::kObject && backend == "s3")) {
-    s += fmt::format("{}backend={}", sep, backend);
+    s += fmt::format("{}backend={}", sep, percent_encode(backend, kValueSpecials));
     sep = '&';
   }
   for (const auto& [k, v] : params) {
     if (storage_class == StorageClass::kObject && k == "bucket") continue;
-    s += fmt::format("{}{}={}", sep, k, is_secret_param(k) ? "REDACTED" : v);
+    s += fmt::format("{}{}={}", sep, k,
+                     is_secret_param(k) ? "REDACTED" : percent_encode(v, kValueSpecials));
     sep = '&';
   }
   return s;
@@ -179,6 +205,12 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
     loc.bases.push_back(base.empty() ? "/" : base);
     loc.params["bucket"] = bucket;
     if (loc.backend == "auto") loc.backend = "s3";
+    if (builtin_backends().candidates(StorageClass::kObject).empty()) {
+      return unsupported_error(
+          fmt::format("'{}': no backend is built for storage class OBJ (this build has no S3 "
+                      "support)",
+                      uri));
+    }
     return loc;
   }
   return invalid_argument_error(fmt::format(

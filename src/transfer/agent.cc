@@ -369,11 +369,16 @@ Result<Agent> Agent::create(const AgentConfig& config) {
       return unsupported_error(fmt::format("no backend is built for storage class {}",
                                            storage_class_name(config.storage_class)));
     }
+    KVTIER_RETURN_IF_ERROR(check_params(config.params, candidates));
     for (const BackendRegistry::Entry* e : candidates) {
       Result<std::unique_ptr<Backend>> made = e->factory(config.params);
       if (made.ok()) {
         backend = std::move(made).value();
         break;
+      }
+      // A bad parameter is the caller's mistake, not a backend that cannot start here.
+      if (made.status().code() == StatusCode::kInvalidArgument) {
+        return made.status().with_context(fmt::format("backend '{}'", e->name));
       }
       selection.rejected.push_back(fmt::format("{}: {}", e->name, made.status().to_string()));
     }
@@ -390,6 +395,7 @@ Result<Agent> Agent::create(const AgentConfig& config) {
                                                 config.backend,
                                                 fmt::join(config.registry->names(), ", ")));
     }
+    KVTIER_RETURN_IF_ERROR(check_params(config.params, std::span(&e, 1)));
     Result<std::unique_ptr<Backend>> made = e->factory(config.params);
     if (!made.ok()) return made.status().with_context(fmt::format("backend '{}'", e->name));
     backend = std::move(made).value();

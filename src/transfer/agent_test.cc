@@ -105,6 +105,79 @@ TEST(AgentSelection, BadParametersAreReported) {
   EXPECT_NE(a.status().message().find("io_threads"), std::string::npos);
 }
 
+// Whether `s` is kInvalidArgument and its message names `what`.
+::testing::AssertionResult names_bad_parameter(const Status& s, std::string_view what) {
+  if (s.code() != StatusCode::kInvalidArgument) {
+    return ::testing::AssertionFailure() << "expected INVALID_ARGUMENT, got " << s.to_string();
+  }
+  if (s.message().find(what) == std::string_view::npos) {
+    return ::testing::AssertionFailure() << "'" << what << "' not in " << s.to_string();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Every built-in backend rejects a parameter it does not know and a value it cannot parse,
+// naming the parameter, before it starts (s3 needs no server to say so).
+TEST(AgentSelection, UnknownParametersAndUnparsableValuesAreRejectedByEveryBackend) {
+  struct Case {
+    std::string backend;
+    StorageClass storage_class;
+    std::string bad_value_param;  // a numeric or boolean parameter of that backend
+  };
+  const std::vector<Case> cases = {{"posix", StorageClass::kFile, "io_threads"},
+                                   {"uring", StorageClass::kFile, "queue_depth"},
+                                   {"dram", StorageClass::kMemory, ""},
+                                   {"s3", StorageClass::kObject, "max_parallel"}};
+  for (const Case& k : cases) {
+    if (builtin_backends().find(k.backend) == nullptr) continue;  // not built here
+    SCOPED_TRACE(k.backend);
+    AgentConfig c;
+    c.registry = &builtin_backends();
+    c.backend = k.backend;
+    c.storage_class = k.storage_class;
+    if (k.backend == "s3") c.params["bucket"] = "kvtier-test";
+    c.params["queue_dept"] = "128";
+    EXPECT_TRUE(names_bad_parameter(Agent::create(c).status(), "queue_dept"));
+    c.backend = "auto";
+    EXPECT_TRUE(names_bad_parameter(Agent::create(c).status(), "queue_dept"));
+    c.params.erase("queue_dept");
+    if (k.bad_value_param.empty()) continue;
+    c.backend = k.backend;
+    c.params[k.bad_value_param] = "abc";
+    EXPECT_TRUE(names_bad_parameter(Agent::create(c).status(), k.bad_value_param));
+    c.backend = "auto";
+    EXPECT_TRUE(names_bad_parameter(Agent::create(c).status(), k.bad_value_param));
+  }
+}
+
+// `auto` must not take a bad value as "this backend cannot start" and fall back to the next.
+TEST(AgentSelection, AutoDoesNotFallBackOnABadParameter) {
+  BackendRegistry reg;
+  KVTIER_ASSERT_OK(
+      reg.add("posix", StorageClass::kFile, 10, create_posix_backend, posix_backend_params()));
+  KVTIER_ASSERT_OK(reg.add("picky", StorageClass::kFile, 20,
+                           [](const BackendParams& p) -> Result<std::unique_ptr<Backend>> {
+                             KVTIER_ASSIGN_OR_RETURN(uint64_t depth, param_u64(p, "depth", 1));
+                             if (depth > 8)
+                               return invalid_argument_error("depth must be at most 8");
+                             return unavailable_error("picky cannot start here", false);
+                           },
+                           {{"depth", ParamType::kUnsigned}}));
+  AgentConfig c;
+  c.registry = &reg;
+  c.params["depth"] = "4";
+  KVTIER_ASSERT_OK_AND_ASSIGN(Agent a, Agent::create(c));
+  EXPECT_EQ(a.backend_name(), "posix");  // picky could not start: fall back
+  c.params["depth"] = "9";
+  EXPECT_TRUE(names_bad_parameter(Agent::create(c).status(), "depth"));
+  c.params["depth"] = "nine";
+  EXPECT_TRUE(names_bad_parameter(Agent::create(c).status(), "depth"));
+  // A parameter only the other backend knows is still checked under `auto`.
+  c.params.erase("depth");
+  c.params["io_threads"] = "x";
+  EXPECT_TRUE(names_bad_parameter(Agent::create(c).status(), "io_threads"));
+}
+
 TEST(BackendRegistry, RejectsDuplicatesAndReservedNames) {
   BackendRegistry reg;
   KVTIER_ASSERT_OK(reg.add("posix", StorageClass::kFile, 10, create_posix_backend));

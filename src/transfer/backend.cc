@@ -72,14 +72,15 @@ Result<DirectIoAlignment> Backend::probe_direct_io(std::string_view /*dir*/) {
 }
 
 Status BackendRegistry::add(std::string name, StorageClass storage_class, int priority,
-                            BackendFactory factory) {
+                            BackendFactory factory, std::vector<ParamSpec> params) {
   if (name.empty() || name == "auto") {
     return invalid_argument_error(fmt::format("backend name '{}' is reserved", name));
   }
   if (find(name) != nullptr) {
     return already_exists_error(fmt::format("backend '{}' is already registered", name));
   }
-  entries_.push_back(Entry{std::move(name), storage_class, priority, std::move(factory)});
+  entries_.push_back(
+      Entry{std::move(name), storage_class, priority, std::move(factory), std::move(params)});
   return ok_status();
 }
 
@@ -105,6 +106,44 @@ std::vector<std::string> BackendRegistry::names() const {
   std::vector<std::string> out;
   for (const Entry& e : entries_) out.push_back(e.name);
   return out;
+}
+
+Status check_params(const BackendParams& params,
+                    std::span<const BackendRegistry::Entry* const> backends) {
+  for (const auto& [name, value] : params) {
+    bool known = false;
+    for (const BackendRegistry::Entry* e : backends) {
+      for (const ParamSpec& spec : e->params) {
+        if (spec.name != name) continue;
+        known = true;
+        Status parsed;
+        if (spec.type == ParamType::kUnsigned) {
+          parsed = param_u64(params, name, 0).status();
+        } else if (spec.type == ParamType::kBool) {
+          parsed = param_bool(params, name, false).status();
+        }
+        if (!parsed.ok()) return parsed.with_context(fmt::format("backend '{}'", e->name));
+      }
+    }
+    if (!known) {
+      std::vector<std::string> names;
+      std::vector<std::string> known_params;
+      for (const BackendRegistry::Entry* e : backends) {
+        names.push_back(e->name);
+        for (const ParamSpec& spec : e->params) {
+          if (std::find(known_params.begin(), known_params.end(), spec.name) ==
+              known_params.end()) {
+            known_params.push_back(spec.name);
+          }
+        }
+      }
+      std::sort(known_params.begin(), known_params.end());
+      return invalid_argument_error(fmt::format(
+          "unknown parameter '{}' for backend {} (known: {})", name, fmt::join(names, " or "),
+          known_params.empty() ? "none" : fmt::format("{}", fmt::join(known_params, ", "))));
+    }
+  }
+  return ok_status();
 }
 
 Result<uint64_t> param_u64(const BackendParams& params, std::string_view key, uint64_t fallback) {

@@ -47,6 +47,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvtier/core/status.h"
@@ -173,50 +174,135 @@ struct LatencyHistogram {
   uint64_t sum_us = 0;
 };
 
-struct StoreStats {
-  uint64_t put_pages = 0;     // pages written and published
-  uint64_t put_bytes = 0;     // payload bytes of those
-  uint64_t put_failures = 0;  // pages that failed (storage faults and caller errors)
-  uint64_t get_hits = 0;      // pages read and verified
-  uint64_t get_bytes = 0;     // payload bytes of those
-  uint64_t get_misses = 0;    // pages not present
-  uint64_t get_corrupt = 0;   // pages that failed verification (also misses)
-  uint64_t get_failures = 0;  // storage faults and caller errors on reads
-  uint64_t corrupt_dropped = 0;
-  uint64_t exists_queries = 0;
-  uint64_t removes = 0;
-  uint64_t cleared = 0;           // pages removed by clear()
-  uint64_t invalid_requests = 0;  // caller errors (batch or page level)
-  uint64_t temps_swept = 0;       // stale temporaries removed at open
-  // Direct I/O: "off", "on (512-byte alignment)", or "off: <why it could not be used>".
-  std::string direct_io;
-  uint64_t direct_pages = 0;           // pages moved by direct I/O in place
-  uint64_t staged_pages = 0;           // pages moved by direct I/O through staging buffers
-  uint64_t direct_fallback_pages = 0;  // pages that went buffered though direct I/O was asked
-  // The index: pages (and their object bytes) this process knows to be stored.
-  uint64_t pages = 0;
-  uint64_t bytes = 0;
-  // Capacity: the limits, the shared usage (0 without a limit), and what made room.
-  uint64_t capacity_bytes = 0;
-  uint64_t min_free_bytes = 0;
-  uint64_t used_bytes = 0;
-  uint64_t evicted_pages = 0;
-  uint64_t evicted_bytes = 0;
-  uint64_t capacity_refusals = 0;  // pages refused: they did not fit even after evicting
-  uint64_t index_stats = 0;        // exists checks the index could not answer (a stat each)
-  // Latency of batch calls (put/get: whole batches, single pages included; exists: batches).
-  LatencyHistogram put_latency;
-  LatencyHistogram get_latency;
-  LatencyHistogram exists_latency;
-  uint64_t batches_in_flight = 0;  // batch calls running now (all threads)
-  uint64_t objects_open = 0;       // objects (descriptors, for files) the store holds open now
-  // Failed pages by status code name ("NOT_FOUND" excluded: misses are counted above).
-  std::map<std::string, uint64_t> errors_by_code;
+// The store's statistics, described once; StoreStats, the store's counters, stats(), the
+// Prometheus text and Python's Store.stats() are all derived from these lists.
+//
+// Counters, X(name, help): events since the store opened (Prometheus kvtier_<name>_total).
+#define KVTIER_STORE_COUNTERS(X)                                                        \
+  X(put_pages, "Pages written and published.")                                          \
+  X(put_bytes, "Payload bytes of published pages.")                                     \
+  X(put_failures, "Pages that failed to be written.")                                   \
+  X(get_hits, "Pages read and verified.")                                               \
+  X(get_bytes, "Payload bytes of pages read.")                                          \
+  X(get_misses, "Pages not present.")                                                   \
+  X(get_corrupt, "Pages that failed verification (misses).")                            \
+  X(get_failures, "Reads that failed (faults, caller errors).")                         \
+  X(corrupt_dropped, "Corrupt pages removed from storage.")                             \
+  X(exists_queries, "Keys asked about by exists calls.")                                \
+  X(removes, "Pages removed by remove calls.")                                          \
+  X(cleared, "Pages removed by clear().")                                               \
+  X(invalid_requests, "Caller errors (batch or page level).")                           \
+  X(temps_swept, "Stale temporaries removed at open.")                                  \
+  X(direct_pages, "Pages moved by direct I/O in place.")                                \
+  X(staged_pages, "Pages moved by direct I/O through staging buffers.")                 \
+  X(direct_fallback_pages, "Pages that went buffered though direct I/O was asked for.") \
+  X(evicted_pages, "Pages evicted to stay within capacity.")                            \
+  X(evicted_bytes, "Object bytes evicted.")                                             \
+  X(capacity_refusals, "Pages refused: no room even after evicting.")                   \
+  X(index_stats, "Exists checks the index could not answer (a stat each).")
+// Gauges, X(name, help): sampled when stats() is taken (Prometheus kvtier_<name>).
+#define KVTIER_STORE_GAUGES(X)                                      \
+  X(pages, "Pages in this process's index.")                        \
+  X(bytes, "Object bytes in this process's index.")                 \
+  X(used_bytes, "Bytes used against the capacity (all processes).") \
+  X(capacity_bytes, "The capacity (0: none).")                      \
+  X(min_free_bytes, "Free space kept on the filesystem (0: none).") \
+  X(batches_in_flight, "Batch calls running now.")                  \
+  X(objects_open, "Objects (descriptors) held open now.")
+// Latency histograms of batch calls, X(name, metric, help) (Prometheus
+// kvtier_<metric>_seconds; put/get: whole batches, single pages included; exists: batches).
+#define KVTIER_STORE_HISTOGRAMS(X)                                   \
+  X(put_latency, "put_batch", "Latency of put and batch_put calls.") \
+  X(get_latency, "get_batch", "Latency of get and batch_get calls.") \
+  X(exists_latency, "exists_batch", "Latency of batch_exists calls.")
+
+// What a statistic is, for those that render all of them (Prometheus, Python).
+enum class StatKind : uint8_t {
+  kCounter,    // uint64_t
+  kGauge,      // uint64_t
+  kText,       // std::string (not a Prometheus metric)
+  kHistogram,  // LatencyHistogram
+  kByCode,     // std::map<std::string, uint64_t>: a counter labelled with the status code
+};
+struct StatInfo {
+  std::string_view name;  // the StoreStats field and the Python key
+  StatKind kind;
+  std::string_view metric;  // the Prometheus name, without "kvtier_"
+  std::string_view help;
 };
 
+struct StoreStats {
+#define KVTIER_STAT_FIELD(name, help) uint64_t name = 0;
+  KVTIER_STORE_COUNTERS(KVTIER_STAT_FIELD)
+  KVTIER_STORE_GAUGES(KVTIER_STAT_FIELD)
+#undef KVTIER_STAT_FIELD
+  // Direct I/O: "off", "on (512-byte alignment)", or "off: <why it could not be used>".
+  std::string direct_io;
+#define KVTIER_STAT_FIELD(name, metric, help) LatencyHistogram name;
+  KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_FIELD)
+#undef KVTIER_STAT_FIELD
+  // Failed pages by status code name ("NOT_FOUND" excluded: misses are counted above).
+  std::map<std::string, uint64_t> errors_by_code;
+
+  // Calls f(const StatInfo&, const T& value) for every statistic above, in order.
+  template <typename F>
+  void for_each(F&& f) const {
+#define KVTIER_STAT_VISIT(name, help) \
+  f(StatInfo{#name, StatKind::kCounter, #name "_total", help}, name);
+    KVTIER_STORE_COUNTERS(KVTIER_STAT_VISIT)
+#undef KVTIER_STAT_VISIT
+#define KVTIER_STAT_VISIT(name, help) f(StatInfo{#name, StatKind::kGauge, #name, help}, name);
+    KVTIER_STORE_GAUGES(KVTIER_STAT_VISIT)
+#undef KVTIER_STAT_VISIT
+    f(StatInfo{"direct_io", StatKind::kText, "", "Direct I/O mode, or why it is off."}, direct_io);
+#define KVTIER_STAT_VISIT(name, metric, help) \
+  f(StatInfo{#name, StatKind::kHistogram, metric "_seconds", help}, name);
+    KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_VISIT)
+#undef KVTIER_STAT_VISIT
+    f(StatInfo{"errors_by_code", StatKind::kByCode, "errors_total",
+               "Failed pages by status code (misses excluded)."},
+      errors_by_code);
+  }
+};
+
+// Label names and values of Prometheus samples, in order.
+using MetricLabels = std::vector<std::pair<std::string, std::string>>;
+
 // Prometheus text exposition of `stats` (counters, gauges, histograms named kvtier_*), with
-// `labels` ("namespace=\"ab12\",rank=\"0\"", or empty) on every sample.
-std::string to_prometheus(const StoreStats& stats, std::string_view labels = {});
+// `labels` on every sample (values escaped as the text format requires).
+std::string to_prometheus(const StoreStats& stats, const MetricLabels& labels = {});
+// The same with labels already rendered ("namespace=\"ab12\",rank=\"0\"", or empty; see
+// PrometheusWriter::render_labels).
+std::string to_prometheus(const StoreStats& stats, std::string_view rendered_labels);
+
+// Writes the Prometheus text exposition format: families (# HELP, # TYPE) and their samples.
+// Label values are escaped (backslash, double quote, line feed), as is help text. Used by
+// to_prometheus() and by `kvtier stat --prometheus`.
+// REQUIRES: external synchronization.
+class PrometheusWriter {
+ public:
+  // `common_labels`: rendered labels put first on every sample (see render_labels()).
+  explicit PrometheusWriter(std::string common_labels = {});
+
+  // name="value",... with each value escaped.
+  static std::string render_labels(const MetricLabels& labels);
+
+  // Starts a family: type is "counter", "gauge" or "histogram".
+  void family(std::string_view name, std::string_view type, std::string_view help);
+  // One sample of `name` with the common labels and then `labels`.
+  void sample(std::string_view name, uint64_t value, const MetricLabels& labels = {});
+  void sample(std::string_view name, double value, const MetricLabels& labels = {});
+  // A histogram's samples (_bucket, _sum, _count) in seconds, from microsecond buckets.
+  void histogram(std::string_view name, const LatencyHistogram& h);
+
+  const std::string& text() const { return out_; }
+
+ private:
+  void start_sample(std::string_view name, const MetricLabels& labels);
+
+  std::string common_labels_;
+  std::string out_;
+};
 
 class Store {
  public:

@@ -11,7 +11,9 @@
 //                                           `prefix`
 //
 // Query parameters: `backend` picks the backend ("auto" by default); every other parameter
-// goes to the backend (io_threads, max_io_bytes, endpoint, region, ...). uri() prints
+// goes to the backend (io_threads, max_io_bytes, endpoint, region, ...), which rejects a name
+// it does not know and a value it cannot parse when the store opens (kInvalidArgument naming
+// the parameter; see BackendRegistry). uri() prints
 // parameters that hold secrets (names with "secret", "token" or "password") as REDACTED.
 #pragma once
 
@@ -31,7 +33,9 @@ struct StoreLocation {
   std::string backend = "auto";
   BackendParams params;
 
-  // The URI that parses back to this location.
+  // The URI that parses back to this location: '%', control bytes and the separators of each
+  // part ('?' and ',' in paths, '&' in values) are %-encoded. Secret parameters print as
+  // REDACTED, so only a location without secrets parses back equal.
   std::string uri() const;
 };
 

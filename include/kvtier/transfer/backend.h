@@ -276,8 +276,19 @@ using BackendParams = std::map<std::string, std::string, std::less<>>;
 
 using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const BackendParams&)>;
 
-// Named backend factories. `auto` selection tries the backends of one storage class in
-// descending priority and takes the first whose factory succeeds.
+// One parameter a backend understands, and what its value must parse as.
+enum class ParamType : uint8_t { kText, kUnsigned, kBool };
+struct ParamSpec {
+  std::string name;
+  ParamType type = ParamType::kText;
+};
+
+// Named backend factories, each with the parameters it understands. `auto` selection tries
+// the backends of one storage class in descending priority and takes the first whose factory
+// succeeds; a kInvalidArgument from a factory (a bad parameter) stops it instead of falling
+// back. Before any factory runs, every parameter must be known to the chosen backend (to one
+// of the candidates under `auto`) and its value must parse (for every candidate that knows
+// it): otherwise kInvalidArgument naming the parameter.
 // Thread-safety: add() needs external synchronization; lookups are const and concurrent.
 class BackendRegistry {
  public:
@@ -286,10 +297,12 @@ class BackendRegistry {
     StorageClass storage_class;
     int priority;  // higher is tried first by `auto`
     BackendFactory factory;
+    std::vector<ParamSpec> params;
   };
 
-  // kAlreadyExists when `name` is taken.
-  Status add(std::string name, StorageClass storage_class, int priority, BackendFactory factory);
+  // kAlreadyExists when `name` is taken. `params`: every parameter the factory reads.
+  Status add(std::string name, StorageClass storage_class, int priority, BackendFactory factory,
+             std::vector<ParamSpec> params = {});
   const Entry* find(std::string_view name) const;
   // Entries of `storage_class`, highest priority first.
   std::vector<const Entry*> candidates(StorageClass storage_class) const;
@@ -298,6 +311,11 @@ class BackendRegistry {
  private:
   std::vector<Entry> entries_;
 };
+
+// kInvalidArgument naming the first parameter none of `backends` knows, or whose value does
+// not parse as a backend that knows it expects.
+Status check_params(const BackendParams& params,
+                    std::span<const BackendRegistry::Entry* const> backends);
 
 // Parses an unsigned integer parameter; `fallback` when absent, kInvalidArgument when malformed.
 Result<uint64_t> param_u64(const BackendParams& params, std::string_view key, uint64_t fallback);

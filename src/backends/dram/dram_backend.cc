@@ -224,6 +224,10 @@ std::unique_ptr<Backend> make_dram_backend(const DramBackendOptions& options) {
   return std::make_unique<DramBackend>(storage_for(options.instance));
 }
 
+std::vector<ParamSpec> dram_backend_params() {
+  return {{"instance", ParamType::kText}};
+}
+
 Result<std::unique_ptr<Backend>> create_dram_backend(const BackendParams& params) {
   DramBackendOptions o;
   if (auto it = params.find("instance"); it != params.end()) o.instance = it->second;

@@ -88,6 +88,14 @@ std::unique_ptr<Backend> make_posix_backend(const PosixBackendOptions& options) 
   return std::make_unique<PosixBackend>(options);
 }
 
+std::vector<ParamSpec> posix_backend_params() {
+  return {{"io_threads", ParamType::kUnsigned},
+          {"max_io_bytes", ParamType::kUnsigned},
+          {"max_merge_bytes", ParamType::kUnsigned},
+          {"use_tmpfile", ParamType::kBool},
+          {"inline_bytes", ParamType::kUnsigned}};
+}
+
 Result<std::unique_ptr<Backend>> create_posix_backend(const BackendParams& params) {
   PosixBackendOptions o;
   KVTIER_ASSIGN_OR_RETURN(o.io_threads, param_u64(params, "io_threads", 0));

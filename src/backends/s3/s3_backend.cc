@@ -37,6 +37,18 @@ std::string key_of(std::string_view path) {
   return key;
 }
 
+// A request body: the document without declaration or indentation, its text escaped by pugixml.
+std::string xml_body(const pugi::xml_document& doc) {
+  struct Writer : pugi::xml_writer {
+    std::string out;
+    void write(const void* data, size_t size) override {
+      out.append(static_cast<const char*>(data), size);
+    }
+  } w;
+  doc.save(w, "", pugi::format_raw | pugi::format_no_declaration, pugi::encoding_utf8);
+  return std::move(w.out);
+}
+
 ObjectIdentity identity_of(std::string_view etag) {
   if (etag.empty()) return {};
   const Hash128 h = hash128(etag);
@@ -277,13 +289,15 @@ class S3Backend final : public Backend {
     std::vector<std::vector<size_t>> members;
     for (size_t begin = 0; begin < paths.size(); begin += kMaxDeleteKeys) {
       const size_t end = std::min(paths.size(), begin + kMaxDeleteKeys);
-      std::string xml = "<Delete><Quiet>true</Quiet>";
+      pugi::xml_document doc;
+      pugi::xml_node del = doc.append_child("Delete");
+      del.append_child("Quiet").text().set("true");
       std::vector<size_t> idx;
       for (size_t i = begin; i < end; ++i) {
-        xml += "<Object><Key>" + xml_escape(key_of(paths[i])) + "</Key></Object>";
+        del.append_child("Object").append_child("Key").text().set(key_of(paths[i]).c_str());
         idx.push_back(i);
       }
-      xml += "</Delete>";
+      std::string xml = xml_body(doc);
       auto r = std::make_shared<Request>();
       r->method = "POST";
       r->query = {{"delete", ""}};
@@ -358,32 +372,6 @@ class S3Backend final : public Backend {
 
  private:
   Clock::time_point deadline() const { return Clock::now() + options_.deadline; }
-
-  static std::string xml_escape(std::string_view s) {
-    std::string out;
-    for (char c : s) {
-      switch (c) {
-        case '&':
-          out += "&amp;";
-          break;
-        case '<':
-          out += "&lt;";
-          break;
-        case '>':
-          out += "&gt;";
-          break;
-        case '"':
-          out += "&quot;";
-          break;
-        case '\'':
-          out += "&apos;";
-          break;
-        default:
-          out += c;
-      }
-    }
-    return out;
-  }
 
   static std::string content_md5(std::string_view body);
 
@@ -615,12 +603,14 @@ void S3Backend::start_multipart(IoBatch& batch, const std::shared_ptr<BatchWork>
                                    // lifecycle rules remove
   };
   auto complete = [this, &batch, work, mp, until, abort_upload] {
-    std::string xml = "<CompleteMultipartUpload>";
+    pugi::xml_document doc;
+    pugi::xml_node done = doc.append_child("CompleteMultipartUpload");
     for (size_t i = 0; i < mp->etags.size(); ++i) {
-      xml += fmt::format("<Part><PartNumber>{}</PartNumber><ETag>\"{}\"</ETag></Part>", i + 1,
-                         mp->etags[i]);
+      pugi::xml_node part = done.append_child("Part");
+      part.append_child("PartNumber").text().set(static_cast<unsigned long long>(i + 1));
+      part.append_child("ETag").text().set(fmt::format("\"{}\"", mp->etags[i]).c_str());
     }
-    xml += "</CompleteMultipartUpload>";
+    std::string xml = xml_body(doc);
     auto r = std::make_shared<Request>();
     r->method = "POST";
     r->key = mp->job->key;
@@ -746,6 +736,23 @@ std::string env(const char* name) {
 }
 
 }  // namespace
+
+std::vector<ParamSpec> s3_backend_params() {
+  return {{"bucket", ParamType::kText},
+          {"region", ParamType::kText},
+          {"endpoint", ParamType::kText},
+          {"addressing", ParamType::kText},
+          {"ca_bundle", ParamType::kText},
+          {"access_key", ParamType::kText},
+          {"secret_key", ParamType::kText},
+          {"session_token", ParamType::kText},
+          {"max_parallel", ParamType::kUnsigned},
+          {"max_attempts", ParamType::kUnsigned},
+          {"deadline_ms", ParamType::kUnsigned},
+          {"connect_timeout_ms", ParamType::kUnsigned},
+          {"multipart_bytes", ParamType::kUnsigned},
+          {"part_bytes", ParamType::kUnsigned}};
+}
 
 Result<std::unique_ptr<Backend>> create_s3_backend(const BackendParams& params) {
   Options o;

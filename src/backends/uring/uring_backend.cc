@@ -601,6 +601,12 @@ Result<std::unique_ptr<Backend>> make_uring_backend(const UringBackendOptions& o
   return std::unique_ptr<Backend>(std::move(b));
 }
 
+std::vector<ParamSpec> uring_backend_params() {
+  return {{"rings", ParamType::kUnsigned},     {"queue_depth", ParamType::kUnsigned},
+          {"fixed_buffers", ParamType::kBool}, {"max_io_bytes", ParamType::kUnsigned},
+          {"use_tmpfile", ParamType::kBool},   {"inline_bytes", ParamType::kUnsigned}};
+}
+
 Result<std::unique_ptr<Backend>> create_uring_backend(const BackendParams& params) {
   UringBackendOptions o;
   KVTIER_ASSIGN_OR_RETURN(uint64_t rings, param_u64(params, "rings", 0));

@@ -26,5 +26,7 @@ std::unique_ptr<Backend> make_dram_backend(const DramBackendOptions& options = {
 
 // Factory for the registry. Parameter: instance.
 Result<std::unique_ptr<Backend>> create_dram_backend(const BackendParams& params);
+// The parameters create_dram_backend() reads.
+std::vector<ParamSpec> dram_backend_params();
 
 }  // namespace kvtier

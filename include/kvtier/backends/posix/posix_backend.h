@@ -43,5 +43,7 @@ std::unique_ptr<Backend> make_posix_backend(const PosixBackendOptions& options =
 // Factory for the registry. Parameters: io_threads, max_io_bytes, max_merge_bytes,
 // use_tmpfile, inline_bytes.
 Result<std::unique_ptr<Backend>> create_posix_backend(const BackendParams& params);
+// The parameters create_posix_backend() reads.
+std::vector<ParamSpec> posix_backend_params();
 
 }  // namespace kvtier

@@ -41,5 +41,7 @@ namespace kvtier {
 
 // Factory for the registry. Checks the credentials and that the bucket is reachable.
 Result<std::unique_ptr<Backend>> create_s3_backend(const BackendParams& params);
+// The parameters create_s3_backend() reads.
+std::vector<ParamSpec> s3_backend_params();
 
 }  // namespace kvtier

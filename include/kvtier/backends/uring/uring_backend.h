@@ -56,5 +56,7 @@ Result<std::unique_ptr<Backend>> make_uring_backend(const UringBackendOptions& o
 // Factory for the registry. Parameters: rings, queue_depth, fixed_buffers, max_io_bytes,
 // use_tmpfile, inline_bytes.
 Result<std::unique_ptr<Backend>> create_uring_backend(const BackendParams& params);
+// The parameters create_uring_backend() reads.
+std::vector<ParamSpec> uring_backend_params();
 
 }  // namespace kvtier
