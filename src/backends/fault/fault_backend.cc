@@ -12,33 +12,33 @@
 namespace kvtier {
 
 void FaultInjector::add(FaultRule rule) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   rules_.push_back(Armed{std::move(rule)});
 }
 
 void FaultInjector::clear() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   rules_.clear();
   delay_ = std::chrono::milliseconds(0);
 }
 
 void FaultInjector::set_batch_delay(std::chrono::milliseconds delay) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   delay_ = delay;
 }
 
 std::chrono::milliseconds FaultInjector::batch_delay() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return delay_;
 }
 
 uint64_t FaultInjector::injected() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return injected_;
 }
 
 int FaultInjector::check(FaultOp op, std::string_view path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (Armed& a : rules_) {
     if (a.rule.op != op) continue;
     if (!a.rule.path_contains.empty() &&
@@ -92,7 +92,7 @@ class FaultBackend final : public BackendWrapper {
 
   ~FaultBackend() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
@@ -149,7 +149,7 @@ class FaultBackend final : public BackendWrapper {
     if (delay.count() > 0) {
       start_delayer();
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         delayed_.push_back(Delayed{
             &batch, now_ns() + static_cast<uint64_t>(std::chrono::nanoseconds(delay).count())});
       }
@@ -164,7 +164,7 @@ class FaultBackend final : public BackendWrapper {
     // sub-batch, which reports the parent's flag. Taking the lock first orders this wake
     // after the delayer's check of the flag or before its wait: without it the wake could
     // fall between the two, and the batch would sit out its whole delay.
-    { std::lock_guard lock(mu_); }
+    { MutexLock lock(mu_); }
     cv_.notify_all();
   }
 
@@ -206,10 +206,10 @@ class FaultBackend final : public BackendWrapper {
   }
 
   void delay_loop() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     while (!stop_) {
       if (delayed_.empty()) {
-        cv_.wait(lock);
+        lock.wait(cv_);
         continue;
       }
       const uint64_t now = now_ns();
@@ -229,7 +229,7 @@ class FaultBackend final : public BackendWrapper {
       if (due.empty() && cancelled.empty()) {
         uint64_t next = UINT64_MAX;
         for (const Delayed& d : delayed_) next = std::min(next, d.due_ns);
-        cv_.wait_for(lock, std::chrono::nanoseconds(next - now));
+        lock.wait_for(cv_, std::chrono::nanoseconds(next - now));
         continue;
       }
       lock.unlock();
@@ -245,10 +245,10 @@ class FaultBackend final : public BackendWrapper {
   }
 
   std::shared_ptr<FaultInjector> injector_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<Delayed> delayed_;
-  bool stop_ = false;
+  std::deque<Delayed> delayed_ KVTIER_GUARDED_BY(mu_);
+  bool stop_ KVTIER_GUARDED_BY(mu_) = false;
   std::once_flag delayer_once_;
   std::thread delayer_;
 };

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvtier/backends/builtin.h"
+#include "kvtier/core/mutex.h"
 #include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
 #include "src/store/store_test_util.h"
@@ -95,12 +96,12 @@ class FaultProxy {
   // The process's open descriptors that are not the proxy's, counted while the proxy can
   // neither open nor close one: exact whatever its relays are doing.
   size_t client_fds() {
-    std::lock_guard lock(fds_mu_);
+    MutexLock lock(fds_mu_);
     return testing::open_fds() - held_.size();
   }
   // Descriptors the proxy holds now.
   size_t proxy_fds() {
-    std::lock_guard lock(fds_mu_);
+    MutexLock lock(fds_mu_);
     return held_.size();
   }
 
@@ -119,7 +120,7 @@ class FaultProxy {
     }
     ~ProxyFd() {
       if (fd_ < 0) return;
-      std::lock_guard lock(owner_->fds_mu_);
+      MutexLock lock(owner_->fds_mu_);
       owner_->held_.erase(fd_);
       ::close(fd_);
     }
@@ -131,7 +132,7 @@ class FaultProxy {
   };
 
   ProxyFd open_socket(int flags) {
-    std::lock_guard lock(fds_mu_);
+    MutexLock lock(fds_mu_);
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | flags, 0);
     EXPECT_GE(fd, 0) << std::strerror(errno);
     if (fd >= 0) held_.insert(fd);
@@ -139,7 +140,7 @@ class FaultProxy {
   }
 
   ProxyFd accept_one() {
-    std::lock_guard lock(fds_mu_);
+    MutexLock lock(fds_mu_);
     const int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd >= 0) held_.insert(fd);
     return ProxyFd(this, fd);
@@ -209,8 +210,8 @@ class FaultProxy {
 
   uint16_t upstream_port_ = 0;
   uint16_t port_ = 0;
-  std::mutex fds_mu_;
-  std::set<int> held_;  // guarded by fds_mu_
+  Mutex fds_mu_;
+  std::set<int> held_ KVTIER_GUARDED_BY(fds_mu_);
   ProxyFd listen_;
   std::atomic<bool> stop_{false};
   std::atomic<Mode> mode_{Mode::kRelay};

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kvtier/core/thread_annotations.h"
+#include "kvtier/core/mutex.h"
 #include "kvtier/transfer/backend.h"
 
 namespace kvtier {
@@ -66,7 +66,7 @@ class FaultInjector {
     uint64_t seen = 0;
     uint64_t failed = 0;
   };
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::vector<Armed> rules_ KVTIER_GUARDED_BY(mu_);
   std::chrono::milliseconds delay_ KVTIER_GUARDED_BY(mu_){0};
   uint64_t injected_ KVTIER_GUARDED_BY(mu_) = 0;
