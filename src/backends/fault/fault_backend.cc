@@ -276,9 +276,10 @@ class FaultBackend final : public BackendWrapper {
       std::vector<IoBatch*> cancelled;
       size_t left_gate = 0;
       for (auto it = delayed_.begin(); it != delayed_.end();) {
+        const bool cancel = it->batch->cancel_requested();
         const bool go = it->due_ns <= now && (gate_open || !it->held);
-        if (it->batch->cancel_requested() || go) {
-          (go && !it->batch->cancel_requested() ? due : cancelled).push_back(it->batch);
+        if (cancel || go) {
+          (cancel ? cancelled : due).push_back(it->batch);
           if (it->held) ++left_gate;
           it = delayed_.erase(it);
         } else {
