@@ -3,8 +3,9 @@
 #
 #   make build        Release build into build/ (CLI: build/bin/kvtier)
 #   make run          kvtier bench on the default directory (extra flags: ARGS="--pages 64")
-#   make test         format check, Release tests, the whole suite under ASan+UBSan, and the
-#                     concurrency suites under TSan (SANITIZE=0 skips the sanitizer passes),
+#   make test         format check, clang's thread-safety analysis (compile only), Release
+#                     tests, the whole suite under ASan+UBSan, and the concurrency suites
+#                     under TSan (SANITIZE=0 skips the sanitizer passes),
 #                     beside a throw-away local S3 server for the S3 tests (KVTIER_S3=0: none),
 #                     all in a network namespace with only loopback up (scripts/loopback-only)
 #   make bench        kvtier against fio and memcpy, side by side (bench/compare.py; ARGS=...)
@@ -15,6 +16,8 @@
 #                     CMake and pkg-config files, man page, completion, Python module
 #   make install      cmake --install build --prefix $(PREFIX) (default /usr/local)
 #   make format       clang-format every C++ file in place
+#   make check-thread-safety
+#                     compile everything with clang++ -Wthread-safety -Werror (build-clang/)
 
 SHELL := /bin/bash
 SANITIZE ?= 1
@@ -23,6 +26,7 @@ PYTHON ?= /usr/bin/python3
 PREFIX ?= /usr/local
 
 .PHONY: all deps s3-deps build run bench test test-release test-asan test-tsan format format-check \
+	check-thread-safety \
 	wheel deb install clean
 
 all: build
@@ -65,7 +69,7 @@ install: build
 # One throw-away S3 server (tests/s3/server.sh) serves every pass's S3 tests. The passes run
 # in a network namespace of their own with only loopback up, so a test that reaches for any
 # other address fails; packages (Ceph's too) are installed before, outside it.
-SUITES := test-release
+SUITES := check-thread-safety test-release
 ifneq ($(SANITIZE),0)
 SUITES += test-asan test-tsan
 endif
@@ -90,6 +94,11 @@ test-tsan: deps
 	@cmake --build --preset tsan
 	ctest --preset tsan
 
+# Compiles every C++ target with clang and -Wthread-safety as errors; runs nothing.
+check-thread-safety: deps
+	@cmake --preset clang-tsa >/dev/null
+	@cmake --build --preset clang-tsa
+
 format-check: deps
 	@scripts/check-format
 
@@ -97,4 +106,4 @@ format: deps
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf build build-debug build-asan build-tsan build-wheel-* dist
+	rm -rf build build-debug build-asan build-tsan build-clang build-wheel-* dist

@@ -11,7 +11,7 @@ WorkerPool::WorkerPool(size_t threads) {
 
 WorkerPool::~WorkerPool() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
     queue_.clear();
   }
@@ -23,7 +23,7 @@ void WorkerPool::schedule(const std::shared_ptr<PoolJob>& job, size_t parallelis
   if (parallelism == 0) return;
   if (parallelism > threads_.size()) parallelism = threads_.size();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (size_t i = 0; i < parallelism; ++i) queue_.push_back(job);
   }
   if (parallelism == 1) {
@@ -37,8 +37,8 @@ void WorkerPool::worker_loop() {
   for (;;) {
     std::shared_ptr<PoolJob> job;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      lock.wait(cv_, [&]() KVTIER_REQUIRES(mu_) { return stop_ || !queue_.empty(); });
       if (stop_) return;
       job = std::move(queue_.front());
       queue_.pop_front();
@@ -59,7 +59,7 @@ class ForJob final : public PoolJob {
       if (i >= n_) return;
       fn_(i);
       if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         finished_ = true;
         cv_.notify_all();
       }
@@ -67,8 +67,8 @@ class ForJob final : public PoolJob {
   }
 
   void wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return finished_; });
+    MutexLock lock(mu_);
+    lock.wait(cv_, [&]() KVTIER_REQUIRES(mu_) { return finished_; });
   }
 
  private:
@@ -76,9 +76,9 @@ class ForJob final : public PoolJob {
   const std::function<void(size_t)>& fn_;
   std::atomic<size_t> next_{0};
   std::atomic<size_t> done_{0};
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  bool finished_ = false;
+  bool finished_ KVTIER_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

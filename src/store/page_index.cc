@@ -3,7 +3,7 @@
 namespace kvtier {
 
 std::optional<uint64_t> PageIndex::put(const Page& page) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::optional<uint64_t> old;
   if (auto it = map_.find(page.hash); it != map_.end()) {
     old = it->second->bytes;
@@ -18,7 +18,7 @@ std::optional<uint64_t> PageIndex::put(const Page& page) {
 }
 
 bool PageIndex::put_cold(const Page& page) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (map_.count(page.hash) != 0) return false;
   order_.push_front(page);
   map_.emplace(page.hash, order_.begin());
@@ -27,12 +27,12 @@ bool PageIndex::put_cold(const Page& page) {
 }
 
 bool PageIndex::contains(const Hash128& hash) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return map_.count(hash) != 0;
 }
 
 bool PageIndex::touch(const Hash128& hash) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = map_.find(hash);
   if (it == map_.end()) return false;
   order_.splice(order_.end(), order_, it->second);
@@ -40,7 +40,7 @@ bool PageIndex::touch(const Hash128& hash) {
 }
 
 std::optional<PageIndex::Page> PageIndex::erase(const Hash128& hash) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = map_.find(hash);
   if (it == map_.end()) return std::nullopt;
   Page p = *it->second;
@@ -51,7 +51,7 @@ std::optional<PageIndex::Page> PageIndex::erase(const Hash128& hash) {
 }
 
 std::optional<PageIndex::Page> PageIndex::pop_oldest() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (order_.empty()) return std::nullopt;
   Page p = order_.front();
   map_.erase(p.hash);
@@ -61,19 +61,19 @@ std::optional<PageIndex::Page> PageIndex::pop_oldest() {
 }
 
 void PageIndex::clear() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   map_.clear();
   order_.clear();
   bytes_ = 0;
 }
 
 size_t PageIndex::pages() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return map_.size();
 }
 
 uint64_t PageIndex::bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return bytes_;
 }
 

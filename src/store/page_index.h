@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "kvtier/core/checksum.h"
-#include "kvtier/core/thread_annotations.h"
+#include "kvtier/core/mutex.h"
 
 namespace kvtier {
 
@@ -52,7 +52,7 @@ class PageIndex {
   struct HashOf {
     size_t operator()(const Hash128& h) const noexcept { return h.low ^ (h.high * 31); }
   };
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::list<Page> order_ KVTIER_GUARDED_BY(mu_);  // front: least recently used
   std::unordered_map<Hash128, std::list<Page>::iterator, HashOf> map_ KVTIER_GUARDED_BY(mu_);
   uint64_t bytes_ KVTIER_GUARDED_BY(mu_) = 0;

@@ -15,7 +15,7 @@ HeaderPool::Lease::~Lease() {
 Result<HeaderPool::Lease> HeaderPool::acquire(size_t n) {
   Lease lease;
   if (n == 0) return lease;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   while (free_.size() < n) KVTIER_RETURN_IF_ERROR(grow());
   lease.blocks_.assign(free_.end() - static_cast<ptrdiff_t>(n), free_.end());
   free_.resize(free_.size() - n);
@@ -37,7 +37,7 @@ Status HeaderPool::grow() {
 }
 
 void HeaderPool::release(const std::vector<std::byte*>& blocks) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   free_.insert(free_.end(), blocks.begin(), blocks.end());
 }
 
@@ -67,7 +67,7 @@ StagingPool::Lease StagingPool::acquire(uint64_t bytes) {
   constexpr uint64_t kStep = 64 << 10;
   const uint64_t want = align_up(std::max<uint64_t>(bytes, 1), kStep);
   Lease lease;
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   // A free buffer that fits without wasting more than half of itself.
   if (auto it = free_.lower_bound(want); it != free_.end() && it->first <= 2 * want) {
     lease.slot_ = std::move(it->second);
@@ -89,7 +89,7 @@ StagingPool::Lease StagingPool::acquire(uint64_t bytes) {
   Result<Registration> reg = mem.ok() ? agent_.register_memory(mem->data(), mem->size())
                                       : Result<Registration>(mem.status());
   if (!reg.ok()) {
-    std::lock_guard relock(mu_);
+    MutexLock relock(mu_);
     total_ -= want;
     return lease;
   }
@@ -101,7 +101,7 @@ StagingPool::Lease StagingPool::acquire(uint64_t bytes) {
 }
 
 void StagingPool::release(std::unique_ptr<Slot> slot) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t size = slot->memory.size();
   free_.emplace(size, std::move(slot));
 }
@@ -109,14 +109,14 @@ void StagingPool::release(std::unique_ptr<Slot> slot) {
 // ---- ObjectBudget ----
 
 ObjectBudget::Permits::Permits(ObjectBudget& b, size_t n) : budget_(b), n_(n) {
-  std::unique_lock lock(budget_.mu_);
-  budget_.cv_.wait(lock, [&] { return budget_.available_ >= n_; });
+  MutexLock lock(budget_.mu_);
+  lock.wait(budget_.cv_, [&]() KVTIER_REQUIRES(budget_.mu_) { return budget_.available_ >= n_; });
   budget_.available_ -= n_;
 }
 
 ObjectBudget::Permits::~Permits() {
   {
-    std::lock_guard lock(budget_.mu_);
+    MutexLock lock(budget_.mu_);
     budget_.available_ += n_;
   }
   budget_.cv_.notify_all();

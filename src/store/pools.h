@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kvtier/core/aligned_buffer.h"
-#include "kvtier/core/thread_annotations.h"
+#include "kvtier/core/mutex.h"
 #include "kvtier/transfer/agent.h"
 #include "page_format.h"
 
@@ -61,7 +61,7 @@ class HeaderPool {
   void release(const std::vector<std::byte*>& blocks);
 
   Agent& agent_;
-  std::mutex mu_;
+  Mutex mu_;
   std::vector<std::unique_ptr<Chunk>> chunks_ KVTIER_GUARDED_BY(mu_);
   std::vector<std::byte*> free_ KVTIER_GUARDED_BY(mu_);
 };
@@ -101,7 +101,7 @@ class StagingPool {
 
   Agent& agent_;
   const uint64_t capacity_;
-  std::mutex mu_;
+  Mutex mu_;
   std::multimap<uint64_t, std::unique_ptr<Slot>> free_ KVTIER_GUARDED_BY(mu_);
   uint64_t total_ KVTIER_GUARDED_BY(mu_) = 0;
 };
@@ -131,13 +131,13 @@ class ObjectBudget {
   static size_t default_capacity();
   // Permits held now (objects the store may hold open).
   size_t in_use() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return capacity_ - available_;
   }
 
  private:
   const size_t capacity_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
   size_t available_ KVTIER_GUARDED_BY(mu_);
 };

@@ -71,7 +71,10 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   KVTIER_RETURN_IF_ERROR(
       impl->scan_index(/*as_recent=*/true)
           .with_context(fmt::format("indexing the store at {}", config.location.uri())));
-  if (std::optional<Impl::Generation> g = impl->read_generation()) impl->seen_generation = *g;
+  if (std::optional<Impl::Generation> g = impl->read_generation()) {
+    MutexLock lock(impl->generation_mu);  // not shared yet: uncontended
+    impl->seen_generation = *g;
+  }
   if (config.capacity_bytes != 0 || config.min_free_bytes != 0) {
     KVTIER_ASSIGN_OR_RETURN(impl->ledger,
                             Ledger::open(impl->router.namespace_dir(0), impl->index.bytes()));

@@ -25,12 +25,12 @@ class Store::Impl::TicketJob final : public PoolJob {
       }
     }
     {
-      std::lock_guard lock(st.mu);
+      MutexLock lock(st.mu);
       st.done = true;
     }
     st.cv.notify_all();
     state_.reset();
-    std::lock_guard lock(impl_.async_mu);
+    MutexLock lock(impl_.async_mu);
     if (--impl_.async_pending == 0) impl_.async_idle.notify_all();
   }
 
@@ -58,7 +58,7 @@ BatchTicket Store::Impl::submit(std::span<const std::string_view> keys,
     async_pool = std::make_unique<WorkerPool>(std::max<size_t>(1, config.async_threads));
   });
   {
-    std::lock_guard lock(async_mu);
+    MutexLock lock(async_mu);
     ++async_pending;
   }
   async_pool->schedule(std::make_shared<TicketJob>(*this, std::move(st)), 1);
@@ -82,14 +82,15 @@ BatchTicket::~BatchTicket() {
 
 bool BatchTicket::done() const {
   if (!state_) return false;
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->done;
 }
 
 Status BatchTicket::wait(std::chrono::nanoseconds timeout) const {
   if (!state_) return invalid_argument_error("wait on an empty BatchTicket");
-  std::unique_lock lock(state_->mu);
-  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+  MutexLock lock(state_->mu);
+  if (!lock.wait_for(state_->cv, timeout,
+                     [&]() KVTIER_REQUIRES(state_->mu) { return state_->done; })) {
     return timeout_error(fmt::format("batch of {} pages still running", state_->keys.size()));
   }
   return ok_status();
@@ -97,8 +98,8 @@ Status BatchTicket::wait(std::chrono::nanoseconds timeout) const {
 
 void BatchTicket::wait() const {
   if (!state_) return;
-  std::unique_lock lock(state_->mu);
-  state_->cv.wait(lock, [&] { return state_->done; });
+  MutexLock lock(state_->mu);
+  lock.wait(state_->cv, [&]() KVTIER_REQUIRES(state_->mu) { return state_->done; });
 }
 
 BatchResult BatchTicket::take() {
@@ -107,7 +108,7 @@ BatchResult BatchTicket::take() {
     out.status = invalid_argument_error("take on an empty BatchTicket");
     return out;
   }
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(state_->mu);
   if (!state_->done) {
     out.status = invalid_argument_error("take before the batch is done (wait first)");
   } else if (state_->taken) {

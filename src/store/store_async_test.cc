@@ -90,11 +90,12 @@ TEST_F(StoreAsync, ManyBatchesInFlightFromSeveralThreads) {
 
 TEST_F(StoreAsync, WaitTimesOutThenCompletesAndTakeGivesTheResultOnce) {
   const auto keys = testing::keys_for("w", 2);
-  faults_->set_batch_delay(300ms);
+  faults_->hold_batches();  // the put cannot finish until released below
   BatchTicket t = store_->submit_put(testing::views(keys), in(0, 2));
   EXPECT_FALSE(t.done());
   EXPECT_EQ(t.take().status.code(), StatusCode::kInvalidArgument) << "take before done";
   EXPECT_EQ(t.wait(20ms).code(), StatusCode::kTimeout);
+  faults_->release_batches();
   KVTIER_ASSERT_OK(t.wait(30s));
   EXPECT_TRUE(t.done());
   BatchResult r = t.take();
@@ -114,19 +115,30 @@ TEST_F(StoreAsync, KeysAreCopiedSoTheCallerMayDropThem) {
   EXPECT_TRUE(*store_->exists("copied-1"));
 }
 
+// Opens the fault injector's gate once a batch is held there: from another thread, for a
+// caller that blocks until the batch is done.
+std::thread release_once_held(FaultInjector& faults) {
+  return std::thread([&faults] {
+    faults.wait_held(1);
+    faults.release_batches();
+  });
+}
+
 TEST_F(StoreAsync, DestroyingATicketWaitsForItsBatch) {
-  faults_->set_batch_delay(200ms);
+  faults_->hold_batches();
   std::atomic<bool> finished{false};
+  std::thread releaser = release_once_held(*faults_);
   {
     const auto keys = testing::keys_for("d", 4);
     BatchTicket t = store_->submit_put(testing::views(keys), in(0, 4),
                                        [&](const BatchResult&) { finished = true; });
-  }
+  }  // blocks until the batch, held until it reached the backend, is done
   EXPECT_TRUE(finished.load()) << "the ticket went while its batch could still touch memory";
+  releaser.join();
 }
 
 TEST_F(StoreAsync, DetachedBatchesReportThroughTheirCallbackAndTheStoreWaitsForThem) {
-  faults_->set_batch_delay(200ms);
+  faults_->hold_batches();
   std::atomic<int> done{0};
   for (int i = 0; i < 3; ++i) {
     const auto keys = testing::keys_for("x" + std::to_string(i) + "-", 2);
@@ -135,8 +147,10 @@ TEST_F(StoreAsync, DetachedBatchesReportThroughTheirCallbackAndTheStoreWaitsForT
                      [&](const BatchResult& r) { done += r.all_ok() ? 1 : 100; })
         .detach();
   }
-  EXPECT_LT(done.load(), 3);
+  EXPECT_EQ(done.load(), 0);  // all held
+  std::thread releaser = release_once_held(*faults_);
   store_.reset();  // closes only after the detached batches ran
+  releaser.join();
   EXPECT_EQ(done.load(), 3);
 }
 

@@ -27,6 +27,7 @@
 
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
+#include "kvtier/core/mutex.h"
 #include "kvtier/core/worker_pool.h"
 #include "kvtier/store/store.h"
 #include "ledger.h"
@@ -108,10 +109,10 @@ struct TicketState {
   std::vector<MutableBuffer> get_pieces;
   BatchCallback callback;
   BatchResult result;
-  mutable std::mutex mu;
+  mutable Mutex mu;
   mutable std::condition_variable cv;
-  bool done = false;  // guarded by mu
-  bool taken = false;
+  bool done KVTIER_GUARDED_BY(mu) = false;
+  bool taken KVTIER_GUARDED_BY(mu) = false;
 };
 
 }  // namespace detail
@@ -141,8 +142,8 @@ struct Store::Impl {
 
   ~Impl() {
     // Submitted batches use this store: let every one finish before anything goes.
-    std::unique_lock lock(async_mu);
-    async_idle.wait(lock, [&] { return async_pending == 0; });
+    MutexLock lock(async_mu);
+    lock.wait(async_idle, [&]() KVTIER_REQUIRES(async_mu) { return async_pending == 0; });
     lock.unlock();
     async_pool.reset();
   }
@@ -168,9 +169,9 @@ struct Store::Impl {
   // Submitted batches: run on a pool started on first use; the store waits for them on close.
   std::once_flag async_once;
   std::unique_ptr<WorkerPool> async_pool;
-  std::mutex async_mu;
+  Mutex async_mu;
   std::condition_variable async_idle;
-  size_t async_pending = 0;  // guarded by async_mu
+  size_t async_pending KVTIER_GUARDED_BY(async_mu) = 0;
   // The namespace's clear generation as this store last saw it: the generation object's
   // identity, modification time and size (all zero while there is none). A change means
   // another store cleared the namespace, and this store's index is dropped.
@@ -180,8 +181,8 @@ struct Store::Impl {
     uint64_t size = 0;
     friend bool operator==(const Generation&, const Generation&) = default;
   };
-  std::mutex generation_mu;
-  Generation seen_generation;  // guarded by generation_mu
+  Mutex generation_mu;
+  Generation seen_generation KVTIER_GUARDED_BY(generation_mu);
 
   // The generation object as storage has it now; nullopt when storage cannot tell now (the
   // next call asks again).

@@ -131,7 +131,7 @@ std::optional<Store::Impl::Generation> Store::Impl::read_generation() {
 void Store::Impl::observe_generation() {
   std::optional<Generation> now = read_generation();
   if (!now) return;
-  std::lock_guard lock(generation_mu);
+  MutexLock lock(generation_mu);
   if (*now == seen_generation) return;
   seen_generation = *now;
   index.clear();
@@ -143,7 +143,7 @@ Status Store::Impl::publish_generation() {
   KVTIER_RETURN_IF_ERROR(
       object_io::write_object(agent, router.generation_path(), router.temp_dir(0), token));
   if (std::optional<Generation> now = read_generation()) {
-    std::lock_guard lock(generation_mu);
+    MutexLock lock(generation_mu);
     seen_generation = *now;
   }
   return ok_status();

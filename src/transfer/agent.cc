@@ -7,10 +7,9 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <shared_mutex>
 #include <unordered_set>
 
-#include "kvtier/core/thread_annotations.h"
+#include "kvtier/core/mutex.h"
 
 namespace kvtier {
 namespace detail {
@@ -18,7 +17,7 @@ namespace detail {
 // A registered region and its lifecycle. `live` turns false when its Registration is released;
 // the backend deregistration waits until no posted transfer uses it.
 struct RegionState : MemoryRecord {
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable drained;
   bool live KVTIER_GUARDED_BY(mu) = true;
   uint64_t inflight KVTIER_GUARDED_BY(mu) = 0;
@@ -38,13 +37,13 @@ struct AgentCore {
   BackendSelection selection;
 
   // Serializes register_memory() calls, so the overlap check and the insertion are one step.
-  std::mutex register_mu;
-  mutable std::shared_mutex regions_mu;
+  Mutex register_mu;
+  mutable SharedMutex regions_mu;
   std::map<const std::byte*, std::shared_ptr<RegionState>> regions KVTIER_GUARDED_BY(regions_mu);
   std::atomic<uint64_t> next_region_id{1};
 
   std::shared_ptr<RegionState> find_region(const std::byte* p, uint64_t len) const {
-    std::shared_lock lock(regions_mu);
+    ReaderLock lock(regions_mu);
     auto it = regions.upper_bound(p);
     if (it == regions.begin()) return nullptr;
     --it;
@@ -54,7 +53,7 @@ struct AgentCore {
     return it->second;
   }
 
-  bool overlaps_locked(const std::byte* p, size_t len) const KVTIER_REQUIRES(regions_mu) {
+  bool overlaps_locked(const std::byte* p, size_t len) const KVTIER_REQUIRES_SHARED(regions_mu) {
     auto it = regions.lower_bound(p);
     if (it != regions.end() && it->first < p + len) return true;
     if (it != regions.begin()) {
@@ -66,13 +65,13 @@ struct AgentCore {
 
   void deregister(RegionState& region) noexcept {
     {
-      std::unique_lock lock(regions_mu);
+      WriterLock lock(regions_mu);
       regions.erase(region.base);
     }
     {
-      std::unique_lock lock(region.mu);
+      MutexLock lock(region.mu);
       region.live = false;
-      region.drained.wait(lock, [&] { return region.inflight == 0; });
+      lock.wait(region.drained, [&]() KVTIER_REQUIRES(region.mu) { return region.inflight == 0; });
     }
     backend->deregister_memory(region);
   }
@@ -90,7 +89,7 @@ struct TransferImpl final : IoBatch {
   std::atomic<bool> cancel_flag{false};
   TransferCallbacks callbacks;  // set before each post, read by completing threads
 
-  mutable std::mutex mu;
+  mutable Mutex mu;
   std::condition_variable cv;
   TransferState state KVTIER_GUARDED_BY(mu) = TransferState::kPrepared;
 
@@ -110,7 +109,7 @@ struct TransferImpl final : IoBatch {
     Status st;
     for (; acquired < regions.size(); ++acquired) {
       RegionState& r = *regions[acquired];
-      std::lock_guard lock(r.mu);
+      MutexLock lock(r.mu);
       if (!r.live) {
         st = invalid_argument_error(fmt::format("memory region {} [{}, +{}) was deregistered", r.id,
                                                 fmt::ptr(r.base), r.length));
@@ -140,7 +139,7 @@ struct TransferImpl final : IoBatch {
   void release_regions(size_t count) {
     for (size_t i = 0; i < count; ++i) {
       RegionState& r = *regions[i];
-      std::lock_guard lock(r.mu);
+      MutexLock lock(r.mu);
       if (--r.inflight == 0) r.drained.notify_all();
     }
   }
@@ -153,14 +152,14 @@ struct TransferImpl final : IoBatch {
     }
     // Notify under the lock: once it is released a waiter may destroy this object, and this
     // thread touches nothing after the unlock.
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     state = TransferState::kDone;
     cv.notify_all();
   }
 
   void wait_done() {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return state != TransferState::kInFlight; });
+    MutexLock lock(mu);
+    lock.wait(cv, [&]() KVTIER_REQUIRES(mu) { return state != TransferState::kInFlight; });
   }
 };
 
@@ -280,7 +279,7 @@ Transfer::~Transfer() {
 Status Transfer::post(TransferCallbacks callbacks) {
   if (!impl_) return invalid_argument_error("post on an empty Transfer");
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (impl_->state == TransferState::kInFlight) {
       return invalid_argument_error("transfer is already in flight");
     }
@@ -300,18 +299,19 @@ Status Transfer::post(TransferCallbacks callbacks) {
 
 TransferState Transfer::state() const {
   if (!impl_) return TransferState::kPrepared;
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->state;
 }
 
 Status Transfer::wait(std::chrono::nanoseconds timeout) {
   if (!impl_) return invalid_argument_error("wait on an empty Transfer");
-  std::unique_lock lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (impl_->state == TransferState::kPrepared) {
     return invalid_argument_error("wait on a transfer that was never posted");
   }
-  if (!impl_->cv.wait_for(lock, timeout,
-                          [&] { return impl_->state != TransferState::kInFlight; })) {
+  if (!lock.wait_for(impl_->cv, timeout, [&]() KVTIER_REQUIRES(impl_->mu) {
+        return impl_->state != TransferState::kInFlight;
+      })) {
     return timeout_error(
         fmt::format("transfer of {} descriptors still in flight after {} ms", impl_->descs_.size(),
                     std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
@@ -326,7 +326,7 @@ void Transfer::wait() {
 void Transfer::cancel() noexcept {
   if (!impl_) return;
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (impl_->state != TransferState::kInFlight) return;
     impl_->cancel_flag.store(true);
   }
@@ -428,7 +428,7 @@ Result<Registration> Agent::register_memory(void* addr, size_t length) {
 
 Result<Registration> Agent::register_memory(std::span<const MemoryRegion> regions) {
   if (regions.empty()) return invalid_argument_error("register_memory: no regions");
-  std::lock_guard reg_lock(core_->register_mu);
+  MutexLock reg_lock(core_->register_mu);
   Registration out;
   out.core_ = core_;
   for (size_t i = 0; i < regions.size(); ++i) {
@@ -443,7 +443,7 @@ Result<Registration> Agent::register_memory(std::span<const MemoryRegion> region
           fmt::format("register_memory: region {} wraps the address space", i));
     }
     {
-      std::shared_lock lock(core_->regions_mu);
+      ReaderLock lock(core_->regions_mu);
       if (core_->overlaps_locked(base, len)) {
         return invalid_argument_error(
             fmt::format("register_memory: region {} [{}, +{}) overlaps a registered region", i,
@@ -456,7 +456,7 @@ Result<Registration> Agent::register_memory(std::span<const MemoryRegion> region
     rec->id = core_->next_region_id.fetch_add(1);
     KVTIER_RETURN_IF_ERROR(core_->backend->register_memory(*rec));
     {
-      std::unique_lock lock(core_->regions_mu);
+      WriterLock lock(core_->regions_mu);
       core_->regions.emplace(base, rec);
     }
     // From here `out` owns it: an early return above releases what was registered so far.
@@ -477,7 +477,7 @@ Status Agent::check_registered(const void* addr, size_t length) const {
 }
 
 size_t Agent::registered_region_count() const {
-  std::shared_lock lock(core_->regions_mu);
+  ReaderLock lock(core_->regions_mu);
   return core_->regions.size();
 }
 

@@ -3,6 +3,7 @@
 #include "kvtier/transfer/agent.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <cerrno>
@@ -469,13 +470,21 @@ class AgentInFlight : public ::testing::Test {
     target_ = std::move(t).value();
   }
 
-  Transfer delayed_read(std::chrono::milliseconds delay) {
-    faults_->set_batch_delay(delay);
+  // A read posted while the fault injector holds batches: in flight until
+  // faults_->release_batches() (or a cancel).
+  Transfer held_read(TransferCallbacks callbacks = {}) {
+    faults_->hold_batches();
+    Transfer x = read(std::move(callbacks));
+    faults_->wait_held(1);
+    return x;
+  }
+
+  Transfer read(TransferCallbacks callbacks = {}) {
     MemDesc m{buf_.data(), 4096};
     StorageDesc s{&target_, 0, 4096};
     Result<Transfer> x = agent_->make_request(TransferOp::kRead, {&m, 1}, {&s, 1});
     EXPECT_TRUE(x.ok());
-    EXPECT_TRUE(x->post().ok());
+    EXPECT_TRUE(x->post(std::move(callbacks)).ok());
     return std::move(x).value();
   }
 
@@ -487,27 +496,46 @@ class AgentInFlight : public ::testing::Test {
   Target target_;
 };
 
+// What the calling thread alone has used (other threads' work does not count).
+struct ThreadUsage {
+  double cpu_s = 0;
+  long voluntary_switches = 0;  // times it blocked
+};
+ThreadUsage thread_usage() {
+  rusage u{};
+  EXPECT_EQ(getrusage(RUSAGE_THREAD, &u), 0);
+  return {static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+              static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6,
+          u.ru_nvcsw};
+}
+
 TEST_F(AgentInFlight, WaitTimesOutWithoutBusyPollingThenCompletes) {
-  Transfer x = delayed_read(300ms);
+  Transfer x = held_read();
   EXPECT_EQ(x.state(), TransferState::kInFlight);
-  const std::clock_t cpu0 = std::clock();
+  const ThreadUsage before = thread_usage();
   Status st = x.wait(50ms);
-  const double cpu_s = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  const ThreadUsage after = thread_usage();
   EXPECT_EQ(st.code(), StatusCode::kTimeout);
-  EXPECT_LT(cpu_s, 0.03) << "waiting burned CPU";
+  // Blocked once, the waiting thread uses microseconds of its 50 ms. Spinning uses several ms
+  // of them even on a loaded machine; sleeping in a polling loop blocks once per round.
+  EXPECT_LT(after.cpu_s - before.cpu_s, 0.005) << "waiting burned CPU";
+  EXPECT_LE(after.voluntary_switches - before.voluntary_switches, 10) << "waiting polled";
+  faults_->release_batches();
   KVTIER_ASSERT_OK(x.wait(10s));
   KVTIER_EXPECT_OK(x.first_error());
 }
 
 TEST_F(AgentInFlight, PostWhileInFlightIsRejected) {
-  Transfer x = delayed_read(200ms);
+  Transfer x = held_read();
   EXPECT_EQ(x.post().code(), StatusCode::kInvalidArgument);
+  faults_->release_batches();
   x.wait();
+  KVTIER_EXPECT_OK(x.first_error());
 }
 
 TEST_F(AgentInFlight, CancelCompletesPendingDescriptorsAsCancelled) {
   const size_t before = open_fds();
-  Transfer x = delayed_read(10s);
+  Transfer x = held_read();  // never released: only the cancel can end it
   x.cancel();
   KVTIER_ASSERT_OK(x.wait(5s));
   ASSERT_EQ(x.results().size(), 1u);
@@ -519,42 +547,54 @@ TEST_F(AgentInFlight, CancelCompletesPendingDescriptorsAsCancelled) {
 TEST_F(AgentInFlight, DestroyingAnInFlightRequestCancelsAndDrains) {
   const auto t0 = std::chrono::steady_clock::now();
   {
-    Transfer x = delayed_read(10s);
+    Transfer x = held_read();  // never released: only the cancel can end it
     EXPECT_EQ(x.state(), TransferState::kInFlight);
-  }  // must neither hang for 10 s nor leave the backend writing into freed state
+  }  // must neither hang nor leave the backend writing into freed state
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(faults_->held(), 0u);
   // The agent still works afterwards.
-  faults_->set_batch_delay(0ms);
-  Transfer y = delayed_read(0ms);
+  faults_->release_batches();
+  Transfer y = read();
   y.wait();
   KVTIER_EXPECT_OK(y.first_error());
 }
 
 TEST_F(AgentInFlight, DeregistrationWaitsForTransfersUsingTheMemory) {
-  Transfer x = delayed_read(300ms);
+  std::atomic<bool> io_done{false};
+  TransferCallbacks callbacks;
+  callbacks.on_done = [&] { io_done = true; };  // after every descriptor's I/O
+  Transfer x = held_read(std::move(callbacks));
   std::atomic<bool> released{false};
+  std::atomic<bool> io_done_at_release{false};
   std::thread t([&] {
     reg_.reset();
+    io_done_at_release = io_done.load();
     released = true;
   });
-  std::this_thread::sleep_for(100ms);
+  // The deregistration has begun once the region is out of the lookup map; the transfer is
+  // held, so it cannot finish before the gate opens below.
+  while (agent_->check_registered(buf_.data(), 4096).ok()) std::this_thread::yield();
   EXPECT_FALSE(released.load()) << "deregistered while a transfer was using the memory";
+  faults_->release_batches();
   x.wait();
   t.join();
   EXPECT_TRUE(released.load());
+  EXPECT_TRUE(io_done_at_release.load())
+      << "deregistration returned while a transfer was using the memory";
   KVTIER_EXPECT_OK(x.first_error());
 }
 
 TEST_F(AgentInFlight, PublishWhileAWriteIsInFlightIsRejected) {
   KVTIER_ASSERT_OK_AND_ASSIGN(
       Target t, agent_->open_target({dir_.file("new"), TargetMode::kCreate, 4096, {}}));
-  faults_->set_batch_delay(300ms);
+  faults_->hold_batches();
   MemDesc m{buf_.data(), 4096};
   StorageDesc s{&t, 0, 4096};
   KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x,
                               agent_->make_request(TransferOp::kWrite, {&m, 1}, {&s, 1}));
   KVTIER_ASSERT_OK(x.post());
   EXPECT_EQ(t.publish().code(), StatusCode::kInvalidArgument);
+  faults_->release_batches();
   x.wait();
   KVTIER_EXPECT_OK(x.first_error());
   KVTIER_EXPECT_OK(t.publish());
@@ -563,7 +603,6 @@ TEST_F(AgentInFlight, PublishWhileAWriteIsInFlightIsRejected) {
 }
 
 TEST_F(AgentInFlight, ConcurrentRequestsFromManyThreads) {
-  faults_->set_batch_delay(0ms);
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
   for (int t = 0; t < 8; ++t) {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "kvtier/core/thread_annotations.h"
+#include "kvtier/core/mutex.h"
 
 namespace kvtier {
 
@@ -44,7 +44,7 @@ class WorkerPool {
  private:
   void worker_loop();
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<PoolJob>> queue_ KVTIER_GUARDED_BY(mu_);
   bool stop_ KVTIER_GUARDED_BY(mu_) = false;

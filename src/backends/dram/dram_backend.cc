@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kvtier/core/clock.h"
-#include "kvtier/core/thread_annotations.h"
+#include "kvtier/core/mutex.h"
 
 namespace kvtier {
 namespace {
@@ -32,16 +32,16 @@ std::string normalize_dir(std::string_view dir) {
 
 // The object map, shared by the backends of one instance name.
 struct DramStorage {
-  mutable std::shared_mutex mu;
+  mutable SharedMutex mu;
   std::map<std::string, std::shared_ptr<const DramObject>, std::less<>> objects
       KVTIER_GUARDED_BY(mu);
 };
 
 std::shared_ptr<DramStorage> storage_for(const std::string& instance) {
   if (instance.empty()) return std::make_shared<DramStorage>();
-  static std::mutex mu;
+  static Mutex mu;
   static std::unordered_map<std::string, std::weak_ptr<DramStorage>> instances;
-  std::lock_guard lock(mu);
+  MutexLock lock(mu);
   std::weak_ptr<DramStorage>& slot = instances[instance];
   std::shared_ptr<DramStorage> s = slot.lock();
   if (!s) {
@@ -64,13 +64,13 @@ class DramTarget final : public BackendTarget {
     building_->data.reserve(size_hint);
   }
 
-  std::mutex& write_mu() { return write_mu_; }
+  Mutex& write_mu() { return write_mu_; }
   // REQUIRES: write_mu() held for kCreate targets.
   const DramObject& contents() const { return building_ ? *building_ : *snapshot_; }
   DramObject* building() { return building_.get(); }
   // Hands the written object over for publishing; null when already published.
   std::shared_ptr<const DramObject> take_building() {
-    std::lock_guard lock(write_mu_);
+    MutexLock lock(write_mu_);
     if (!building_) return nullptr;
     building_->mtime_ns = wall_ns();
     snapshot_ = std::move(building_);
@@ -79,7 +79,7 @@ class DramTarget final : public BackendTarget {
 
  private:
   std::shared_ptr<const DramObject> snapshot_;
-  std::mutex write_mu_;
+  Mutex write_mu_;
   std::shared_ptr<DramObject> building_;
 };
 
@@ -99,7 +99,7 @@ class DramBackend final : public Backend {
       }
       return std::unique_ptr<BackendTarget>(new DramTarget(spec.path, spec.size_hint));
     }
-    std::shared_lock lock(storage_->mu);
+    ReaderLock lock(storage_->mu);
     auto it = storage_->objects.find(spec.path);
     if (it == storage_->objects.end()) {
       return not_found_error(fmt::format("no object '{}'", spec.path));
@@ -111,7 +111,7 @@ class DramBackend final : public Backend {
     auto& t = static_cast<DramTarget&>(base);
     std::shared_ptr<const DramObject> obj = t.take_building();
     if (!obj) return invalid_argument_error(fmt::format("'{}' is already published", t.path()));
-    std::unique_lock lock(storage_->mu);
+    WriterLock lock(storage_->mu);
     storage_->objects[t.path()] = std::move(obj);
     return ok_status();
   }
@@ -119,7 +119,7 @@ class DramBackend final : public Backend {
   Status make_dirs(std::string_view /*path*/) override { return ok_status(); }
 
   Result<ObjectInfo> stat(std::string_view path) override {
-    std::shared_lock lock(storage_->mu);
+    ReaderLock lock(storage_->mu);
     auto it = storage_->objects.find(path);
     if (it != storage_->objects.end()) {
       return ObjectInfo{std::string(path), false, it->second->data.size(), it->second->mtime_ns,
@@ -134,7 +134,7 @@ class DramBackend final : public Backend {
   }
 
   Status remove(std::string_view path, const ObjectIdentity* if_identity) override {
-    std::unique_lock lock(storage_->mu);
+    WriterLock lock(storage_->mu);
     auto it = storage_->objects.find(path);
     if (it == storage_->objects.end()) {
       return not_found_error(fmt::format("no object '{}'", path));
@@ -151,7 +151,7 @@ class DramBackend final : public Backend {
     // Collect under the lock, call back without it (fn may call into the backend).
     std::vector<ObjectInfo> entries;
     {
-      std::shared_lock lock(storage_->mu);
+      ReaderLock lock(storage_->mu);
       const std::string prefix = normalize_dir(dir) + "/";
       std::string last_dir;
       for (auto it = storage_->objects.lower_bound(prefix);
@@ -192,7 +192,7 @@ class DramBackend final : public Backend {
  private:
   static Status read(const IoDesc& d) {
     auto* t = static_cast<DramTarget*>(d.target);
-    std::unique_lock<std::mutex> lock;
+    std::unique_lock<Mutex> lock;
     if (t->mode() == TargetMode::kCreate) lock = std::unique_lock(t->write_mu());
     const auto& data = t->contents().data;
     if (d.offset > data.size() || d.length > data.size() - d.offset) {
@@ -205,7 +205,7 @@ class DramBackend final : public Backend {
 
   static Status write(const IoDesc& d) {
     auto* t = static_cast<DramTarget*>(d.target);
-    std::lock_guard lock(t->write_mu());
+    MutexLock lock(t->write_mu());
     if (t->building() == nullptr) {
       return invalid_argument_error(fmt::format("'{}' is already published", t->path()));
     }

@@ -12,33 +12,81 @@
 namespace kvtier {
 
 void FaultInjector::add(FaultRule rule) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   rules_.push_back(Armed{std::move(rule)});
 }
 
 void FaultInjector::clear() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   rules_.clear();
   delay_ = std::chrono::milliseconds(0);
 }
 
 void FaultInjector::set_batch_delay(std::chrono::milliseconds delay) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   delay_ = delay;
 }
 
 std::chrono::milliseconds FaultInjector::batch_delay() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return delay_;
 }
 
 uint64_t FaultInjector::injected() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return injected_;
 }
 
+void FaultInjector::hold_batches() {
+  holding_.store(true);
+}
+
+void FaultInjector::release_batches() {
+  MutexLock lock(mu_);
+  holding_.store(false);
+  // Under mu_, so that a backend cannot go (forget()) meanwhile. The wakers take only their
+  // backend's own lock, and a backend never calls in here while holding it.
+  for (auto& [key, wake] : wakers_) wake();
+}
+
+void FaultInjector::wait_held(size_t n) {
+  MutexLock lock(mu_);
+  lock.wait(held_cv_, [&]() KVTIER_REQUIRES(mu_) { return held_ >= n; });
+}
+
+size_t FaultInjector::held() const {
+  MutexLock lock(mu_);
+  return held_;
+}
+
+bool FaultInjector::holding() const {
+  return holding_.load();
+}
+
+void FaultInjector::on_release(const void* key, std::function<void()> wake) {
+  MutexLock lock(mu_);
+  wakers_.emplace_back(key, std::move(wake));
+}
+
+void FaultInjector::forget(const void* key) {
+  MutexLock lock(mu_);
+  std::erase_if(wakers_, [&](const auto& w) { return w.first == key; });
+}
+
+void FaultInjector::note_held(bool entering) {
+  {
+    MutexLock lock(mu_);
+    if (entering) {
+      ++held_;
+    } else {
+      --held_;
+    }
+  }
+  held_cv_.notify_all();
+}
+
 int FaultInjector::check(FaultOp op, std::string_view path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (Armed& a : rules_) {
     if (a.rule.op != op) continue;
     if (!a.rule.path_contains.empty() &&
@@ -88,11 +136,17 @@ class SubBatch final : public IoBatch {
 class FaultBackend final : public BackendWrapper {
  public:
   FaultBackend(std::unique_ptr<Backend> inner, std::shared_ptr<FaultInjector> injector)
-      : BackendWrapper(std::move(inner)), injector_(std::move(injector)) {}
+      : BackendWrapper(std::move(inner)), injector_(std::move(injector)) {
+    injector_->on_release(this, [this] {
+      { MutexLock lock(mu_); }  // orders the wake after the delayer's check, or before its wait
+      cv_.notify_all();
+    });
+  }
 
   ~FaultBackend() override {
+    injector_->forget(this);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
@@ -146,12 +200,15 @@ class FaultBackend final : public BackendWrapper {
 
   void submit(IoBatch& batch) override {
     const auto delay = injector_->batch_delay();
-    if (delay.count() > 0) {
+    const bool held = injector_->holding();
+    if (delay.count() > 0 || held) {
       start_delayer();
+      if (held) injector_->note_held(true);
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         delayed_.push_back(Delayed{
-            &batch, now_ns() + static_cast<uint64_t>(std::chrono::nanoseconds(delay).count())});
+            &batch, now_ns() + static_cast<uint64_t>(std::chrono::nanoseconds(delay).count()),
+            held});
       }
       cv_.notify_all();
       return;
@@ -164,7 +221,7 @@ class FaultBackend final : public BackendWrapper {
     // sub-batch, which reports the parent's flag. Taking the lock first orders this wake
     // after the delayer's check of the flag or before its wait: without it the wake could
     // fall between the two, and the batch would sit out its whole delay.
-    { std::lock_guard lock(mu_); }
+    { MutexLock lock(mu_); }
     cv_.notify_all();
   }
 
@@ -172,6 +229,7 @@ class FaultBackend final : public BackendWrapper {
   struct Delayed {
     IoBatch* batch;
     uint64_t due_ns;
+    bool held;  // at the gate: goes on once the injector releases batches
   };
 
   // Fails the descriptors the rules pick, hands the rest to the inner backend.
@@ -206,21 +264,23 @@ class FaultBackend final : public BackendWrapper {
   }
 
   void delay_loop() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     while (!stop_) {
       if (delayed_.empty()) {
-        cv_.wait(lock);
+        lock.wait(cv_);
         continue;
       }
       const uint64_t now = now_ns();
+      const bool gate_open = !injector_->holding();
       std::vector<IoBatch*> due;
       std::vector<IoBatch*> cancelled;
+      size_t left_gate = 0;
       for (auto it = delayed_.begin(); it != delayed_.end();) {
-        if (it->batch->cancel_requested()) {
-          cancelled.push_back(it->batch);
-          it = delayed_.erase(it);
-        } else if (it->due_ns <= now) {
-          due.push_back(it->batch);
+        const bool cancel = it->batch->cancel_requested();
+        const bool go = it->due_ns <= now && (gate_open || !it->held);
+        if (cancel || go) {
+          (cancel ? cancelled : due).push_back(it->batch);
+          if (it->held) ++left_gate;
           it = delayed_.erase(it);
         } else {
           ++it;
@@ -228,11 +288,18 @@ class FaultBackend final : public BackendWrapper {
       }
       if (due.empty() && cancelled.empty()) {
         uint64_t next = UINT64_MAX;
-        for (const Delayed& d : delayed_) next = std::min(next, d.due_ns);
-        cv_.wait_for(lock, std::chrono::nanoseconds(next - now));
+        for (const Delayed& d : delayed_) {
+          if (gate_open || !d.held) next = std::min(next, d.due_ns);
+        }
+        if (next == UINT64_MAX) {
+          lock.wait(cv_);  // only held batches: release_batches() or a cancel wakes this
+        } else {
+          lock.wait_for(cv_, std::chrono::nanoseconds(next - now));
+        }
         continue;
       }
       lock.unlock();
+      for (size_t i = 0; i < left_gate; ++i) injector_->note_held(false);
       for (IoBatch* b : cancelled) {
         const size_t n = b->descs().size();
         for (size_t i = 0; i < n; ++i) {
@@ -245,10 +312,10 @@ class FaultBackend final : public BackendWrapper {
   }
 
   std::shared_ptr<FaultInjector> injector_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<Delayed> delayed_;
-  bool stop_ = false;
+  std::deque<Delayed> delayed_ KVTIER_GUARDED_BY(mu_);
+  bool stop_ KVTIER_GUARDED_BY(mu_) = false;
   std::once_flag delayer_once_;
   std::thread delayer_;
 };

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "kvtier/core/checksum.h"
+#include "kvtier/core/mutex.h"
 #include "s3_client.h"
 
 namespace kvtier {
@@ -75,7 +76,7 @@ class S3Target final : public BackendTarget {
   const std::string& etag() const { return etag_; }
 
   // kCreate: the upload's outcome.
-  std::mutex mu;
+  Mutex mu;
   bool uploading = false;
   bool uploaded = false;
   bool published = false;
@@ -87,13 +88,13 @@ class S3Target final : public BackendTarget {
 
 // The requests of one submitted batch, for cancel() and for knowing the last one.
 struct BatchWork {
-  std::mutex mu;
-  std::vector<std::shared_ptr<Request>> requests;  // guarded by mu
+  Mutex mu;
+  std::vector<std::shared_ptr<Request>> requests KVTIER_GUARDED_BY(mu);
   std::atomic<size_t> jobs_left{0};
   std::atomic<bool> cancelled{false};
 
   void add(const std::shared_ptr<Request>& r) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     requests.push_back(r);
     if (cancelled.load()) r->cancel.store(true);
   }
@@ -195,7 +196,7 @@ class S3Backend final : public Backend {
     if (t.mode() != TargetMode::kCreate) {
       return invalid_argument_error(fmt::format("'{}' was opened for reading", t.path()));
     }
-    std::lock_guard lock(t.mu);
+    MutexLock lock(t.mu);
     if (t.published)
       return invalid_argument_error(fmt::format("'{}' is already published", t.path()));
     if (!t.uploaded) {
@@ -357,14 +358,14 @@ class S3Backend final : public Backend {
   void cancel(IoBatch& batch) noexcept override {
     std::shared_ptr<BatchWork> work;
     {
-      std::lock_guard lock(batches_mu_);
+      MutexLock lock(batches_mu_);
       auto it = batches_.find(&batch);
       if (it == batches_.end()) return;
       work = it->second;
     }
     work->cancelled.store(true);
     {
-      std::lock_guard lock(work->mu);
+      MutexLock lock(work->mu);
       for (const auto& r : work->requests) r->cancel.store(true);
     }
     client_->wake();
@@ -437,7 +438,7 @@ class S3Backend final : public Backend {
 
   Options options_;
   std::unique_ptr<Client> client_;
-  std::mutex batches_mu_;
+  Mutex batches_mu_;
   std::unordered_map<IoBatch*, std::shared_ptr<BatchWork>> batches_;
 };
 
@@ -495,7 +496,7 @@ void S3Backend::submit(IoBatch& batch) {
       job->bytes = expect;
       job->descs = std::move(idx);
       if (job->immediate.ok()) {
-        std::lock_guard lock(t->mu);
+        MutexLock lock(t->mu);
         if (t->uploading || t->uploaded) {
           job->immediate = invalid_argument_error(
               fmt::format("'{}' is already written: objects are uploaded once", t->path()));
@@ -534,7 +535,7 @@ void S3Backend::submit(IoBatch& batch) {
   auto work = std::make_shared<BatchWork>();
   work->jobs_left.store(jobs.size());
   {
-    std::lock_guard lock(batches_mu_);
+    MutexLock lock(batches_mu_);
     batches_[&batch] = work;
   }
   std::vector<std::shared_ptr<Job>> failed_now;
@@ -583,9 +584,9 @@ void S3Backend::start_put(IoBatch& batch, const std::shared_ptr<BatchWork>& work
 struct S3Backend::Multipart {
   std::shared_ptr<Job> job;
   std::string upload_id;
-  std::mutex mu;
-  std::vector<std::string> etags;  // guarded by mu
-  Status error;                    // guarded by mu: the first part failure
+  Mutex mu;
+  std::vector<std::string> etags KVTIER_GUARDED_BY(mu);
+  Status error KVTIER_GUARDED_BY(mu);  // the first part failure
   std::atomic<size_t> parts_left{0};
 };
 
@@ -603,12 +604,17 @@ void S3Backend::start_multipart(IoBatch& batch, const std::shared_ptr<BatchWork>
                                    // lifecycle rules remove
   };
   auto complete = [this, &batch, work, mp, until, abort_upload] {
+    // Every part is done (parts_left reached zero), so the lock is uncontended; it is taken
+    // so that each access to etags is checked the same way.
     pugi::xml_document doc;
     pugi::xml_node done = doc.append_child("CompleteMultipartUpload");
-    for (size_t i = 0; i < mp->etags.size(); ++i) {
-      pugi::xml_node part = done.append_child("Part");
-      part.append_child("PartNumber").text().set(static_cast<unsigned long long>(i + 1));
-      part.append_child("ETag").text().set(fmt::format("\"{}\"", mp->etags[i]).c_str());
+    {
+      MutexLock lock(mp->mu);
+      for (size_t i = 0; i < mp->etags.size(); ++i) {
+        pugi::xml_node part = done.append_child("Part");
+        part.append_child("PartNumber").text().set(static_cast<unsigned long long>(i + 1));
+        part.append_child("ETag").text().set(fmt::format("\"{}\"", mp->etags[i]).c_str());
+      }
     }
     std::string xml = xml_body(doc);
     auto r = std::make_shared<Request>();
@@ -650,7 +656,10 @@ void S3Backend::start_multipart(IoBatch& batch, const std::shared_ptr<BatchWork>
       }
     }
     if (parts.back().empty()) parts.pop_back();
-    mp->etags.resize(parts.size());
+    {
+      MutexLock lock(mp->mu);  // no part has started yet: uncontended
+      mp->etags.resize(parts.size());
+    }
     mp->parts_left.store(parts.size());
     for (size_t i = 0; i < parts.size(); ++i) {
       auto r = std::make_shared<Request>();
@@ -661,7 +670,7 @@ void S3Backend::start_multipart(IoBatch& batch, const std::shared_ptr<BatchWork>
       r->deadline = until;
       r->on_done = [this, &batch, work, mp, i, complete, abort_upload](Request& done) {
         {
-          std::lock_guard lock(mp->mu);
+          MutexLock lock(mp->mu);
           if (done.status.ok() && done.etag.empty()) {
             mp->error = internal_error(
                 fmt::format("part {} of '{}' came back without an ETag", i + 1, done.key));
@@ -673,7 +682,7 @@ void S3Backend::start_multipart(IoBatch& batch, const std::shared_ptr<BatchWork>
         if (mp->parts_left.fetch_sub(1) != 1) return;
         Status error;
         {
-          std::lock_guard lock(mp->mu);
+          MutexLock lock(mp->mu);
           error = mp->error;
         }
         if (!error.ok() || work->cancelled.load()) {
@@ -714,12 +723,12 @@ void S3Backend::start_multipart(IoBatch& batch, const std::shared_ptr<BatchWork>
 void S3Backend::finish_job(IoBatch& batch, const std::shared_ptr<BatchWork>& work, Job& job,
                            Status st) {
   if (job.upload != nullptr) {
-    std::lock_guard lock(job.upload->mu);
+    MutexLock lock(job.upload->mu);
     job.upload->uploading = false;
     job.upload->uploaded = st.ok();
   }
   if (work->jobs_left.fetch_sub(1) == 1) {
-    std::lock_guard lock(batches_mu_);
+    MutexLock lock(batches_mu_);
     batches_.erase(&batch);
   }
   for (size_t i : job.descs) batch.complete(i, st);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvtier/backends/builtin.h"
+#include "kvtier/core/mutex.h"
 #include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
 #include "src/store/store_test_util.h"
@@ -92,15 +93,28 @@ class FaultProxy {
   }
   int injected() const { return injected_.load(); }
 
+  // Relays at most `bytes` more from the server to the client, then holds what the server
+  // sends until set_all() or inject() (which close open connections) or limit_down(-1).
+  void limit_down(int64_t bytes) {
+    down_target_.store(down_sent_.load() + bytes);
+    down_budget_.store(bytes);
+  }
+  // Blocks until the bytes limit_down() allowed have reached the client.
+  void wait_down_spent() {
+    for (int64_t s = down_sent_.load(); s < down_target_.load(); s = down_sent_.load()) {
+      down_sent_.wait(s);
+    }
+  }
+
   // The process's open descriptors that are not the proxy's, counted while the proxy can
   // neither open nor close one: exact whatever its relays are doing.
   size_t client_fds() {
-    std::lock_guard lock(fds_mu_);
+    MutexLock lock(fds_mu_);
     return testing::open_fds() - held_.size();
   }
   // Descriptors the proxy holds now.
   size_t proxy_fds() {
-    std::lock_guard lock(fds_mu_);
+    MutexLock lock(fds_mu_);
     return held_.size();
   }
 
@@ -119,7 +133,7 @@ class FaultProxy {
     }
     ~ProxyFd() {
       if (fd_ < 0) return;
-      std::lock_guard lock(owner_->fds_mu_);
+      MutexLock lock(owner_->fds_mu_);
       owner_->held_.erase(fd_);
       ::close(fd_);
     }
@@ -131,7 +145,7 @@ class FaultProxy {
   };
 
   ProxyFd open_socket(int flags) {
-    std::lock_guard lock(fds_mu_);
+    MutexLock lock(fds_mu_);
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | flags, 0);
     EXPECT_GE(fd, 0) << std::strerror(errno);
     if (fd >= 0) held_.insert(fd);
@@ -139,7 +153,7 @@ class FaultProxy {
   }
 
   ProxyFd accept_one() {
-    std::lock_guard lock(fds_mu_);
+    MutexLock lock(fds_mu_);
     const int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd >= 0) held_.insert(fd);
     return ProxyFd(this, fd);
@@ -193,30 +207,59 @@ class FaultProxy {
     std::vector<char> buf(1 << 16);
     pollfd fds[2] = {{client.get(), POLLIN, 0}, {up.get(), POLLIN, 0}};
     while (!stop_.load() && generation_.load() == gen) {
-      if (::poll(fds, 2, 20) <= 0) continue;
-      for (int i = 0; i < 2; ++i) {
+      // Server to client only within the down budget (see limit_down).
+      const size_t down = take_down_budget(buf.size());
+      fds[1].events = down > 0 ? POLLIN : 0;
+      fds[0].revents = fds[1].revents = 0;
+      const int ready = ::poll(fds, 2, 20);
+      for (int i = 0; i < 2 && ready > 0; ++i) {
         if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-        const ssize_t n = ::recv(fds[i].fd, buf.data(), buf.size(), 0);
+        const ssize_t n = ::recv(fds[i].fd, buf.data(), i == 1 ? down : buf.size(), 0);
+        if (i == 1) give_back_down_budget(down - static_cast<size_t>(std::max<ssize_t>(n, 0)));
         if (n <= 0) return;
         for (ssize_t sent = 0; sent < n;) {
           const ssize_t k = ::send(fds[1 - i].fd, buf.data() + sent, n - sent, MSG_NOSIGNAL);
           if (k <= 0) return;
           sent += k;
         }
+        if (i == 1) {
+          down_sent_.fetch_add(n);
+          down_sent_.notify_all();
+        }
       }
+      if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) == 0) give_back_down_budget(down);
+    }
+  }
+
+  // Up to `want` bytes of the down budget (all of `want` when unlimited).
+  size_t take_down_budget(size_t want) {
+    int64_t b = down_budget_.load();
+    for (;;) {
+      if (b < 0) return want;
+      const int64_t take = std::min<int64_t>(b, static_cast<int64_t>(want));
+      if (down_budget_.compare_exchange_weak(b, b - take)) return static_cast<size_t>(take);
+    }
+  }
+  void give_back_down_budget(size_t n) {
+    if (n == 0) return;
+    int64_t b = down_budget_.load();
+    while (b >= 0 && !down_budget_.compare_exchange_weak(b, b + static_cast<int64_t>(n))) {
     }
   }
 
   uint16_t upstream_port_ = 0;
   uint16_t port_ = 0;
-  std::mutex fds_mu_;
-  std::set<int> held_;  // guarded by fds_mu_
+  Mutex fds_mu_;
+  std::set<int> held_ KVTIER_GUARDED_BY(fds_mu_);
   ProxyFd listen_;
   std::atomic<bool> stop_{false};
   std::atomic<Mode> mode_{Mode::kRelay};
   std::atomic<int> remaining_{0};
   std::atomic<int> injected_{0};
   std::atomic<int> generation_{0};
+  std::atomic<int64_t> down_budget_{-1};  // -1: unlimited
+  std::atomic<int64_t> down_sent_{0};
+  std::atomic<int64_t> down_target_{0};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::thread> relays_;
@@ -424,8 +467,11 @@ TEST_F(S3Backend, ServerStoppedMidBatchEndsEveryPageWithinTheDeadline) {
   const auto keys = testing::keys_for("stop", kPages);
   auto [in, out] = pool.fill_batch(kPages, kPage);
   ASSERT_TRUE(store->batch_put(testing::views(keys), in).all_ok());
+  // A page and a half of the 64 reach the client; then the relays hold the rest, so the batch
+  // is certainly mid-way when the server goes.
+  proxy.limit_down(kPage * 3 / 2);
   BatchTicket t = store->submit_get(testing::views(keys), out);
-  std::this_thread::sleep_for(30ms);
+  proxy.wait_down_spent();
   proxy.set_all(FaultProxy::Mode::kDrop);  // the server goes away, mid-batch
   const auto t0 = std::chrono::steady_clock::now();
   t.wait();
@@ -440,6 +486,7 @@ TEST_F(S3Backend, ServerStoppedMidBatchEndsEveryPageWithinTheDeadline) {
     }
   }
   EXPECT_GT(failed, 0u);
+  EXPECT_LE(kPages - failed, 1u) << "more than the page and a half let through arrived";
 }
 
 // The S3 client's descriptors only: the proxy's relays close their sockets on their own

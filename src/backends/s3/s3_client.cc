@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "kvtier/core/mutex.h"
 #include "kvtier/core/unique_fd.h"
 
 namespace kvtier::s3 {
@@ -125,10 +126,10 @@ struct Client::Impl {
   CURLM* multi = nullptr;
   std::thread loop;
 
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable done_cv;
-  std::deque<std::shared_ptr<Request>> incoming;  // guarded by mu
-  bool stopping = false;                          // guarded by mu
+  std::deque<std::shared_ptr<Request>> incoming KVTIER_GUARDED_BY(mu);
+  bool stopping KVTIER_GUARDED_BY(mu) = false;
 
   // Loop thread only.
   std::deque<std::shared_ptr<Request>> pending;
@@ -430,7 +431,7 @@ struct Client::Impl {
       done(*r);
     }
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       done_flags.erase(r.get());
     }
     done_cv.notify_all();
@@ -470,7 +471,7 @@ struct Client::Impl {
   void run_loop() {
     for (;;) {
       {
-        std::lock_guard lock(mu);
+        MutexLock lock(mu);
         while (!incoming.empty()) {
           pending.push_back(std::move(incoming.front()));
           incoming.pop_front();
@@ -536,8 +537,8 @@ struct Client::Impl {
     retrying.clear();
   }
 
-  // Requests started but not finished, for run_all(); guarded by mu.
-  std::unordered_map<const Request*, bool> done_flags;
+  // Requests started but not finished, for run_all().
+  std::unordered_map<const Request*, bool> done_flags KVTIER_GUARDED_BY(mu);
 };
 
 Result<std::unique_ptr<Client>> Client::create(ClientOptions options) {
@@ -561,7 +562,7 @@ Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Client::~Client() {
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->stopping = true;
   }
   curl_multi_wakeup(impl_->multi);
@@ -572,7 +573,7 @@ Client::~Client() {
 
 void Client::start(std::shared_ptr<Request> r) {
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (impl_->stopping) {
       r->status = cancelled_error("the S3 client is shutting down");
       if (std::function<void(Request&)> done = std::move(r->on_done)) {
@@ -589,10 +590,12 @@ void Client::start(std::shared_ptr<Request> r) {
 
 void Client::run_all(std::span<const std::shared_ptr<Request>> requests) {
   for (const auto& r : requests) start(r);
-  std::unique_lock lock(impl_->mu);
-  impl_->done_cv.wait(lock, [&] {
+  MutexLock lock(impl_->mu);
+  lock.wait(impl_->done_cv, [&]() KVTIER_REQUIRES(impl_->mu) {
     return std::none_of(requests.begin(), requests.end(),
-                        [&](const auto& r) { return impl_->done_flags.count(r.get()) != 0; });
+                        [&](const auto& r) KVTIER_REQUIRES(impl_->mu) {
+                          return impl_->done_flags.count(r.get()) != 0;
+                        });
   });
 }
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "../file/file_backend.h"
-#include "kvtier/core/thread_annotations.h"
+#include "kvtier/core/mutex.h"
 
 namespace kvtier {
 namespace {
@@ -199,7 +199,7 @@ class OpenJob final : public Job {
       errors_[unit] = -res;
     }
     if (completed_.fetch_add(1, std::memory_order_acq_rel) + 1 == opens_.size()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       done_ = true;
       cv_.notify_all();
     }
@@ -207,8 +207,8 @@ class OpenJob final : public Job {
   }
 
   void wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
+    MutexLock lock(mu_);
+    lock.wait(cv_, [&]() KVTIER_REQUIRES(mu_) { return done_; });
   }
 
   UniqueFd take_fd(size_t unit) { return std::move(fds_[unit]); }
@@ -228,9 +228,9 @@ class OpenJob final : public Job {
   std::vector<struct stat> stats_;
   std::vector<int> stat_errors_ = std::vector<int>(opens_.size(), 0);
   std::atomic<size_t> completed_{0};
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;
+  bool done_ KVTIER_GUARDED_BY(mu_) = false;
 };
 
 class UringBackend;
@@ -304,7 +304,7 @@ class UringBackend final : public file::FileBackend {
   Status register_memory(MemoryRecord& region) override {
     if (!fixed_) return ok_status();
     const auto count = static_cast<unsigned>((region.length + kFixedChunk - 1) / kFixedChunk);
-    std::lock_guard lock(slots_mu_);
+    MutexLock lock(slots_mu_);
     const int first = find_slots(count);
     if (first < 0) return ok_status();  // table full: this region uses plain reads/writes
     std::vector<iovec> iov(count);
@@ -331,7 +331,7 @@ class UringBackend final : public file::FileBackend {
     if (region.backend_cookie == 0) return;
     const auto first = static_cast<unsigned>(region.backend_cookie - 1);
     const auto count = static_cast<unsigned>((region.length + kFixedChunk - 1) / kFixedChunk);
-    std::lock_guard lock(slots_mu_);
+    MutexLock lock(slots_mu_);
     clear_slots(first, count, rings_.size());
     for (unsigned i = 0; i < count; ++i) slot_used_[first + i] = false;
     region.backend_cookie = 0;
@@ -394,7 +394,7 @@ class UringBackend final : public file::FileBackend {
   // The ring threads' source of work: the oldest job with unclaimed units (null when none,
   // or when that is `current`, the job the caller just found exhausted).
   std::shared_ptr<Job> next_job(const std::shared_ptr<Job>& current) {
-    std::lock_guard lock(jobs_mu_);
+    MutexLock lock(jobs_mu_);
     while (!jobs_.empty() && jobs_.front()->exhausted()) jobs_.pop_front();
     if (jobs_.empty() || jobs_.front() == current) return nullptr;
     return jobs_.front();
@@ -403,7 +403,7 @@ class UringBackend final : public file::FileBackend {
  private:
   void enqueue(std::shared_ptr<Job> job) {
     {
-      std::lock_guard lock(jobs_mu_);
+      MutexLock lock(jobs_mu_);
       jobs_.push_back(std::move(job));
     }
     for (auto& r : rings_) r->wake();
@@ -429,9 +429,9 @@ class UringBackend final : public file::FileBackend {
   const UringBackendOptions options_;
   bool fixed_ = false;
   std::string fixed_problem_;
-  std::mutex slots_mu_;
+  Mutex slots_mu_;
   std::vector<bool> slot_used_ = std::vector<bool>(kFixedSlots, false);
-  std::mutex jobs_mu_;
+  Mutex jobs_mu_;
   std::deque<std::shared_ptr<Job>> jobs_ KVTIER_GUARDED_BY(jobs_mu_);
   // Last member: destroyed (rings drained, threads joined) first.
   std::vector<std::unique_ptr<Ring>> rings_;

@@ -3,20 +3,31 @@
 // names), and delays before a batch reaches the inner backend (slow storage, cancel while in
 // flight). Storage rarely fails on cue; the paths that handle failures are tested through this.
 //
+// A test that needs a batch in flight holds it at a gate rather than delaying it for a while:
+//
+//   faults->hold_batches();
+//   ... post or submit ...                  // cannot complete: held before the inner backend
+//   faults->wait_held(1);                   // a batch has reached the backend
+//   ... what must hold while it is in flight ...
+//   faults->release_batches();
+//
 // The inner backend does the real work up to the injected failure: a write that "fails with
 // ENOSPC" had its target really opened, so the owner's cleanup is exercised for real.
 //
 // Thread-safety: safe for concurrent use; rules may change while the backend is in use.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "kvtier/core/thread_annotations.h"
+#include "kvtier/core/mutex.h"
 #include "kvtier/transfer/backend.h"
 
 namespace kvtier {
@@ -57,6 +68,22 @@ class FaultInjector {
   // Injected failures so far.
   uint64_t injected() const;
 
+  // From now on kRead/kWrite batches stop before the inner backend, in flight, until
+  // release_batches() (or until cancelled: they then complete as kCancelled).
+  void hold_batches();
+  // Lets every held batch, and every later one, through.
+  void release_batches();
+  // Blocks until at least `n` batches are held at the gate at once.
+  void wait_held(size_t n);
+  // Batches held at the gate now.
+  size_t held() const;
+  bool holding() const;
+
+  // For the backend: the gate's wake-ups and count.
+  void on_release(const void* key, std::function<void()> wake);
+  void forget(const void* key);
+  void note_held(bool entering);
+
   // Returns the errno to inject for this call (0: none), counting the call against the rules.
   int check(FaultOp op, std::string_view path);
 
@@ -66,10 +93,17 @@ class FaultInjector {
     uint64_t seen = 0;
     uint64_t failed = 0;
   };
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::vector<Armed> rules_ KVTIER_GUARDED_BY(mu_);
   std::chrono::milliseconds delay_ KVTIER_GUARDED_BY(mu_){0};
   uint64_t injected_ KVTIER_GUARDED_BY(mu_) = 0;
+  // Read without mu_: the delayer reads it under its backend's lock, and release_batches()
+  // takes that lock (through the waker) while holding mu_.
+  std::atomic<bool> holding_{false};
+  size_t held_ KVTIER_GUARDED_BY(mu_) = 0;
+  std::condition_variable held_cv_;
+  // Each backend sharing this injector, woken when the gate opens.
+  std::vector<std::pair<const void*, std::function<void()>>> wakers_ KVTIER_GUARDED_BY(mu_);
 };
 
 std::unique_ptr<Backend> make_fault_backend(std::unique_ptr<Backend> inner,
