@@ -509,29 +509,16 @@ def test_reader_and_writer_threads_hammering(store_dir):
 
 def test_subclasses_sglang_interface_when_importable(store_dir, monkeypatch):
     """With SGLang importable the adapter is a HiCacheStorage (whose abstract methods it
-    must all implement) and get_stats() returns SGLang's StorageMetrics."""
-    import abc
+    must all implement) and get_stats() returns SGLang's StorageMetrics, found at the module
+    path older SGLang releases used."""
     import importlib
     import sys
     import types
 
     import kvtier.sglang as adapter_module
 
-    class HiCacheStorage(abc.ABC):
-        @abc.abstractmethod
-        def get(self, key, target_location=None, target_sizes=None): ...
-
-        @abc.abstractmethod
-        def batch_get(self, keys, target_locations=None, target_sizes=None): ...
-
-        @abc.abstractmethod
-        def set(self, key, value=None, target_location=None, target_sizes=None): ...
-
-        @abc.abstractmethod
-        def batch_set(self, keys, values=None, target_locations=None, target_sizes=None): ...
-
-        @abc.abstractmethod
-        def exists(self, key): ...
+    # SGLang's interface as sglang_fakes mirrors it; the metrics at their old path only.
+    from sglang_fakes import HiCacheStorage
 
     class StorageMetrics:
         def __init__(self):

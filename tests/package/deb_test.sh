@@ -4,12 +4,8 @@
 # its CLI runs a bench and its Python module imports (with Debian's python3).
 #   deb_test.sh BUILD_DIR
 set -euo pipefail
-build=$(cd "$1" && pwd)
-here=$(cd "$(dirname "$0")" && pwd)
-src=$(cd "$here/../.." && pwd)
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/kvtier-deb-test.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=tests/package/common.sh
+. "$(dirname "$0")/common.sh" "$1" deb
 
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:[A-Z]*=//p' "$build/CMakeCache.txt")
 (cd "$build" && cpack --config CPackConfig.cmake -B "$scratch/pkg" >"$scratch/cpack.log" 2>&1) ||

@@ -6,12 +6,9 @@
 # completes).
 #   install_test.sh BUILD_DIR
 set -euo pipefail
-build=$(cd "$1" && pwd)
-here=$(cd "$(dirname "$0")" && pwd)
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/kvtier-install-test.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+# shellcheck source=tests/package/common.sh
+. "$(dirname "$0")/common.sh" "$1" install
 prefix=$scratch/prefix
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")

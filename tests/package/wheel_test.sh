@@ -4,12 +4,8 @@
 # extra-config example, and the `kvtier` console command (bench --pages 8) work.
 #   wheel_test.sh BUILD_DIR
 set -euo pipefail
-build=$(cd "$1" && pwd)
-here=$(cd "$(dirname "$0")" && pwd)
-src=$(cd "$here/../.." && pwd)
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/kvtier-wheel-test.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=tests/package/common.sh
+. "$(dirname "$0")/common.sh" "$1" wheel
 
 python=$(sed -n 's/^KVTIER_PYTHON_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:[A-Z]*=//p' "$build/CMakeCache.txt")
