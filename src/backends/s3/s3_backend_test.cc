@@ -119,29 +119,30 @@ class FaultProxy {
   }
 
  private:
-  // One of the proxy's descriptors: listed in held_ while it is open.
+  // One of the proxy's descriptors: a UniqueFd that is listed in held_ while it is open, and
+  // leaves the list in the same critical section that closes it.
   class ProxyFd {
    public:
     ProxyFd() = default;
     ProxyFd(FaultProxy* owner, int fd) : owner_(owner), fd_(fd) {}  // fds_mu_ held
-    ProxyFd(ProxyFd&& o) noexcept
-        : owner_(std::exchange(o.owner_, nullptr)), fd_(std::exchange(o.fd_, -1)) {}
+    ProxyFd(ProxyFd&& o) noexcept = default;
+    // Swaps, so that the descriptor this one held is closed (and unlisted) by `o`.
     ProxyFd& operator=(ProxyFd&& o) noexcept {
       std::swap(owner_, o.owner_);
       std::swap(fd_, o.fd_);
       return *this;
     }
     ~ProxyFd() {
-      if (fd_ < 0) return;
+      if (!fd_.valid()) return;
       MutexLock lock(owner_->fds_mu_);
-      owner_->held_.erase(fd_);
-      ::close(fd_);
+      owner_->held_.erase(fd_.get());
+      fd_.reset();
     }
-    int get() const { return fd_; }
+    int get() const { return fd_.get(); }
 
    private:
     FaultProxy* owner_ = nullptr;
-    int fd_ = -1;
+    UniqueFd fd_;
   };
 
   ProxyFd open_socket(int flags) {
