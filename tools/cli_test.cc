@@ -269,9 +269,13 @@ TEST(Cli, LsGcClearAndRepairMaintainAStore) {
   EXPECT_EQ(json_of(run("verify " + dir.path() + " --repair --json"))["repaired"], 1);
   EXPECT_EQ(run("verify " + dir.path()).exit_code, 0);
 
-  // clear removes one namespace's pages; an unknown namespace is a usage error.
+  // clear removes one namespace's pages and, as Store::clear does, rewrites the namespace's
+  // clear generation (which open stores watch); an unknown namespace is a usage error.
+  const std::string generation = dir.path() + "/kvtier/" + ns + "/generation";
+  EXPECT_FALSE(std::filesystem::exists(generation));
   EXPECT_EQ(run("clear " + dir.path() + " --namespace 0000000000").exit_code, 2);
   EXPECT_EQ(run("clear " + dir.path() + " --namespace " + ns.substr(0, 8)).exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(generation));
   EXPECT_EQ(json_of(run("stat " + dir.path() + " --json"))["pages"], 0);
 }
 

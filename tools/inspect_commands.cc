@@ -56,13 +56,18 @@ Result<std::vector<PageListing>> list_with_progress(const StoreLocation& loc, st
 }
 
 // Removes pages with a bar; Ctrl-C stops before the next group (report.stopped).
+// Removes `pages`; with `clearing` (a namespace id), as a clear of that namespace, which every
+// store open on it sees on its next call.
 Result<RemovalReport> remove_with_progress(const StoreLocation& loc,
-                                           std::span<const PageListing> pages, bool quiet) {
+                                           std::span<const PageListing> pages, bool quiet,
+                                           std::string_view clearing = {}) {
   Progress bar("removing", pages.size(), progress_wanted(quiet));
-  return remove_pages(loc, pages, [&](uint64_t done, uint64_t) {
+  auto progress = [&](uint64_t done, uint64_t) {
     bar.update(done);
     return !interrupted();
-  });
+  };
+  if (!clearing.empty()) return clear_namespace(loc, clearing, pages, progress);
+  return remove_pages(loc, pages, progress);
 }
 
 int interrupted_while_listing(const char* command) {
@@ -317,7 +322,7 @@ int run_clear(const InspectOptions& o) {
     fmt::print(stderr, "kvtier clear: {}\n", pages.status().to_string());
     return kExitUsage;
   }
-  Result<RemovalReport> removed = remove_with_progress(*loc, *pages, o.quiet);
+  Result<RemovalReport> removed = remove_with_progress(*loc, *pages, o.quiet, *ids.begin());
   if (!removed.ok()) {
     fmt::print(stderr, "kvtier clear: {}\n", removed.status().to_string());
     return kExitUsage;

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "clear_generation.h"
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/store/store.h"
@@ -200,6 +201,30 @@ Result<RemovalReport> remove_pages(const StoreLocation& location,
       if (!ledger->reset_on_open()) KVTIER_RETURN_IF_ERROR(ledger->release(bytes));
     }
   }
+  return report;
+}
+
+Result<RemovalReport> clear_namespace(const StoreLocation& location, std::string_view namespace_id,
+                                      std::span<const PageListing> pages,
+                                      const RemovalProgress& progress) {
+  if (!routing::is_page_name(namespace_id) || location.bases.empty()) {
+    return invalid_argument_error(fmt::format("'{}' is not a namespace id", namespace_id));
+  }
+  for (const PageListing& p : pages) {
+    if (p.namespace_id != namespace_id) {
+      return invalid_argument_error(
+          fmt::format("'{}' is not a page of namespace {}", p.path, namespace_id));
+    }
+  }
+  KVTIER_ASSIGN_OR_RETURN(RemovalReport report, remove_pages(location, pages, progress));
+  // The generation lives under the first base, as the store's router puts it.
+  const std::string ns_dir =
+      fmt::format("{}/{}/{}", location.bases.front(), routing::kRootDir, namespace_id);
+  KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
+  Status published =
+      clear_generation::publish(agent, fmt::format("{}/{}", ns_dir, routing::kGenerationFile),
+                                fmt::format("{}/{}", ns_dir, routing::kTempDir));
+  if (!published.ok() && report.first_error.ok()) report.first_error = published;
   return report;
 }
 

@@ -45,6 +45,49 @@ TEST(Inspect, InventoryCountsPagesBytesNamespacesAndTemporaries) {
   }
 }
 
+TEST(Inspect, ClearNamespaceIsSeenByStoresAlreadyOpen) {
+  testing::TempDir dir;
+  const StoreLocation loc = *parse_store_uri(dir.file("s") + "?backend=posix");
+  auto writer = testing::open_store(loc, testing::test_namespace("model-a"));
+  auto reader = testing::open_store(loc, testing::test_namespace("model-a"));
+  auto other = testing::open_store(loc, testing::test_namespace("model-b"));
+  PagePool pw(*writer, 1, 10000), po(*other, 1, 10000);
+  const auto keys = testing::keys_for("c", 8);
+  for (const std::string& k : keys) {
+    KVTIER_ASSERT_OK(writer->put(k, pw.slot(0), 10000));
+    KVTIER_ASSERT_OK(other->put(k, po.slot(0), 10000));
+  }
+  EXPECT_EQ(reader->batch_exists(testing::views(keys)), 8u);  // now indexed by the reader
+  const std::string id = writer->namespace_id().hex();
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<PageListing> pages, list_pages(loc, id));
+  ASSERT_EQ(pages.size(), 8u);
+
+  // Pages of another namespace, or an id that is not one, are refused before anything goes.
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<PageListing> others,
+                              list_pages(loc, other->namespace_id().hex()));
+  EXPECT_EQ(clear_namespace(loc, id, others).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(clear_namespace(loc, "../x", {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(other->batch_exists(testing::views(keys)), 8u);
+
+  // Removing the pages alone leaves the reader's index answering for them (a bounded miss,
+  // as after gc); the clear's new generation is what drops it.
+  std::span<const PageListing> all(pages);
+  KVTIER_ASSERT_OK_AND_ASSIGN(RemovalReport gone, remove_pages(loc, all.first(3)));
+  EXPECT_EQ(gone.pages, 3u);
+  EXPECT_EQ(reader->batch_exists(testing::views(keys)), 8u);
+  KVTIER_ASSERT_OK_AND_ASSIGN(RemovalReport cleared, clear_namespace(loc, id, all.subspan(3)));
+  KVTIER_EXPECT_OK(cleared.first_error);
+  EXPECT_EQ(cleared.pages, 5u);
+  EXPECT_EQ(reader->batch_exists(testing::views(keys)), 0u);
+  EXPECT_EQ(writer->batch_exists(testing::views(keys)), 0u);
+  EXPECT_EQ(reader->stats().pages, 0u);
+  // The other namespace keeps its pages and its index.
+  EXPECT_EQ(other->batch_exists(testing::views(keys)), 8u);
+  // Pages written after the clear are found again by the reader.
+  KVTIER_ASSERT_OK(writer->put(keys[0], pw.slot(0), 10000));
+  EXPECT_EQ(reader->batch_exists(testing::views(keys)), 1u);
+}
+
 TEST(Inspect, VerifyListsEachCorruptPage) {
   testing::TempDir dir;
   const StoreLocation loc = *parse_store_uri(dir.file("s") + "?backend=posix");

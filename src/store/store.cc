@@ -71,7 +71,7 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   KVTIER_RETURN_IF_ERROR(
       impl->scan_index(/*as_recent=*/true)
           .with_context(fmt::format("indexing the store at {}", config.location.uri())));
-  if (std::optional<Impl::Generation> g = impl->read_generation()) {
+  if (std::optional<clear_generation::Generation> g = impl->read_generation()) {
     MutexLock lock(impl->generation_mu);  // not shared yet: uncontended
     impl->seen_generation = *g;
   }

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "clear_generation.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/mutex.h"
@@ -172,21 +173,15 @@ struct Store::Impl {
   Mutex async_mu;
   std::condition_variable async_idle;
   size_t async_pending KVTIER_GUARDED_BY(async_mu) = 0;
-  // The namespace's clear generation as this store last saw it: the generation object's
-  // identity, modification time and size (all zero while there is none). A change means
-  // another store cleared the namespace, and this store's index is dropped.
-  struct Generation {
-    ObjectIdentity identity;
-    uint64_t mtime_ns = 0;
-    uint64_t size = 0;
-    friend bool operator==(const Generation&, const Generation&) = default;
-  };
+  // The namespace's clear generation (clear_generation.h) as this store last saw it. A change
+  // means another store, or `kvtier clear`, cleared the namespace, and this store's index is
+  // dropped.
   Mutex generation_mu;
-  Generation seen_generation KVTIER_GUARDED_BY(generation_mu);
+  clear_generation::Generation seen_generation KVTIER_GUARDED_BY(generation_mu);
 
   // The generation object as storage has it now; nullopt when storage cannot tell now (the
   // next call asks again).
-  std::optional<Generation> read_generation();
+  std::optional<clear_generation::Generation> read_generation();
   // One stat: drops the index when the namespace was cleared since this store last looked.
   void observe_generation();
   // Rewrites the generation object with a value never used before.

@@ -7,6 +7,7 @@
 #include <random>
 #include <type_traits>
 
+#include "clear_generation.h"
 #include "namespace_walk.h"
 #include "object_io.h"
 #include "store_impl.h"
@@ -121,15 +122,12 @@ Status Store::Impl::for_each_fanout(size_t b, bool with_details, const FanoutPag
   return st.code() == StatusCode::kNotFound ? ok_status() : st;
 }
 
-std::optional<Store::Impl::Generation> Store::Impl::read_generation() {
-  Result<ObjectInfo> info = agent.stat(router.generation_path());
-  if (info.ok()) return Generation{info->identity, info->mtime_ns, info->size};
-  if (info.status().code() == StatusCode::kNotFound) return Generation{};
-  return std::nullopt;
+std::optional<clear_generation::Generation> Store::Impl::read_generation() {
+  return clear_generation::read(agent, router.generation_path());
 }
 
 void Store::Impl::observe_generation() {
-  std::optional<Generation> now = read_generation();
+  std::optional<clear_generation::Generation> now = read_generation();
   if (!now) return;
   MutexLock lock(generation_mu);
   if (*now == seen_generation) return;
@@ -138,11 +136,9 @@ void Store::Impl::observe_generation() {
 }
 
 Status Store::Impl::publish_generation() {
-  std::random_device rd;
-  const std::string token = fmt::format("{:08x}{:08x}{:016x}\n", rd(), rd(), wall_ns());
   KVTIER_RETURN_IF_ERROR(
-      object_io::write_object(agent, router.generation_path(), router.temp_dir(0), token));
-  if (std::optional<Generation> now = read_generation()) {
+      clear_generation::publish(agent, router.generation_path(), router.temp_dir(0)));
+  if (std::optional<clear_generation::Generation> now = read_generation()) {
     MutexLock lock(generation_mu);
     seen_generation = *now;
   }

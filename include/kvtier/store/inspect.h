@@ -69,6 +69,14 @@ Result<RemovalReport> remove_pages(const StoreLocation& location,
                                    std::span<const PageListing> pages,
                                    const RemovalProgress& progress = {});
 
+// Removes the pages of one namespace (`namespace_id`, as listed by list_pages) like
+// remove_pages, then rewrites its clear generation, as Store::clear does: every store open on
+// the namespace, in any process, drops its index on its next call and sees the pages gone.
+// The generation is rewritten even when the removal stopped early (some pages are gone).
+Result<RemovalReport> clear_namespace(const StoreLocation& location, std::string_view namespace_id,
+                                      std::span<const PageListing> pages,
+                                      const RemovalProgress& progress = {});
+
 struct VerifyProblem {
   std::string path;
   std::string namespace_id;
