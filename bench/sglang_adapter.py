@@ -13,7 +13,7 @@ Pages land in --dir (page-cache hot: the numbers are the adapter's and the store
 not a disk's). Medians over --reps rounds.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_adapter.py [--dir DIR] [--reps 5]
-      [--baseline ff074c2]
+      [--baseline ff074c2] [--only hybrid|v1] [--sequential-pools]
 """
 
 import argparse
@@ -81,6 +81,15 @@ def timed(fn):
     t = time.perf_counter()
     out = fn()
     return time.perf_counter() - t, out
+
+
+def one_pool_after_another():
+    """Makes batch_get_v2/batch_set_v2 run each pool's batch to completion before the next
+    (as before their batches overlapped), for the comparison."""
+    def start_io(self, write, keys, host_indices, starts):
+        statuses = self.io(write, keys, host_indices, starts)
+        return lambda: statuses
+    current._Pool.start_io = start_io
 
 
 def bench_hybrid(directory, reps):
@@ -191,11 +200,18 @@ def main():
     ap.add_argument("--dir", default=None)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--baseline", default="ff074c2")
+    ap.add_argument("--only", choices=("hybrid", "v1"), default=None)
+    ap.add_argument("--sequential-pools", action="store_true",
+                    help="v2 calls run one pool's batch after another (no overlap)")
     args = ap.parse_args()
+    if args.sequential_pools:
+        one_pool_after_another()
     directory = args.dir or tempfile.mkdtemp(prefix="kvtier-sglang-bench-")
     try:
-        bench_hybrid(os.path.join(directory, "hybrid"), args.reps)
-        bench_v1(os.path.join(directory, "v1"), args.reps, load_baseline(args.baseline))
+        if args.only in (None, "hybrid"):
+            bench_hybrid(os.path.join(directory, "hybrid"), args.reps)
+        if args.only in (None, "v1"):
+            bench_v1(os.path.join(directory, "v1"), args.reps, load_baseline(args.baseline))
     finally:
         if args.dir is None:
             shutil.rmtree(directory, ignore_errors=True)

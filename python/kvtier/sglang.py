@@ -535,16 +535,31 @@ class _Pool:
             return self._pieces_io(write, keys, self._per_store(ptrs, sizes))
         return self._staged_io(write, keys, starts)
 
+    def start_io(self, write: bool, keys: List[str], host_indices: Any, starts: List[int]):
+        """Starts reading or writing pages; returns a function that waits for them and gives
+        the per-page Statuses. A zero-copy pool's batches run on the store's threads, so the
+        batches of several pools overlap; the others run before this returns."""
+        if self.zero_copy and not self.logical:
+            ptrs, sizes = self.host.get_page_buffer_meta(host_indices)
+            ptrs, sizes = [int(p) for p in ptrs], [int(s) for s in sizes]
+            if len(ptrs) != len(keys) * len(self.sizes) or len(sizes) != len(ptrs):
+                raise kvtier.InvalidArgumentError(
+                    f"pool '{self.name}' described {len(ptrs)} pieces for {len(keys)} pages "
+                    f"of {len(self.sizes)}")
+            tickets = []
+            for store, (p, z) in zip(self.stores, self._per_store(ptrs, sizes)):
+                submit = store.submit_put_pieces if write else store.submit_get_pieces
+                tickets.append(submit(list(keys), p, z))
+            return lambda: _all_pages([t.result().pages for t in tickets])
+        statuses = self.io(write, keys, host_indices, starts)
+        return lambda: statuses
+
     def _pieces_io(self, write: bool, keys: List[str], per_store) -> List[Any]:
-        statuses: Optional[List[Any]] = None
+        results = []
         for store, (ptrs, sizes) in zip(self.stores, per_store):
             call = store.batch_put_pieces if write else store.batch_get_pieces
-            result = call(list(keys), ptrs, sizes).pages
-            if statuses is None:
-                statuses = list(result)
-            else:  # a page is there only when every sub-page is
-                statuses = [a if not a else b for a, b in zip(statuses, result)]
-        return statuses or []
+            results.append(call(list(keys), ptrs, sizes).pages)
+        return _all_pages(results)
 
     def _staged_io(self, write: bool, keys: List[str], starts: List[int]) -> List[Any]:
         staging = self.staging_set if write else self.staging_get
@@ -583,6 +598,18 @@ class _Pool:
         self.registrations = []
         for store in self.stores:
             store.close()
+
+
+def _all_pages(results: List[List[Any]]) -> List[Any]:
+    """Per-store Statuses of the same pages as one list: a page is there only when every
+    sub-page is (the first failure is the page's)."""
+    statuses: Optional[List[Any]] = None
+    for result in results:
+        if statuses is None:
+            statuses = list(result)
+        else:
+            statuses = [a if not a else b for a, b in zip(statuses, result)]
+    return statuses or []
 
 
 def _copy_into(dst: Any, src: Any) -> None:
@@ -837,37 +864,56 @@ class HiCacheKvtier(_HiCacheStorage):
 
     def _set_pages(self, pool: _Pool, keys: List[str], host_indices: Any) -> List[bool]:
         """Writes the pages that are not stored yet; pages already there count as written."""
+        return self._start_set(pool, keys, host_indices, background=False)()
+
+    def _get_pages(self, pool: _Pool, keys: List[str], host_indices: Any) -> List[bool]:
+        """Reads the leading run of stored pages; the pages after the first absent one are
+        False without any I/O (SGLang uses the leading run only)."""
+        return self._start_get(pool, keys, host_indices, background=False)()
+
+    def _start_set(self, pool: _Pool, keys: List[str], host_indices: Any, background: bool):
+        """_set_pages, started: returns a function that finishes it. With `background`, a
+        zero-copy pool's write runs on the store's threads until finished."""
         keys = list(keys)
         if not keys:
-            return []
+            return lambda: []
         starts = pool.starts(keys, host_indices)
         start = time.perf_counter()
         present = pool.exists_prefix(keys)
         if present:
             self._count(set_present=present)
         if present == len(keys):
-            return [True] * len(keys)
+            return lambda: [True] * len(keys)
         rest = pool._slice(host_indices, present, len(keys) - present)
-        statuses = pool.io(True, keys[present:], rest, starts[present:])
-        return [True] * present + self._tally("set", pool, statuses,
-                                              time.perf_counter() - start)
+        io = pool.start_io if background else pool.io
+        pending = io(True, keys[present:], rest, starts[present:])
 
-    def _get_pages(self, pool: _Pool, keys: List[str], host_indices: Any) -> List[bool]:
-        """Reads the leading run of stored pages; the pages after the first absent one are
-        False without any I/O (SGLang uses the leading run only)."""
+        def finish() -> List[bool]:
+            statuses = pending() if background else pending
+            return [True] * present + self._tally("set", pool, statuses,
+                                                  time.perf_counter() - start)
+        return finish
+
+    def _start_get(self, pool: _Pool, keys: List[str], host_indices: Any, background: bool):
+        """_get_pages, started (as _start_set)."""
         keys = list(keys)
         if not keys:
-            return []
+            return lambda: []
         starts = pool.starts(keys, host_indices)
         start = time.perf_counter()
         n = pool.exists_prefix(keys)
         if n < len(keys):
             self._count(get_not_read=len(keys) - n, get_misses=1, get_pages=1)
         if n == 0:
-            return [False] * len(keys)
-        statuses = pool.io(False, keys[:n], pool._slice(host_indices, 0, n), starts[:n])
-        ok = self._tally("get", pool, statuses, time.perf_counter() - start)
-        return ok + [False] * (len(keys) - n)
+            return lambda: [False] * len(keys)
+        io = pool.start_io if background else pool.io
+        pending = io(False, keys[:n], pool._slice(host_indices, 0, n), starts[:n])
+
+        def finish() -> List[bool]:
+            statuses = pending() if background else pending
+            ok = self._tally("get", pool, statuses, time.perf_counter() - start)
+            return ok + [False] * (len(keys) - n)
+        return finish
 
     # ---- v1: the KV pool, zero-copy ----------------------------------------------------
 
@@ -1014,9 +1060,14 @@ class HiCacheKvtier(_HiCacheStorage):
         return PoolTransferResult(kv_hit_pages, counts)
 
     def _v2(self, write: bool, transfers: Any) -> Dict[Any, List[bool]]:
+        """Starts every transfer's pages first and waits for them afterwards, so the pools'
+        batches overlap (each pool is a namespace of its own: a batch per pool)."""
         out: Dict[Any, List[bool]] = {}
         what = "batch_set_v2" if write else "batch_get_v2"
-        for t in transfers or []:
+        transfers = list(transfers or [])
+        background = len(transfers) > 1
+        started = []
+        for t in transfers:
             name = getattr(t, "name", None)
             try:
                 keys = list(getattr(t, "keys", None) or [])
@@ -1029,11 +1080,16 @@ class HiCacheKvtier(_HiCacheStorage):
                 elif write and self._skip_write(pool):
                     self._count(skipped_writes=len(keys))
                     out[name] = [True] * len(keys)
-                elif write:
-                    out[name] = self._set_pages(pool, keys, t.host_indices)
                 else:
-                    out[name] = self._get_pages(pool, keys, t.host_indices)
+                    begin = self._start_set if write else self._start_get
+                    started.append((name, keys, begin(pool, keys, t.host_indices, background)))
             except Exception as exc:  # noqa: BLE001 - never raise into SGLang's threads
+                self._fail(what, exc)
+                out[name] = [False] * len(keys)
+        for name, keys, finish in started:
+            try:
+                out[name] = finish()
+            except Exception as exc:  # noqa: BLE001
                 self._fail(what, exc)
                 out[name] = [False] * len(keys)
         return out

@@ -363,6 +363,40 @@ Status values (falsy).)")
           },
           "keys"_a, "ptrs"_a, "sizes"_a, "batch_get with flat address and size lists.")
       .def(
+          "submit_put_pieces",
+          [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
+             const std::vector<size_t>& sizes) {
+            Keys k(std::move(keys));
+            check_flat(k.views.size(), ptrs, sizes);
+            std::vector<ConstBuffer> pieces(ptrs.size());
+            for (size_t i = 0; i < ptrs.size(); ++i) {
+              pieces[i] = ConstBuffer{reinterpret_cast<const void*>(ptrs[i]), sizes[i]};
+            }
+            BatchTicket t =
+                unlocked_call(self, [&](Store& s) { return s.submit_put(k.views, pieces); });
+            return std::make_unique<PyTicket>(std::move(t), BatchPages{}, k.views.size());
+          },
+          "keys"_a, "ptrs"_a, "sizes"_a,
+          "batch_put_pieces without waiting: returns a Ticket. The memory must stay valid "
+          "until the ticket is done.")
+      .def(
+          "submit_get_pieces",
+          [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
+             const std::vector<size_t>& sizes) {
+            Keys k(std::move(keys));
+            check_flat(k.views.size(), ptrs, sizes);
+            std::vector<MutableBuffer> pieces(ptrs.size());
+            for (size_t i = 0; i < ptrs.size(); ++i) {
+              pieces[i] = MutableBuffer{reinterpret_cast<void*>(ptrs[i]), sizes[i]};
+            }
+            BatchTicket t =
+                unlocked_call(self, [&](Store& s) { return s.submit_get(k.views, pieces); });
+            return std::make_unique<PyTicket>(std::move(t), BatchPages{}, k.views.size());
+          },
+          "keys"_a, "ptrs"_a, "sizes"_a,
+          "batch_get_pieces without waiting: returns a Ticket. The memory must stay valid "
+          "until the ticket is done.")
+      .def(
           "submit_put",
           [](PyStore& self, std::vector<std::string> keys, const py::sequence& pages) {
             Keys k(std::move(keys));
