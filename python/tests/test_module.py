@@ -186,6 +186,20 @@ def test_tickets_keep_memory_alive_and_complete(store_dir):
                                      for j in range(4)]) for i in range(0, 16, 4)]
         assert all(t.result().all_ok for t in tickets)
         assert np.array_equal(pool[100 * 4096:116 * 4096], pool[:65536])
+        # The flat pointer-list twins: each page as two pieces of 2 KiB.
+        base = pool.ctypes.data
+        ptrs = [base + i * 2048 for i in range(8)]
+        put = store.submit_put_pieces([f"f{i}" for i in range(4)], ptrs, [2048] * 8)
+        assert put.result().all_ok
+        dst = [base + 200 * 4096 + i * 2048 for i in range(8)]
+        got = store.submit_get_pieces([f"f{i}" for i in range(4)] + ["absent"],
+                                      dst + [base + 240 * 4096, base + 241 * 4096],
+                                      [2048] * 10)
+        r = got.result()
+        assert r.ok == [True, True, True, True, False] and r.pages[4].code == "NOT_FOUND"
+        assert np.array_equal(pool[200 * 4096:202 * 4096], pool[:2 * 4096])
+        with pytest.raises(kvtier.InvalidArgumentError):
+            store.submit_get_pieces(["f0"], [base], [2048, 2048])
         reg.release()
 
 
