@@ -526,28 +526,26 @@ class _Pool:
             ptrs, sizes = [_address_size(self.marker)[0]] * len(keys), [1] * len(keys)
             return self._pieces_io(write, keys, [(ptrs, sizes)])
         if self.zero_copy:
-            ptrs, sizes = self.host.get_page_buffer_meta(host_indices)
-            ptrs, sizes = [int(p) for p in ptrs], [int(s) for s in sizes]
-            if len(ptrs) != len(keys) * len(self.sizes) or len(sizes) != len(ptrs):
-                raise kvtier.InvalidArgumentError(
-                    f"pool '{self.name}' described {len(ptrs)} pieces for {len(keys)} pages "
-                    f"of {len(self.sizes)}")
-            return self._pieces_io(write, keys, self._per_store(ptrs, sizes))
+            return self._pieces_io(write, keys, self._pool_pieces(keys, host_indices))
         return self._staged_io(write, keys, starts)
+
+    def _pool_pieces(self, keys: List[str], host_indices: Any):
+        """The pool's own memory of the pages (get_page_buffer_meta), per store."""
+        ptrs, sizes = self.host.get_page_buffer_meta(host_indices)
+        ptrs, sizes = [int(p) for p in ptrs], [int(s) for s in sizes]
+        if len(ptrs) != len(keys) * len(self.sizes) or len(sizes) != len(ptrs):
+            raise kvtier.InvalidArgumentError(
+                f"pool '{self.name}' described {len(ptrs)} pieces for {len(keys)} pages "
+                f"of {len(self.sizes)}")
+        return self._per_store(ptrs, sizes)
 
     def start_io(self, write: bool, keys: List[str], host_indices: Any, starts: List[int]):
         """Starts reading or writing pages; returns a function that waits for them and gives
         the per-page Statuses. A zero-copy pool's batches run on the store's threads, so the
         batches of several pools overlap; the others run before this returns."""
         if self.zero_copy and not self.logical:
-            ptrs, sizes = self.host.get_page_buffer_meta(host_indices)
-            ptrs, sizes = [int(p) for p in ptrs], [int(s) for s in sizes]
-            if len(ptrs) != len(keys) * len(self.sizes) or len(sizes) != len(ptrs):
-                raise kvtier.InvalidArgumentError(
-                    f"pool '{self.name}' described {len(ptrs)} pieces for {len(keys)} pages "
-                    f"of {len(self.sizes)}")
             tickets = []
-            for store, (p, z) in zip(self.stores, self._per_store(ptrs, sizes)):
+            for store, (p, z) in zip(self.stores, self._pool_pieces(keys, host_indices)):
                 submit = store.submit_put_pieces if write else store.submit_get_pieces
                 tickets.append(submit(list(keys), p, z))
             return lambda: _all_pages([t.result().pages for t in tickets])

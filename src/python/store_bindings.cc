@@ -77,6 +77,18 @@ void check_flat(size_t keys, const std::vector<uintptr_t>& ptrs, const std::vect
   }
 }
 
+// The pages of a batch given as flat address and size lists (the caller keeps the memory).
+BatchPages flat_pages(size_t keys, const std::vector<uintptr_t>& ptrs,
+                      const std::vector<size_t>& sizes) {
+  check_flat(keys, ptrs, sizes);
+  BatchPages out;
+  for (size_t i = 0; i < ptrs.size(); ++i) {
+    out.mutable_pieces.push_back(MutableBuffer{reinterpret_cast<void*>(ptrs[i]), sizes[i]});
+    out.const_pieces.push_back(ConstBuffer{reinterpret_cast<const void*>(ptrs[i]), sizes[i]});
+  }
+  return out;
+}
+
 // Bucket i: calls under 2^i microseconds (the last: slower ones).
 py::dict histogram_dict(const LatencyHistogram& h) {
   py::list upper_us;
@@ -335,13 +347,9 @@ Status values (falsy).)")
           [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
              const std::vector<size_t>& sizes) {
             Keys k(std::move(keys));
-            check_flat(k.views.size(), ptrs, sizes);
-            std::vector<ConstBuffer> pieces(ptrs.size());
-            for (size_t i = 0; i < ptrs.size(); ++i) {
-              pieces[i] = ConstBuffer{reinterpret_cast<const void*>(ptrs[i]), sizes[i]};
-            }
+            BatchPages p = flat_pages(k.views.size(), ptrs, sizes);
             BatchResult r =
-                unlocked_call(self, [&](Store& s) { return s.batch_put(k.views, pieces); });
+                unlocked_call(self, [&](Store& s) { return s.batch_put(k.views, p.const_pieces); });
             return to_python(std::move(r), k.views.size());
           },
           "keys"_a, "ptrs"_a, "sizes"_a,
@@ -352,13 +360,9 @@ Status values (falsy).)")
           [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
              const std::vector<size_t>& sizes) {
             Keys k(std::move(keys));
-            check_flat(k.views.size(), ptrs, sizes);
-            std::vector<MutableBuffer> pieces(ptrs.size());
-            for (size_t i = 0; i < ptrs.size(); ++i) {
-              pieces[i] = MutableBuffer{reinterpret_cast<void*>(ptrs[i]), sizes[i]};
-            }
-            BatchResult r =
-                unlocked_call(self, [&](Store& s) { return s.batch_get(k.views, pieces); });
+            BatchPages p = flat_pages(k.views.size(), ptrs, sizes);
+            BatchResult r = unlocked_call(
+                self, [&](Store& s) { return s.batch_get(k.views, p.mutable_pieces); });
             return to_python(std::move(r), k.views.size());
           },
           "keys"_a, "ptrs"_a, "sizes"_a, "batch_get with flat address and size lists.")
@@ -367,14 +371,10 @@ Status values (falsy).)")
           [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
              const std::vector<size_t>& sizes) {
             Keys k(std::move(keys));
-            check_flat(k.views.size(), ptrs, sizes);
-            std::vector<ConstBuffer> pieces(ptrs.size());
-            for (size_t i = 0; i < ptrs.size(); ++i) {
-              pieces[i] = ConstBuffer{reinterpret_cast<const void*>(ptrs[i]), sizes[i]};
-            }
-            BatchTicket t =
-                unlocked_call(self, [&](Store& s) { return s.submit_put(k.views, pieces); });
-            return std::make_unique<PyTicket>(std::move(t), BatchPages{}, k.views.size());
+            BatchPages p = flat_pages(k.views.size(), ptrs, sizes);
+            BatchTicket t = unlocked_call(
+                self, [&](Store& s) { return s.submit_put(k.views, p.const_pieces); });
+            return std::make_unique<PyTicket>(std::move(t), std::move(p), k.views.size());
           },
           "keys"_a, "ptrs"_a, "sizes"_a,
           "batch_put_pieces without waiting: returns a Ticket. The memory must stay valid "
@@ -384,14 +384,10 @@ Status values (falsy).)")
           [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
              const std::vector<size_t>& sizes) {
             Keys k(std::move(keys));
-            check_flat(k.views.size(), ptrs, sizes);
-            std::vector<MutableBuffer> pieces(ptrs.size());
-            for (size_t i = 0; i < ptrs.size(); ++i) {
-              pieces[i] = MutableBuffer{reinterpret_cast<void*>(ptrs[i]), sizes[i]};
-            }
-            BatchTicket t =
-                unlocked_call(self, [&](Store& s) { return s.submit_get(k.views, pieces); });
-            return std::make_unique<PyTicket>(std::move(t), BatchPages{}, k.views.size());
+            BatchPages p = flat_pages(k.views.size(), ptrs, sizes);
+            BatchTicket t = unlocked_call(
+                self, [&](Store& s) { return s.submit_get(k.views, p.mutable_pieces); });
+            return std::make_unique<PyTicket>(std::move(t), std::move(p), k.views.size());
           },
           "keys"_a, "ptrs"_a, "sizes"_a,
           "batch_get_pieces without waiting: returns a Ticket. The memory must stay valid "
