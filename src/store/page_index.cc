@@ -31,6 +31,13 @@ bool PageIndex::contains(const Hash128& hash) const {
   return map_.count(hash) != 0;
 }
 
+std::optional<PageIndex::Page> PageIndex::find(const Hash128& hash) const {
+  MutexLock lock(mu_);
+  auto it = map_.find(hash);
+  if (it == map_.end()) return std::nullopt;
+  return *it->second;
+}
+
 bool PageIndex::touch(const Hash128& hash) {
   MutexLock lock(mu_);
   auto it = map_.find(hash);

@@ -28,7 +28,12 @@ class PageIndex {
   struct Page {
     Hash128 hash;
     uint32_t base = 0;
-    uint64_t bytes = 0;  // object bytes (header and padding included)
+    uint64_t bytes = 0;  // object (record) bytes, header and padding included
+    // The segment layout: where the record lies (files: unused, zero).
+    uint32_t segment = 0;  // the store's number for the segment file
+    uint32_t header_bytes = 0;
+    uint64_t offset = 0;
+    uint64_t payload = 0;
   };
 
   // Inserts or replaces `page` as the most recently used; returns the bytes of the page it
@@ -38,6 +43,8 @@ class PageIndex {
   // unless it is already indexed. Returns whether it was inserted.
   bool put_cold(const Page& page);
   bool contains(const Hash128& hash) const;
+  // The page's entry, if indexed (its use is not recorded).
+  std::optional<Page> find(const Hash128& hash) const;
   // Marks a page as just used; false when not indexed.
   bool touch(const Hash128& hash);
   std::optional<Page> erase(const Hash128& hash);
