@@ -79,7 +79,8 @@ Result<SegmentHeader> decode_segment_header(std::span<const std::byte> in) {
     return corrupt_error("segment header: checksum mismatch");
   }
   if (const auto v = get<uint16_t>(b, 8); v != kVersion) {
-    return corrupt_error(fmt::format("segment format version {} (this build reads {})", v, kVersion));
+    return corrupt_error(
+        fmt::format("segment format version {} (this build reads {})", v, kVersion));
   }
   SegmentHeader h;
   h.namespace_id = Hash128{get<uint64_t>(b, 16), get<uint64_t>(b, 24)};

@@ -36,8 +36,8 @@ Status Store::Impl::segments_open() {
   seg = std::make_unique<Segments>();
   seg->writer = random_writer_id();
   KVTIER_ASSIGN_OR_RETURN(seg->append_buf, AlignedBuffer::allocate(kAppendBufBytes));
-  KVTIER_ASSIGN_OR_RETURN(seg->append_reg, agent.register_memory(seg->append_buf.data(),
-                                                                 seg->append_buf.size()));
+  KVTIER_ASSIGN_OR_RETURN(seg->append_reg,
+                          agent.register_memory(seg->append_buf.data(), seg->append_buf.size()));
   KVTIER_ASSIGN_OR_RETURN(seg->read_buf, AlignedBuffer::allocate(kReadBufBytes));
   KVTIER_ASSIGN_OR_RETURN(seg->read_reg,
                           agent.register_memory(seg->read_buf.data(), seg->read_buf.size()));
@@ -78,9 +78,9 @@ Result<uint64_t> Store::Impl::read_summary(const std::string& sum_path, uint64_t
     KVTIER_RETURN_IF_ERROR(
         object_io::transfer_range(agent, TransferOp::kRead, *t, seg->read_buf.data(), at, n));
     for (uint64_t o = 0; o < n; o += segment::kEntryBytes) {
-      const std::optional<segment::Entry> e = segment::decode_entry(
-          std::span<const std::byte, segment::kEntryBytes>(seg->read_buf.data() + o,
-                                                           segment::kEntryBytes));
+      const std::optional<segment::Entry> e =
+          segment::decode_entry(std::span<const std::byte, segment::kEntryBytes>(
+              seg->read_buf.data() + o, segment::kEntryBytes));
       // A torn or not yet written entry: stop before it, and look again next time.
       if (!e) return at + o;
       fn(*e);
@@ -149,8 +149,8 @@ Status Store::Impl::segments_scan() {
       MutexLock lock(seg->mu);
       base = seg->files[f.segment].base;
     }
-    index.put({e.key_hash, base, e.record_bytes, f.segment, e.header_bytes, e.offset,
-               e.payload_bytes});
+    index.put(
+        {e.key_hash, base, e.record_bytes, f.segment, e.header_bytes, e.offset, e.payload_bytes});
   }
   return ok_status();
 }
@@ -229,17 +229,17 @@ Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> 
   KVTIER_ASSIGN_OR_RETURN(Target t,
                           agent.open_target(TargetSpec{f.sum_path, TargetMode::kAppend, 0, {}}));
   if (t.size() > f.summary_end) {
-    return internal_error(fmt::format("summary '{}' is {} bytes; this writer wrote {}",
-                                      f.sum_path, t.size(), f.summary_end));
+    return internal_error(fmt::format("summary '{}' is {} bytes; this writer wrote {}", f.sum_path,
+                                      t.size(), f.summary_end));
   }
   const size_t per_call = kAppendBufBytes / segment::kEntryBytes;
   for (size_t first = 0; first < entries.size(); first += per_call) {
     const size_t n = std::min(per_call, entries.size() - first);
     for (size_t i = 0; i < n; ++i) {
-      segment::encode_entry(entries[first + i],
-                            std::span<std::byte, segment::kEntryBytes>(
-                                seg->append_buf.data() + i * segment::kEntryBytes,
-                                segment::kEntryBytes));
+      segment::encode_entry(
+          entries[first + i],
+          std::span<std::byte, segment::kEntryBytes>(
+              seg->append_buf.data() + i * segment::kEntryBytes, segment::kEntryBytes));
     }
     KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kWrite, t,
                                                      seg->append_buf.data(), f.summary_end,
@@ -283,8 +283,7 @@ Status Store::Impl::roll_segment(size_t b) {
   segment::encode_segment_header(
       {ns_id, seg->writer, seq, now},
       std::span<std::byte>(reinterpret_cast<std::byte*>(header.data()), header.size()));
-  KVTIER_RETURN_IF_ERROR(
-      object_io::write_object(agent, f.seg_path, router.temp_dir(b), header));
+  KVTIER_RETURN_IF_ERROR(object_io::write_object(agent, f.seg_path, router.temp_dir(b), header));
   std::string begin(segment::kEntryBytes, '\0');
   segment::encode_entry({segment::EntryType::kBegin, 0, ns_id, seg->writer, seq, 0, now},
                         std::span<std::byte, segment::kEntryBytes>(
@@ -316,8 +315,8 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   for (size_t i = 0; i < work.size(); ++i) {
     auto& w = work[i];
     const bool aligned = config.direct_io != DirectIo::kOff && dio[w.route.base].has_value();
-    w.header_bytes =
-        aligned ? static_cast<uint32_t>(kHeaderBytes) : page::compact_header_bytes(keys[w.page].size());
+    w.header_bytes = aligned ? static_cast<uint32_t>(kHeaderBytes)
+                             : page::compact_header_bytes(keys[w.page].size());
     w.stored_bytes = page::record_bytes(w.header_bytes, w.payload);
     uint64_t checksum;
     if (w.io == PageIo::kStaged) {
@@ -357,7 +356,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   std::vector<OpenSeg> open_segs;
   open_segs.reserve(work.size());
   std::vector<size_t> seg_of(work.size(), SIZE_MAX);  // index in open_segs
-  std::vector<uint32_t> used;                          // segments with records of this window
+  std::vector<uint32_t> used;                         // segments with records of this window
   {
     MutexLock lock(seg->mu);
     for (size_t i = 0; i < work.size(); ++i) {
@@ -368,9 +367,9 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
       for (int attempt = 0; attempt < 2; ++attempt) {
         st = ok_status();
         const std::optional<uint32_t> a = seg->active[b];
-        if (!a || (seg->files[*a].end > segment::kSegmentHeaderBytes &&
-                   align_up(seg->files[*a].end, kBlockBytes) + w.stored_bytes >
-                       config.segment_bytes)) {
+        if (!a ||
+            (seg->files[*a].end > segment::kSegmentHeaderBytes &&
+             align_up(seg->files[*a].end, kBlockBytes) + w.stored_bytes > config.segment_bytes)) {
           st = roll_segment(b);
           if (!st.ok()) break;
         }
