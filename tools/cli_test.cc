@@ -63,6 +63,20 @@ TEST(Cli, BenchVerifiesReportsAndClearsAfterItself) {
   EXPECT_EQ(s["pages"], 0) << "pages were not cleared";
 }
 
+TEST(Cli, BenchRunsOnTheSegmentLayout) {
+  kvtier::testing::TempDir dir;
+  CliRun r = run("bench --dir " + dir.path() +
+                 " --layout segments --page-bytes 70272 --pages 300 --batch 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = json_of(r);
+  EXPECT_EQ(j["layout"], "segments");
+  EXPECT_EQ(j["verified"], true);
+  EXPECT_EQ(j["byte_exact_pages"], 300);
+  EXPECT_EQ(j["fds_before"], j["fds_after"]);
+  EXPECT_EQ(json_of(run("bench --dir " + dir.path() + " --pages 4 --json"))["layout"], "files");
+  EXPECT_EQ(run("bench --dir " + dir.path() + " --layout blocks").exit_code, 2);
+}
+
 TEST(Cli, KeptPagesShowInStatAndVerifyFindsCorruption) {
   kvtier::testing::TempDir dir;
   ASSERT_EQ(run("bench --dir " + dir.path() +
