@@ -17,6 +17,21 @@ std::optional<uint64_t> PageIndex::put(const Page& page) {
   return old;
 }
 
+void PageIndex::put_many(std::span<const Page> pages) {
+  MutexLock lock(mu_);
+  map_.reserve(map_.size() + pages.size());
+  for (const Page& page : pages) {
+    auto [it, inserted] = map_.try_emplace(page.hash);
+    if (!inserted) {
+      bytes_ -= it->second->bytes;
+      order_.erase(it->second);
+    }
+    order_.push_back(page);
+    it->second = std::prev(order_.end());
+    bytes_ += page.bytes;
+  }
+}
+
 bool PageIndex::put_cold(const Page& page) {
   MutexLock lock(mu_);
   if (map_.count(page.hash) != 0) return false;

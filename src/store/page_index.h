@@ -15,6 +15,7 @@
 #include <list>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +40,9 @@ class PageIndex {
   // Inserts or replaces `page` as the most recently used; returns the bytes of the page it
   // replaced, if any.
   std::optional<uint64_t> put(const Page& page);
+  // put() of each page in order (the last is the most recently used), under one lock, with
+  // room made for them first: how a store loads its index on open.
+  void put_many(std::span<const Page> pages);
   // Inserts `page` as the least recently used (pages found on disk whose use is unknown),
   // unless it is already indexed. Returns whether it was inserted.
   bool put_cold(const Page& page);

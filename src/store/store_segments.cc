@@ -134,24 +134,38 @@ Status Store::Impl::segments_scan() {
     }
   }
   // The latest entry for a key decides, across writers: in time order, puts make a page the
-  // most recently used and removes take it out.
-  std::stable_sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+  // most recently used and removes take it out. Each summary is in time order already, so
+  // the entries of one writer's one segment need no sort.
+  const auto by_time = [](const Found& a, const Found& b) {
     return a.entry.time_ns < b.entry.time_ns;
-  });
+  };
+  if (!std::is_sorted(found.begin(), found.end(), by_time)) {
+    std::stable_sort(found.begin(), found.end(), by_time);
+  }
+  std::vector<uint32_t> base_of;
+  {
+    MutexLock lock(seg->mu);
+    for (const SegmentFile& f : seg->files) base_of.push_back(f.base);
+  }
+  // Puts go in together between removes (a remove must see the puts before it).
+  std::vector<PageIndex::Page> run;
+  run.reserve(std::min<size_t>(found.size(), size_t{1} << 20));
+  auto flush = [&] {
+    index.put_many(run);
+    run.clear();
+  };
   for (const Found& f : found) {
     const segment::Entry& e = f.entry;
     if (e.type == segment::EntryType::kRemove) {
+      flush();
       index.erase(e.key_hash);
       continue;
     }
-    uint32_t base;
-    {
-      MutexLock lock(seg->mu);
-      base = seg->files[f.segment].base;
-    }
-    index.put(
-        {e.key_hash, base, e.record_bytes, f.segment, e.header_bytes, e.offset, e.payload_bytes});
+    run.push_back({e.key_hash, base_of[f.segment], e.record_bytes, f.segment, e.header_bytes,
+                   e.offset, e.payload_bytes});
+    if (run.size() == run.capacity()) flush();
   }
+  flush();
   return ok_status();
 }
 
