@@ -7,16 +7,16 @@
 // page another process wrote is found by a stat when the index misses (and then indexed); a
 // page another process removed stays indexed until a read misses it.
 //
-// Memory: about 100 bytes per page (a list node and a hash-map node).
+// Memory: about 80 bytes per page: the entries live in one array, linked in use order by
+// 32-bit indexes (no allocation per page), found through an open-addressing table of indexes
+// (linear probing, at most half full). Ten million pages load in well under a second.
 // Thread-safety: safe for concurrent use.
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <mutex>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "kvtier/core/checksum.h"
@@ -60,12 +60,32 @@ class PageIndex {
   uint64_t bytes() const;
 
  private:
-  struct HashOf {
-    size_t operator()(const Hash128& h) const noexcept { return h.low ^ (h.high * 31); }
+  static constexpr uint32_t kNil = UINT32_MAX;
+  struct Node {
+    Page page;
+    uint32_t prev = kNil;  // towards the least recently used
+    uint32_t next = kNil;  // towards the most recently used (free nodes: the next free one)
   };
+
+  // The table slot holding `hash`, or the empty slot where it would go.
+  size_t slot_of(const Hash128& hash) const KVTIER_REQUIRES(mu_);
+  // Room for `n` more pages without growing the table past half full.
+  void reserve_locked(size_t n) KVTIER_REQUIRES(mu_);
+  std::optional<uint64_t> put_locked(const Page& page, bool cold) KVTIER_REQUIRES(mu_);
+  uint32_t new_node(const Page& page) KVTIER_REQUIRES(mu_);
+  void link_back(uint32_t n) KVTIER_REQUIRES(mu_);
+  void link_front(uint32_t n) KVTIER_REQUIRES(mu_);
+  void unlink(uint32_t n) KVTIER_REQUIRES(mu_);
+  // Frees the node in table slot `slot` (backward-shift deletion keeps probing correct).
+  Page remove_slot(size_t slot) KVTIER_REQUIRES(mu_);
+
   mutable Mutex mu_;
-  std::list<Page> order_ KVTIER_GUARDED_BY(mu_);  // front: least recently used
-  std::unordered_map<Hash128, std::list<Page>::iterator, HashOf> map_ KVTIER_GUARDED_BY(mu_);
+  std::vector<Node> nodes_ KVTIER_GUARDED_BY(mu_);
+  std::vector<uint32_t> table_ KVTIER_GUARDED_BY(mu_);  // node indexes; kNil: empty
+  uint32_t free_ KVTIER_GUARDED_BY(mu_) = kNil;         // first free node
+  uint32_t head_ KVTIER_GUARDED_BY(mu_) = kNil;         // least recently used
+  uint32_t tail_ KVTIER_GUARDED_BY(mu_) = kNil;         // most recently used
+  size_t count_ KVTIER_GUARDED_BY(mu_) = 0;
   uint64_t bytes_ KVTIER_GUARDED_BY(mu_) = 0;
 };
 
