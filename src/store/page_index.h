@@ -9,12 +9,18 @@
 //
 // Memory: about 80 bytes per page: the entries live in one array, linked in use order by
 // 32-bit indexes (no allocation per page), found through an open-addressing table of indexes
-// (linear probing, at most half full). Ten million pages load in well under a second.
+// (linear probing, at most half full). put_many() loads ten million in well under a second
+// when the memory is warm (docs/architecture.md).
 // Thread-safety: safe for concurrent use.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <span>
 #include <vector>
@@ -23,6 +29,35 @@
 #include "kvtier/core/mutex.h"
 
 namespace kvtier {
+
+// Allocates large arrays (4 MiB and more) on 2 MiB boundaries and asks for transparent huge
+// pages: the index of ten million pages is about 800 MB, and touching it for the first time
+// a 4 KiB page at a time costs more than filling it.
+template <typename T>
+struct IndexAllocator {
+  using value_type = T;
+  static constexpr size_t kHuge = size_t{2} << 20;
+  IndexAllocator() = default;
+  template <typename U>
+  IndexAllocator(const IndexAllocator<U>&) noexcept {}
+  static bool big(size_t n) { return n * sizeof(T) >= 2 * kHuge; }
+  T* allocate(size_t n) {
+    if (!big(n)) return std::allocator<T>().allocate(n);
+    const size_t bytes = (n * sizeof(T) + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    (void)::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: plain pages work too
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) noexcept {
+    if (!big(n)) {
+      std::allocator<T>().deallocate(p, n);
+    } else {
+      std::free(p);
+    }
+  }
+  friend bool operator==(const IndexAllocator&, const IndexAllocator&) { return true; }
+};
 
 class PageIndex {
  public:
@@ -43,6 +78,8 @@ class PageIndex {
   // put() of each page in order (the last is the most recently used), under one lock, with
   // room made for them first: how a store loads its index on open.
   void put_many(std::span<const Page> pages);
+  // Makes room for `n` more pages (a store about to load that many).
+  void reserve(size_t n);
   // Inserts `page` as the least recently used (pages found on disk whose use is unknown),
   // unless it is already indexed. Returns whether it was inserted.
   bool put_cold(const Page& page);
@@ -80,11 +117,12 @@ class PageIndex {
   Page remove_slot(size_t slot) KVTIER_REQUIRES(mu_);
 
   mutable Mutex mu_;
-  std::vector<Node> nodes_ KVTIER_GUARDED_BY(mu_);
-  std::vector<uint32_t> table_ KVTIER_GUARDED_BY(mu_);  // node indexes; kNil: empty
-  uint32_t free_ KVTIER_GUARDED_BY(mu_) = kNil;         // first free node
-  uint32_t head_ KVTIER_GUARDED_BY(mu_) = kNil;         // least recently used
-  uint32_t tail_ KVTIER_GUARDED_BY(mu_) = kNil;         // most recently used
+  std::vector<Node, IndexAllocator<Node>> nodes_ KVTIER_GUARDED_BY(mu_);
+  // Node indexes; kNil: empty.
+  std::vector<uint32_t, IndexAllocator<uint32_t>> table_ KVTIER_GUARDED_BY(mu_);
+  uint32_t free_ KVTIER_GUARDED_BY(mu_) = kNil;  // first free node
+  uint32_t head_ KVTIER_GUARDED_BY(mu_) = kNil;  // least recently used
+  uint32_t tail_ KVTIER_GUARDED_BY(mu_) = kNil;  // most recently used
   size_t count_ KVTIER_GUARDED_BY(mu_) = 0;
   uint64_t bytes_ KVTIER_GUARDED_BY(mu_) = 0;
 };

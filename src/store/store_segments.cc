@@ -91,81 +91,84 @@ Result<uint64_t> Store::Impl::read_summary(const std::string& sum_path, uint64_t
 }
 
 Status Store::Impl::segments_scan() {
-  struct Found {
-    segment::Entry entry;
-    uint32_t segment;
-  };
-  std::vector<Found> found;
   MutexLock refresh(seg->refresh_mu);
-  for (size_t b = 0; b < router.base_count(); ++b) {
-    std::vector<std::string> names;
-    KVTIER_RETURN_IF_ERROR(list_summaries(b, [&](const std::string& n) { names.push_back(n); }));
-    std::sort(names.begin(), names.end());
-    for (const std::string& name : names) {
-      SegmentFile f;
-      f.name = name;
-      f.base = static_cast<uint32_t>(b);
-      f.seg_path = seg_dir(router, b) + "/" + name + std::string(segment::kSegmentSuffix);
-      f.sum_path = seg_dir(router, b) + "/" + name + std::string(segment::kSummarySuffix);
-      uint32_t id;
-      {
-        MutexLock lock(seg->mu);
-        if (seg->by_name.count(name) != 0) continue;
-        id = static_cast<uint32_t>(seg->files.size());
-        seg->files.push_back(f);
-        seg->by_name.emplace(name, id);
-      }
-      bool sealed = false;
-      bool ours_ns = true;
-      std::vector<Found> entries;
-      KVTIER_ASSIGN_OR_RETURN(
-          uint64_t read, read_summary(f.sum_path, 0, [&](const segment::Entry& e) {
-            if (e.type == segment::EntryType::kBegin) ours_ns = e.key_hash == ns_id;
-            if (e.type == segment::EntryType::kSeal) sealed = true;
-            if (e.type == segment::EntryType::kPut || e.type == segment::EntryType::kRemove) {
-              entries.push_back({e, id});
-            }
-          }));
-      // A summary of another namespace, copied in by hand, names no page of this one.
-      if (ours_ns) found.insert(found.end(), entries.begin(), entries.end());
-      MutexLock lock(seg->mu);
-      seg->files[id].summary_read = read;
-      seg->files[id].sealed = sealed;
-    }
-  }
-  // The latest entry for a key decides, across writers: in time order, puts make a page the
-  // most recently used and removes take it out. Each summary is in time order already, so
-  // the entries of one writer's one segment need no sort.
-  const auto by_time = [](const Found& a, const Found& b) {
-    return a.entry.time_ns < b.entry.time_ns;
+  struct Summary {
+    std::string name;
+    uint32_t base;
+    uint64_t mtime_ns;
   };
-  if (!std::is_sorted(found.begin(), found.end(), by_time)) {
-    std::stable_sort(found.begin(), found.end(), by_time);
+  std::vector<Summary> summaries;
+  uint64_t entries = 0;
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    Status st =
+        agent.list(seg_dir(router, b), ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
+          if (std::optional<std::string> n = segment::name_of_summary(e.name)) {
+            summaries.push_back({*n, static_cast<uint32_t>(b), e.mtime_ns});
+            entries += e.size / segment::kEntryBytes;
+          }
+          return ok_status();
+        });
+    if (st.code() != StatusCode::kNotFound) KVTIER_RETURN_IF_ERROR(st);
   }
-  std::vector<uint32_t> base_of;
-  {
-    MutexLock lock(seg->mu);
-    for (const SegmentFile& f : seg->files) base_of.push_back(f.base);
-  }
-  // Puts go in together between removes (a remove must see the puts before it).
+  // The latest entry for a key decides. Each summary is in its writer's order; summaries go
+  // in the order they were last written. Writers that overlapped in time may see an older
+  // put of a key win over a newer one of another writer (both are the key's page) or a
+  // remove undo a later put (a miss): a cache can afford either; neither reads wrong data.
+  std::sort(summaries.begin(), summaries.end(), [](const Summary& a, const Summary& b) {
+    return a.mtime_ns != b.mtime_ns ? a.mtime_ns < b.mtime_ns : a.name < b.name;
+  });
+  index.reserve(entries);
   std::vector<PageIndex::Page> run;
-  run.reserve(std::min<size_t>(found.size(), size_t{1} << 20));
+  run.reserve(size_t{1} << 16);
   auto flush = [&] {
     index.put_many(run);
     run.clear();
   };
-  for (const Found& f : found) {
-    const segment::Entry& e = f.entry;
-    if (e.type == segment::EntryType::kRemove) {
-      flush();
-      index.erase(e.key_hash);
-      continue;
+  for (const Summary& s : summaries) {
+    SegmentFile f;
+    f.name = s.name;
+    f.base = s.base;
+    f.seg_path = seg_dir(router, s.base) + "/" + s.name + std::string(segment::kSegmentSuffix);
+    f.sum_path = seg_dir(router, s.base) + "/" + s.name + std::string(segment::kSummarySuffix);
+    uint32_t id;
+    {
+      MutexLock lock(seg->mu);
+      if (seg->by_name.count(s.name) != 0) continue;
+      id = static_cast<uint32_t>(seg->files.size());
+      seg->files.push_back(f);
+      seg->by_name.emplace(s.name, id);
     }
-    run.push_back({e.key_hash, base_of[f.segment], e.record_bytes, f.segment, e.header_bytes,
-                   e.offset, e.payload_bytes});
-    if (run.size() == run.capacity()) flush();
+    bool sealed = false;
+    // A summary of another namespace (copied in by hand) names no page of this one; the
+    // begin entry comes first, so nothing is applied before it is known.
+    bool ours = false;
+    KVTIER_ASSIGN_OR_RETURN(uint64_t read,
+                            read_summary(f.sum_path, 0, [&](const segment::Entry& e) {
+                              switch (e.type) {
+                                case segment::EntryType::kBegin:
+                                  ours = e.key_hash == ns_id;
+                                  break;
+                                case segment::EntryType::kPut:
+                                  if (!ours) break;
+                                  run.push_back({e.key_hash, s.base, e.record_bytes, id,
+                                                 e.header_bytes, e.offset, e.payload_bytes});
+                                  if (run.size() == run.capacity()) flush();
+                                  break;
+                                case segment::EntryType::kRemove:
+                                  if (!ours) break;
+                                  flush();  // the puts before it first
+                                  index.erase(e.key_hash);
+                                  break;
+                                case segment::EntryType::kSeal:
+                                  sealed = true;
+                                  break;
+                              }
+                            }));
+    flush();
+    MutexLock lock(seg->mu);
+    seg->files[id].summary_read = read;
+    seg->files[id].sealed = sealed;
   }
-  flush();
   return ok_status();
 }
 
