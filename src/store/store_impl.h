@@ -477,8 +477,7 @@ struct Store::Impl {
                   size_t k, std::span<Status> out);
 
   // The read path (store_read.cc): get_window runs the steps below in order; a ReadWindow
-  // carries what each step leaves for the next.
-  struct ReadWindow;
+  // (declared above) carries what each step leaves for the next.
   void get_window(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
                   size_t k, std::span<Status> out);
   // Opens the planned pages' objects; those that open and hold at least a header are read.

@@ -427,11 +427,31 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     }
   }
 
-  std::vector<MemDesc> mem;
-  std::vector<StorageDesc> sto;
+  // The records go out in chunks of about kWriteChunkBytes, one after another: every chunk
+  // small enough for the backend to write it on this thread, in order. Buffered writes into
+  // one file serialize on its inode lock, so spreading a window's writes over I/O threads
+  // made them wait for each other (64 KiB pages: 1.9 GB/s against fio's 5.3 on one file).
+  constexpr uint64_t kWriteChunkBytes = 4 << 20;
+  struct Chunk {
+    std::vector<MemDesc> mem;
+    std::vector<StorageDesc> sto;
+    Result<Transfer> xfer = Transfer();
+    Status error;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<size_t> chunk_of(work.size(), SIZE_MAX);
+  uint64_t chunk_bytes = kWriteChunkBytes;
   for (size_t i = 0; i < work.size(); ++i) {
     auto& w = work[i];
     if (seg_of[i] == SIZE_MAX) continue;
+    if (chunk_bytes + w.stored_bytes > kWriteChunkBytes) {
+      chunks.emplace_back();
+      chunk_bytes = 0;
+    }
+    chunk_of[i] = chunks.size() - 1;
+    chunk_bytes += w.stored_bytes;
+    std::vector<MemDesc>& mem = chunks.back().mem;
+    std::vector<StorageDesc>& sto = chunks.back().sto;
     w.first_desc = mem.size();
     mem.push_back(MemDesc{lease->block(i).data(), w.header_bytes});
     sto.push_back(StorageDesc{w.io_target, w.at, w.header_bytes});
@@ -453,12 +473,10 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     }
     w.desc_count = mem.size() - w.first_desc;
   }
-  Result<Transfer> xfer = Transfer();
-  Status batch_error;
-  if (!mem.empty()) {
-    xfer = agent.make_request(TransferOp::kWrite, mem, sto);
-    batch_error = xfer.ok() ? xfer->post() : xfer.status();
-    if (batch_error.ok()) xfer->wait();
+  for (Chunk& c : chunks) {
+    c.xfer = agent.make_request(TransferOp::kWrite, c.mem, c.sto);
+    c.error = c.xfer.ok() ? c.xfer->post() : c.xfer.status();
+    if (c.error.ok()) c.xfer->wait();
   }
 
   // The records are complete: their summary entries make them known, segment by segment.
@@ -466,8 +484,9 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   for (size_t i = 0; i < work.size(); ++i) {
     if (seg_of[i] == SIZE_MAX) continue;
     auto& w = work[i];
-    Status st = batch_error;
-    if (st.ok()) st = page_result(*xfer, w);
+    const Chunk& c = chunks[chunk_of[i]];
+    Status st = c.error;
+    if (st.ok()) st = page_result(*c.xfer, w);
     out[w.page] = std::move(st);
     if (out[w.page].ok()) by_seg[seg_of[i]].push_back(i);
   }
