@@ -213,6 +213,9 @@ void Store::Impl::segments_refresh() {
     }
   }
   for (const Todo& t : todo) {
+    // One stat tells whether it grew (a dead writer's summary never does).
+    Result<ObjectInfo> info = agent.stat(t.path);
+    if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
     bool sealed = false;
     bool ours_ns = true;
     Result<uint64_t> read = read_summary(t.path, t.from, [&](const segment::Entry& e) {
@@ -326,15 +329,18 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     bump(counters.put_failures, work.size());
     return;
   }
-  // Headers and checksums first, outside any lock. Records are 4 KiB-aligned page objects
-  // where direct I/O is in use (it needs aligned offsets), compact elsewhere.
+  // Record shapes first: 4 KiB-aligned page objects where direct I/O is in use (it needs
+  // aligned offsets), compact elsewhere. Checksums and headers are made chunk by chunk just
+  // before each chunk is written (below), while its pages are still in cache for the copy.
   const uint64_t created = wall_ns();
-  for (size_t i = 0; i < work.size(); ++i) {
-    auto& w = work[i];
+  for (auto& w : work) {
     const bool aligned = config.direct_io != DirectIo::kOff && dio[w.route.base].has_value();
     w.header_bytes = aligned ? static_cast<uint32_t>(kHeaderBytes)
                              : page::compact_header_bytes(keys[w.page].size());
     w.stored_bytes = page::record_bytes(w.header_bytes, w.payload);
+  }
+  auto encode_header = [&](size_t i) {
+    auto& w = work[i];
     uint64_t checksum;
     if (w.io == PageIo::kStaged) {
       const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
@@ -360,7 +366,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     h.key = keys[w.page];
     h.header_bytes = w.header_bytes;
     page::encode(h, lease->block(i));
-  }
+  };
 
   // Space in this store's active segments, reserved under the lock. Each segment's append
   // target is opened before any space in it is reserved, so its size then (the floor below
@@ -431,8 +437,11 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   // small enough for the backend to write it on this thread, in order. Buffered writes into
   // one file serialize on its inode lock, so spreading a window's writes over I/O threads
   // made them wait for each other (64 KiB pages: 1.9 GB/s against fio's 5.3 on one file).
-  constexpr uint64_t kWriteChunkBytes = 4 << 20;
+  // Each chunk's pages are checksummed right before it is written, so the copy into the
+  // page cache finds them still in cache.
+  constexpr uint64_t kWriteChunkBytes = 1 << 20;
   struct Chunk {
+    std::vector<size_t> pages;  // indexes into `work`
     std::vector<MemDesc> mem;
     std::vector<StorageDesc> sto;
     Result<Transfer> xfer = Transfer();
@@ -449,6 +458,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
       chunk_bytes = 0;
     }
     chunk_of[i] = chunks.size() - 1;
+    chunks.back().pages.push_back(i);
     chunk_bytes += w.stored_bytes;
     std::vector<MemDesc>& mem = chunks.back().mem;
     std::vector<StorageDesc>& sto = chunks.back().sto;
@@ -474,6 +484,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     w.desc_count = mem.size() - w.first_desc;
   }
   for (Chunk& c : chunks) {
+    for (size_t i : c.pages) encode_header(i);
     c.xfer = agent.make_request(TransferOp::kWrite, c.mem, c.sto);
     c.error = c.xfer.ok() ? c.xfer->post() : c.xfer.status();
     if (c.error.ok()) c.xfer->wait();
