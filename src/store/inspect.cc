@@ -100,6 +100,7 @@ Status walk_segments(Agent& agent, NamespaceSummary& ns, std::vector<PageEntry>*
   }
   std::vector<uint64_t> per_segment(names.size(), 0);
   for (const auto& [key, f] : live) ++per_segment[f.name];
+  const uint64_t namespace_pages = live.size();
   for (const auto& [key, f] : live) {
     ++ns.pages;
     ns.bytes += f.entry.record_bytes;
@@ -116,6 +117,7 @@ Status walk_segments(Agent& agent, NamespaceSummary& ns, std::vector<PageEntry>*
       p.header_bytes = f.entry.header_bytes;
       p.payload_bytes = f.entry.payload_bytes;
       p.segment_pages = per_segment[f.name];
+      p.namespace_pages = namespace_pages;
       pages->push_back(std::move(p));
     }
     if (progress && *progress && !(*progress)(++*found_pages)) {
@@ -349,6 +351,31 @@ Result<RemovalReport> remove_pages(const StoreLocation& location,
         ++report.pages;
         report.bytes += pages[i].bytes;
       }
+    }
+  }
+  // Namespaces whose every live record was listed for removal: everything in their segment
+  // directories goes, superseded copies and remove-only summaries included.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> per_namespace;  // dir -> (listed, live)
+  for (const auto& [seg, idx] : by_segment) {
+    auto& n = per_namespace[pages[idx.front()].namespace_dir];
+    n.first += idx.size();
+    n.second = pages[idx.front()].namespace_pages;
+  }
+  for (const auto& [dir, n] : per_namespace) {
+    if (n.first < n.second) continue;
+    for (auto it = forget.begin(); it != forget.end();) {
+      it = it->first.first == dir ? forget.erase(it) : std::next(it);
+    }
+    std::vector<std::string> rest;
+    Status st = agent.list(seg_dir_of(dir), ListOptions{}, [&](const ObjectInfo& e) {
+      if (segment::is_segment_file(e.name)) rest.push_back(seg_dir_of(dir) + "/" + e.name);
+      return ok_status();
+    });
+    for (const Status& r : agent.remove_many(rest)) {
+      if (!r.ok() && r.code() != StatusCode::kNotFound && st.ok()) st = r;
+    }
+    if (!st.ok() && st.code() != StatusCode::kNotFound && report.first_error.ok()) {
+      report.first_error = st;
     }
   }
   for (const auto& [where, hashes] : forget) {

@@ -53,6 +53,7 @@ struct PageListing {
   uint32_t header_bytes = 0;
   uint64_t payload_bytes = 0;
   uint64_t segment_pages = 0;
+  uint64_t namespace_pages = 0;  // live records in the namespace's segments when listed
 };
 
 // Called while listing with the number of pages found so far; returning false stops the
@@ -79,7 +80,9 @@ using RemovalProgress = std::function<bool(uint64_t done, uint64_t total)>;
 // Removes pages (as listed), giving their bytes back to their namespaces' capacity ledgers.
 // Records of the segment layout: a segment whose every listed record is removed goes whole
 // (segment and summary); other records are forgotten through remove entries in a summary of
-// their own, which every store of the namespace applies.
+// their own, which every store of the namespace applies. When every live record of a
+// namespace's segments goes, every segment file there goes (older copies that newer records
+// had superseded, and remove entries, included), so nothing can be found again.
 Result<RemovalReport> remove_pages(const StoreLocation& location,
                                    std::span<const PageListing> pages,
                                    const RemovalProgress& progress = {});
