@@ -13,9 +13,10 @@ Options (keys of the extra config; the environment variable is the fallback):
                                     or mem://name (default file:///tmp/kvtier-hicache)
     backend       KVTIER_BACKEND    auto | uring | posix | s3 (default auto)
     direct_io     KVTIER_DIRECT_IO  off | auto | on (default off)
-    file_layout   KVTIER_FILE_LAYOUT  files | segments: a file per page, or pages appended to
-                                    large segment files (no file created per page; FILE
-                                    stores; default: the URI's layout=, else files)
+    file_layout   KVTIER_FILE_LAYOUT  files | segments | auto: a file per page, or pages
+                                    appended to large segment files (no file created per
+                                    page; FILE stores), or segments for pages below 1 MiB
+                                    (default: the URI's layout=, else files)
     fsync         KVTIER_FSYNC      true: a page is durable before batch_set reports it
     salt          KVTIER_SALT       tenant/deployment salt: different salts never share pages
                                     ("tenant" is accepted as a synonym)
@@ -86,7 +87,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_URI = "file:///tmp/kvtier-hicache"
 _BACKENDS = ("auto", "uring", "posix", "s3")
 _DIRECT_IO = ("off", "auto", "on")
-_FILE_LAYOUTS = ("", "files", "segments")
+_FILE_LAYOUTS = ("", "files", "segments", "auto")
 # The host layouts SGLang can store; page_first_kv_split (MLA on Ascend) it cannot.
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 # SGLang hands the backend at most this many pages per call.
@@ -679,7 +680,7 @@ class HiCacheKvtier(_HiCacheStorage):
         self.file_layout = str(_option(options, "file_layout", "KVTIER_FILE_LAYOUT", "") or "")
         if self.file_layout not in _FILE_LAYOUTS:
             raise kvtier.InvalidArgumentError(
-                f"file_layout '{self.file_layout}': expected files or segments")
+                f"file_layout '{self.file_layout}': expected files, segments or auto")
         self.fsync = _as_bool(_option(options, "fsync", "KVTIER_FSYNC", False))
         self.salt = str(_option(options, "salt", "KVTIER_SALT", None) or
                         options.get("tenant") or "")

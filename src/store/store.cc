@@ -67,9 +67,19 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
         "bound their size with the bucket's own lifecycle rules",
         config.location.uri()));
   }
-  KVTIER_ASSIGN_OR_RETURN(
-      const StoreLayout layout,
-      parse_store_layout(config.layout.empty() ? config.location.layout : config.layout));
+  const std::string_view layout_name =
+      config.layout.empty() ? std::string_view(config.location.layout) : config.layout;
+  StoreLayout layout = StoreLayout::kFiles;
+  if (layout_name == "auto") {
+    const uint64_t page = config.ns.piece_bytes * config.ns.pieces_per_page;
+    if (config.location.storage_class == StorageClass::kFile && page != 0 &&
+        page < kAutoSegmentsBelow && config.capacity_bytes == 0 && config.min_free_bytes == 0 &&
+        !config.fsync) {
+      layout = StoreLayout::kSegments;
+    }
+  } else {
+    KVTIER_ASSIGN_OR_RETURN(layout, parse_store_layout(layout_name));
+  }
   if (layout == StoreLayout::kSegments) {
     if (config.location.storage_class != StorageClass::kFile) {
       return unsupported_error(fmt::format(

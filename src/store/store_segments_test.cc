@@ -139,6 +139,34 @@ TEST_F(StoreSegments, LayoutComesFromTheUriOrTheConfig) {
   EXPECT_EQ((*f)->layout(), StoreLayout::kSegments);
 }
 
+TEST_F(StoreSegments, AutoPicksSegmentsForSmallFixedPagesOnly) {
+  auto layout_for = [&](std::string query, uint64_t piece, uint32_t pieces, bool fsync = false) {
+    StoreConfig cfg;
+    cfg.location = *parse_store_uri("file://" + dir_.file("auto") + query);
+    cfg.ns = testing::test_namespace("auto");
+    cfg.ns.piece_bytes = piece;
+    cfg.ns.pieces_per_page = pieces;
+    cfg.fsync = fsync;
+    Result<std::unique_ptr<Store>> s = Store::open(cfg);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? (*s)->layout() : StoreLayout::kFiles;
+  };
+  EXPECT_EQ(layout_for("?layout=auto", 70272, 1), StoreLayout::kSegments);
+  EXPECT_EQ(layout_for("?layout=auto", 256 << 10, 2), StoreLayout::kSegments);
+  EXPECT_EQ(layout_for("?layout=auto", 512 << 10, 2), StoreLayout::kFiles);  // 1 MiB pages
+  EXPECT_EQ(layout_for("?layout=auto", 4 << 20, 1), StoreLayout::kFiles);
+  EXPECT_EQ(layout_for("?layout=auto", 0, 1), StoreLayout::kFiles);  // any page size
+  EXPECT_EQ(layout_for("?layout=auto", 70272, 1, /*fsync=*/true), StoreLayout::kFiles);
+  EXPECT_EQ(layout_for("", 70272, 1), StoreLayout::kFiles);  // the default stays files
+  StoreConfig mem;
+  mem.location = *parse_store_uri("mem://auto-layout?layout=auto");
+  mem.ns = testing::test_namespace();
+  mem.ns.piece_bytes = 4096;
+  Result<std::unique_ptr<Store>> m = Store::open(mem);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->layout(), StoreLayout::kFiles);
+}
+
 TEST_F(StoreSegments, NoFileIsCreatedPerPageAndSpaceIsNearThePayload) {
   auto s = open("?backend=posix&layout=segments", 256 << 20);
   ASSERT_NE(s, nullptr);

@@ -149,8 +149,9 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
     if (name == "backend") {
       loc.backend = value.empty() ? "auto" : value;
     } else if (name == "layout") {
-      if (value != "files" && value != "segments") {
-        return invalid_argument_error(fmt::format("layout '{}' (use files or segments)", value));
+      if (value != "files" && value != "segments" && value != "auto") {
+        return invalid_argument_error(
+            fmt::format("layout '{}' (use files, segments or auto)", value));
       }
       loc.layout = std::move(value);
     } else {

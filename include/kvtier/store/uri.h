@@ -11,7 +11,7 @@
 //                                           `prefix`
 //
 // Query parameters: `backend` picks the backend ("auto" by default), `layout` the FILE
-// layout ("files" by default, or "segments"); every other parameter
+// layout ("files" by default, "segments" or "auto"); every other parameter
 // goes to the backend (io_threads, max_io_bytes, endpoint, region, ...), which rejects a name
 // it does not know and a value it cannot parse when the store opens (kInvalidArgument naming
 // the parameter; see BackendRegistry). uri() prints
@@ -33,7 +33,8 @@ struct StoreLocation {
   std::vector<std::string> bases;
   std::string backend = "auto";
   // How a FILE store lays pages out: "files" (one file per page, the default) or "segments"
-  // (records appended to large segment files; docs/format.md). The `layout` query parameter.
+  // (records appended to large segment files; docs/format.md) or "auto" (by page size; see
+  // StoreLayout in store.h). The `layout` query parameter.
   std::string layout = "files";
   BackendParams params;
 
