@@ -361,8 +361,9 @@ Result<RemovalReport> remove_pages(const StoreLocation& location,
     n.first += idx.size();
     n.second = pages[idx.front()].namespace_pages;
   }
-  for (const auto& [dir, n] : per_namespace) {
+  for (const auto& [ns_dir, n] : per_namespace) {
     if (n.first < n.second) continue;
+    const std::string& dir = ns_dir;  // lambdas cannot capture a structured binding
     for (auto it = forget.begin(); it != forget.end();) {
       it = it->first.first == dir ? forget.erase(it) : std::next(it);
     }
