@@ -142,28 +142,29 @@ Status Store::Impl::segments_scan() {
     // A summary of another namespace (copied in by hand) names no page of this one; the
     // begin entry comes first, so nothing is applied before it is known.
     bool ours = false;
-    KVTIER_ASSIGN_OR_RETURN(uint64_t read,
-                            read_summary(f.sum_path, 0, [&](const segment::Entry& e) {
-                              switch (e.type) {
-                                case segment::EntryType::kBegin:
-                                  ours = e.key_hash == ns_id;
-                                  break;
-                                case segment::EntryType::kPut:
-                                  if (!ours) break;
-                                  run.push_back({e.key_hash, s.base, e.record_bytes, id,
-                                                 e.header_bytes, e.offset, e.payload_bytes});
-                                  if (run.size() == run.capacity()) flush();
-                                  break;
-                                case segment::EntryType::kRemove:
-                                  if (!ours) break;
-                                  flush();  // the puts before it first
-                                  index.erase(e.key_hash);
-                                  break;
-                                case segment::EntryType::kSeal:
-                                  sealed = true;
-                                  break;
-                              }
-                            }));
+    KVTIER_ASSIGN_OR_RETURN(
+        uint64_t read, read_summary(f.sum_path, 0, [&](const segment::Entry& e) {
+          switch (e.type) {
+            case segment::EntryType::kBegin:
+              ours = e.key_hash == ns_id;
+              sealed = sealed || !ours;  // another namespace's: never read again
+              break;
+            case segment::EntryType::kPut:
+              if (!ours) break;
+              run.push_back({e.key_hash, s.base, e.record_bytes, id, e.header_bytes, e.offset,
+                             e.payload_bytes});
+              if (run.size() == run.capacity()) flush();
+              break;
+            case segment::EntryType::kRemove:
+              if (!ours) break;
+              flush();  // the puts before it first
+              index.erase(e.key_hash);
+              break;
+            case segment::EntryType::kSeal:
+              sealed = true;
+              break;
+          }
+        }));
     flush();
     MutexLock lock(seg->mu);
     seg->files[id].summary_read = read;
@@ -217,11 +218,14 @@ void Store::Impl::segments_refresh() {
     Result<ObjectInfo> info = agent.stat(t.path);
     if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
     bool sealed = false;
-    bool ours_ns = true;
+    // A summary is read from its begin entry once; later reads start past it, and a summary
+    // of another namespace is marked sealed then and never read again.
+    bool ours_ns = t.from != 0;
     Result<uint64_t> read = read_summary(t.path, t.from, [&](const segment::Entry& e) {
       switch (e.type) {
         case segment::EntryType::kBegin:
           ours_ns = e.key_hash == ns_id;
+          sealed = sealed || !ours_ns;
           break;
         case segment::EntryType::kPut:
           if (ours_ns) {

@@ -339,6 +339,37 @@ TEST_F(StoreSegments, ATornSummaryTailIsIgnored) {
   EXPECT_EQ(read_all(*s, pool, keys), 3u);
 }
 
+// A summary of another namespace copied into this one's segment directory (by hand, or a
+// bug) names none of its pages: not on open, and not when a refresh reads it again after it
+// grew.
+TEST_F(StoreSegments, ASummaryOfAnotherNamespaceIsIgnored) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  StoreConfig other_cfg;
+  other_cfg.location = *parse_store_uri("file://" + dir_.file("other") + "?layout=segments");
+  other_cfg.ns = testing::test_namespace("someone-else");
+  auto other = testing::open_store(other_cfg);
+  ASSERT_NE(other, nullptr);
+  PagePool pool(*other, 2, kPage);
+  ASSERT_TRUE(put(*other, pool, {"stranger-0"}).all_ok());
+  const std::string seg_dir = s->namespace_dirs()[0] + "/seg/";
+  const SegFiles theirs = seg_files(*other);
+  for (const std::string& p : theirs.summaries) {
+    std::filesystem::copy_file(p, seg_dir + std::filesystem::path(p).filename().string());
+  }
+  EXPECT_EQ(*s->exists("stranger-0"), false);  // read by a refresh, from its begin entry
+  // It grows (another put of that writer, copied again): still nothing.
+  ASSERT_TRUE(put(*other, pool, {"stranger-1"}).all_ok());
+  for (const std::string& p : theirs.summaries) {
+    std::filesystem::copy_file(p, seg_dir + std::filesystem::path(p).filename().string(),
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  EXPECT_EQ(*s->exists("stranger-1"), false);
+  EXPECT_EQ(s->stats().pages, 0u);
+  auto again = open();
+  EXPECT_EQ(again->stats().pages, 0u);
+}
+
 TEST_F(StoreSegments, StoresSeeEachOthersPagesWithoutReopening) {
   auto a = open();
   auto b = open();
