@@ -404,12 +404,13 @@ int run_bench(const BenchOptions& o) {
   size_t fds_during = 0;
   nlohmann::json out;
   PhaseResult wr, rd, chk;
-  std::string backend, selection, uri, backend_description;
+  std::string backend, selection, uri, backend_description, layout;
   StoreStats store_stats;
   {
     StoreConfig cfg;
     cfg.location = *loc;
     cfg.backend = o.backend;
+    cfg.layout = o.layout;
     cfg.fsync = o.fsync;
     cfg.verify_payload = !o.skip_payload_checksum;
     cfg.capacity_bytes = o.capacity;
@@ -436,6 +437,7 @@ int run_bench(const BenchOptions& o) {
     backend = (*store)->backend_selection().chosen;
     selection = (*store)->backend_selection().summary();
     backend_description = (*store)->backend_description();
+    layout = std::string(store_layout_name((*store)->layout()));
     uri = cfg.location.uri();
     Bench bench(o, **store, shape);
     if (Status st = bench.prepare(); !st.ok()) {
@@ -505,6 +507,7 @@ int run_bench(const BenchOptions& o) {
          {"fsync", o.fsync},
          {"payload_checksum", !o.skip_payload_checksum},
          {"backend_description", backend_description},
+         {"layout", layout},
          {"direct_io", store_stats.direct_io},
          {"direct_pages", store_stats.direct_pages},
          {"staged_pages", store_stats.staged_pages},
@@ -537,7 +540,7 @@ int run_bench(const BenchOptions& o) {
                o.batch, o.threads, o.threads == 1 ? "" : "s",
                o.in_flight > 1 ? fmt::format(", {} batches in flight each", o.in_flight) : "");
     fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
-    fmt::print("         {}\n", backend_description);
+    fmt::print("         {}  layout {}\n", backend_description, layout);
     if (o.direct_io != "off") {
       fmt::print("  direct I/O {}: {} pages in place, {} staged, {} buffered\n",
                  store_stats.direct_io, store_stats.direct_pages, store_stats.staged_pages,

@@ -25,6 +25,7 @@ struct BenchOptions {
   std::string backend;
   uint64_t io_threads = 0;
   std::string direct_io = "off";
+  std::string layout;  // --layout: files or segments (empty: the URI's, files by default)
   bool fsync = false;
   bool skip_payload_checksum = false;
   bool keep = false;

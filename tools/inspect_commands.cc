@@ -114,6 +114,8 @@ int run_stat(const InspectOptions& o) {
                             {"bytes", ns.bytes},
                             {"temp_files", ns.temp_files},
                             {"other_files", ns.other_files},
+                            {"segments", ns.segments},
+                            {"segment_bytes", ns.segment_bytes},
                             {"manifest", manifest_of(ns)}});
     }
     nlohmann::json j = {{"uri", loc->uri()},
@@ -127,10 +129,12 @@ int run_stat(const InspectOptions& o) {
   fmt::print("{}: {} pages, {} bytes, {} namespaces, {} temporary files\n", loc->uri(), inv->pages,
              inv->bytes, inv->namespaces.size(), inv->temp_files);
   for (const NamespaceSummary& ns : inv->namespaces) {
-    fmt::print("  {}  {:>8} pages {:>14} bytes  {}{}{}\n", ns.id.substr(0, 12), ns.pages, ns.bytes,
-               describe(manifest_of(ns)),
-               ns.temp_files ? fmt::format("  ({} temporaries)", ns.temp_files) : "",
-               ns.other_files ? fmt::format("  ({} foreign files)", ns.other_files) : "");
+    fmt::print(
+        "  {}  {:>8} pages {:>14} bytes  {}{}{}{}\n", ns.id.substr(0, 12), ns.pages, ns.bytes,
+        describe(manifest_of(ns)),
+        ns.temp_files ? fmt::format("  ({} temporaries)", ns.temp_files) : "",
+        ns.other_files ? fmt::format("  ({} foreign files)", ns.other_files) : "",
+        ns.segments ? fmt::format("  ({} segments, {} bytes)", ns.segments, ns.segment_bytes) : "");
   }
   return kExitOk;
 }
@@ -169,10 +173,7 @@ int run_verify(const InspectOptions& o) {
     std::vector<PageListing> bad;
     for (const VerifyProblem& p : report->problems) {
       if (p.status.code() != StatusCode::kCorrupt) continue;
-      const size_t slash = p.path.rfind('/');
-      const std::string fanout = p.path.substr(0, slash);
-      bad.push_back(PageListing{p.path, p.namespace_id, fanout.substr(0, fanout.rfind('/')),
-                                p.path.substr(slash + 1), p.bytes, 0});
+      bad.push_back(p.page);
     }
     Result<RemovalReport> removed = remove_pages(*loc, bad);  // few: not interrupted
     if (!removed.ok()) {
@@ -220,11 +221,13 @@ int run_ls(const InspectOptions& o) {
   if (o.json) {
     nlohmann::json j = nlohmann::json::array();
     for (const PageListing& p : *pages) {
-      j.push_back({{"namespace", p.namespace_id},
-                   {"page", p.name},
-                   {"bytes", p.bytes},
-                   {"mtime_ns", p.mtime_ns},
-                   {"path", p.path}});
+      nlohmann::json e = {{"namespace", p.namespace_id},
+                          {"page", p.name},
+                          {"bytes", p.bytes},
+                          {"mtime_ns", p.mtime_ns},
+                          {"path", p.path}};
+      if (!p.summary.empty()) e["offset"] = p.offset;  // a record in a segment
+      j.push_back(std::move(e));
     }
     fmt::print("{}\n", j.dump());
     return kExitOk;
@@ -236,7 +239,8 @@ int run_ls(const InspectOptions& o) {
       fmt::print(stderr, "kvtier ls: interrupted: {} of {} pages listed\n", printed, pages->size());
       return kExitInterrupted;
     }
-    fmt::print("{}  {}  {:>12}  {}\n", p.namespace_id.substr(0, 12), p.name, p.bytes, p.path);
+    fmt::print("{}  {}  {:>12}  {}{}\n", p.namespace_id.substr(0, 12), p.name, p.bytes, p.path,
+               p.summary.empty() ? "" : fmt::format(" @{}", p.offset));
     ++printed;
   }
   return kExitOk;

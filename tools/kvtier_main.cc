@@ -73,6 +73,11 @@ int main(int argc, char** argv) {
                 "Direct I/O: off, auto (aligned pages only) or on (unaligned pages staged)")
       ->check(CLI::IsMember({"off", "auto", "on"}))
       ->capture_default_str();
+  b->add_option("--layout", bench.layout,
+                "FILE layout: files (one file per page), segments (pages appended to large "
+                "segment files) or auto (segments below 1 MiB pages); default: the URI's, else "
+                "files")
+      ->check(CLI::IsMember({"files", "segments", "auto"}));
   b->add_flag("--fsync", bench.fsync, "Make every page durable before a put returns");
   b->add_flag("--skip-payload-checksum", bench.skip_payload_checksum,
               "Read without checking payload checksums (headers are still checked): only to "

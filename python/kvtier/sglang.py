@@ -13,6 +13,10 @@ Options (keys of the extra config; the environment variable is the fallback):
                                     or mem://name (default file:///tmp/kvtier-hicache)
     backend       KVTIER_BACKEND    auto | uring | posix | s3 (default auto)
     direct_io     KVTIER_DIRECT_IO  off | auto | on (default off)
+    file_layout   KVTIER_FILE_LAYOUT  files | segments | auto: a file per page, or pages
+                                    appended to large segment files (no file created per
+                                    page; FILE stores), or segments for pages below 1 MiB
+                                    (default: the URI's layout=, else files)
     fsync         KVTIER_FSYNC      true: a page is durable before batch_set reports it
     salt          KVTIER_SALT       tenant/deployment salt: different salts never share pages
                                     ("tenant" is accepted as a synonym)
@@ -83,6 +87,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_URI = "file:///tmp/kvtier-hicache"
 _BACKENDS = ("auto", "uring", "posix", "s3")
 _DIRECT_IO = ("off", "auto", "on")
+_FILE_LAYOUTS = ("", "files", "segments", "auto")
 # The host layouts SGLang can store; page_first_kv_split (MLA on Ascend) it cannot.
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 # SGLang hands the backend at most this many pages per call.
@@ -697,6 +702,10 @@ class HiCacheKvtier(_HiCacheStorage):
         if self.direct_io not in _DIRECT_IO:
             raise kvtier.InvalidArgumentError(
                 f"direct_io '{self.direct_io}': expected one of {', '.join(_DIRECT_IO)}")
+        self.file_layout = str(_option(options, "file_layout", "KVTIER_FILE_LAYOUT", "") or "")
+        if self.file_layout not in _FILE_LAYOUTS:
+            raise kvtier.InvalidArgumentError(
+                f"file_layout '{self.file_layout}': expected files, segments or auto")
         self.fsync = _as_bool(_option(options, "fsync", "KVTIER_FSYNC", False))
         self.salt = str(_option(options, "salt", "KVTIER_SALT", None) or
                         options.get("tenant") or "")
@@ -742,7 +751,8 @@ class HiCacheKvtier(_HiCacheStorage):
             piece_bytes=piece_bytes, pieces_per_page=pieces, tp=tp,
             pp=(self.pp_rank, self.pp_size), cp=(self.cp_rank, self.cp_size), mla=mla,
             salt=self.salt, fsync=self.fsync, direct_io=self.direct_io,
-            capacity_bytes=self.capacity_bytes, min_free_bytes=self.min_free_bytes)
+            capacity_bytes=self.capacity_bytes, min_free_bytes=self.min_free_bytes,
+            file_layout=self.file_layout)
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Registers the KV host pool (or a pool group's anchor) once and opens its

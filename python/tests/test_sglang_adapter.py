@@ -391,6 +391,36 @@ def test_options_and_environment(store_dir, monkeypatch):
     assert HiCacheKvtier(StorageConfig(), {"capacity": 1000}).capacity_bytes == 1000
 
 
+@pytest.mark.parametrize("how", ["option", "uri", "environment"])
+def test_the_segment_layout_through_one_option(store_dir, monkeypatch, how):
+    options = {}
+    if how == "option":
+        options["file_layout"] = "segments"
+    elif how == "uri":
+        options["uri"] = f"file://{store_dir}?layout=segments"
+    else:
+        monkeypatch.setenv("KVTIER_FILE_LAYOUT", "segments")
+    src = HostPool()
+    src.fill_random(seed=18)
+    writer = adapter(store_dir, src, **options)
+    assert writer._store.file_layout == "segments"
+    keys = keys_for("seg", 4)
+    assert writer.batch_set_v1(keys, host_indices([0, 1, 2, 3], src.page_size)) == [True] * 4
+    # No file per page: the pages are records in a segment file of this writer.
+    ns_dir = writer._store.namespace_dirs[0]
+    assert sorted(os.listdir(os.path.join(ns_dir, "seg")))[0].endswith(".seg")
+    assert not [d for d in os.listdir(ns_dir) if len(d) == 2]
+    dst = HostPool()
+    reader = adapter(store_dir, dst, **options)
+    assert reader.batch_exists(keys) == 4
+    assert reader.batch_get_v1(keys, host_indices([4, 5, 6, 7], dst.page_size)) == [True] * 4
+    for i in range(4):
+        assert np.array_equal(dst.page_bytes((4 + i) * dst.page_size),
+                              src.page_bytes(i * src.page_size))
+    with pytest.raises(ValueError, match="file_layout"):
+        HiCacheKvtier(StorageConfig(), {"file_layout": "blocks"})
+
+
 def test_a_bad_location_parameter_fails_registration_naming_it(store_dir):
     for uri, named in ((f"file://{store_dir}?queue_dept=128", "queue_dept"),
                        (f"file://{store_dir}?queue_depth=abc", "queue_depth"),

@@ -6,16 +6,20 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <random>
 
 #include "clear_generation.h"
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
+#include "kvtier/core/clock.h"
 #include "kvtier/store/store.h"
 #include "ledger.h"
 #include "namespace_walk.h"
 #include "object_io.h"
 #include "page_format.h"
+#include "page_index.h"
 #include "routing.h"
+#include "segment_format.h"
 
 namespace kvtier {
 namespace {
@@ -35,6 +39,94 @@ Result<Agent> agent_for(const StoreLocation& loc) {
 }
 
 using PageEntry = PageListing;
+
+constexpr uint64_t kMaxSummary = uint64_t{1} << 30;
+
+std::string seg_dir_of(const std::string& ns_dir) {
+  return ns_dir + "/" + std::string(segment::kDir);
+}
+
+// The live records of one namespace directory's segments: every summary's entries in time
+// order, the latest put or remove of a key deciding (what a store's index holds on open).
+// Counts the segment files and their bytes into `ns`.
+Status walk_segments(Agent& agent, NamespaceSummary& ns, std::vector<PageEntry>* pages,
+                     uint64_t* found_pages, const ListProgress* progress) {
+  const std::string dir = seg_dir_of(ns.dir);
+  std::vector<std::string> names;
+  Status st = agent.list(dir, ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
+    if (e.is_dir) return ok_status();
+    if (segment::is_segment_file(e.name)) ns.segment_bytes += e.size;
+    if (e.name.ends_with(segment::kSegmentSuffix)) ++ns.segments;
+    if (std::optional<std::string> n = segment::name_of_summary(e.name)) names.push_back(*n);
+    return ok_status();
+  });
+  if (st.code() == StatusCode::kNotFound) return ok_status();
+  KVTIER_RETURN_IF_ERROR(st);
+  std::sort(names.begin(), names.end());
+  struct Found {
+    segment::Entry entry;
+    size_t name;
+  };
+  std::vector<Found> found;
+  for (size_t n = 0; n < names.size(); ++n) {
+    Result<std::string> bytes = object_io::read_object(
+        agent, dir + "/" + names[n] + std::string(segment::kSummarySuffix), kMaxSummary);
+    if (bytes.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
+    KVTIER_RETURN_IF_ERROR(bytes.status());
+    std::vector<Found> entries;
+    bool ours = true;
+    for (size_t o = 0; o + segment::kEntryBytes <= bytes->size(); o += segment::kEntryBytes) {
+      const std::optional<segment::Entry> e =
+          segment::decode_entry(std::span<const std::byte, segment::kEntryBytes>(
+              reinterpret_cast<const std::byte*>(bytes->data() + o), segment::kEntryBytes));
+      if (!e) break;  // a torn tail
+      if (e->type == segment::EntryType::kBegin) ours = e->key_hash.hex() == ns.id;
+      if (e->type == segment::EntryType::kPut || e->type == segment::EntryType::kRemove) {
+        entries.push_back({*e, n});
+      }
+    }
+    if (ours) found.insert(found.end(), entries.begin(), entries.end());
+  }
+  std::stable_sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return a.entry.time_ns < b.entry.time_ns;
+  });
+  std::map<std::pair<uint64_t, uint64_t>, Found> live;
+  for (const Found& f : found) {
+    const auto key = std::make_pair(f.entry.key_hash.high, f.entry.key_hash.low);
+    if (f.entry.type == segment::EntryType::kRemove) {
+      live.erase(key);
+    } else {
+      live[key] = f;
+    }
+  }
+  std::vector<uint64_t> per_segment(names.size(), 0);
+  for (const auto& [key, f] : live) ++per_segment[f.name];
+  const uint64_t namespace_pages = live.size();
+  for (const auto& [key, f] : live) {
+    ++ns.pages;
+    ns.bytes += f.entry.record_bytes;
+    if (pages) {
+      PageEntry p;
+      p.path = dir + "/" + names[f.name] + std::string(segment::kSegmentSuffix);
+      p.summary = dir + "/" + names[f.name] + std::string(segment::kSummarySuffix);
+      p.namespace_id = ns.id;
+      p.namespace_dir = ns.dir;
+      p.name = f.entry.key_hash.hex();
+      p.bytes = f.entry.record_bytes;
+      p.mtime_ns = f.entry.time_ns;
+      p.offset = f.entry.offset;
+      p.header_bytes = f.entry.header_bytes;
+      p.payload_bytes = f.entry.payload_bytes;
+      p.segment_pages = per_segment[f.name];
+      p.namespace_pages = namespace_pages;
+      pages->push_back(std::move(p));
+    }
+    if (progress && *progress && !(*progress)(++*found_pages)) {
+      return cancelled_error("listing stopped");
+    }
+  }
+  return ok_status();
+}
 
 // Walks <base>/kvtier/<ns>/<xx>/<page> for every base, filling summaries and (optionally) the
 // list of pages.
@@ -83,6 +175,7 @@ Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<
             return ok_status();
           },
           &ns.other_files));
+      KVTIER_RETURN_IF_ERROR(walk_segments(agent, ns, pages, &found_pages, progress));
       inv->pages += ns.pages;
       inv->bytes += ns.bytes;
       inv->temp_files += ns.temp_files;
@@ -92,7 +185,77 @@ Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<
   return ok_status();
 }
 
+// Checks a record of the segment layout as a get would: header, namespace, key hash, the
+// summary's sizes, payload checksum.
+Status verify_record(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
+  KVTIER_ASSIGN_OR_RETURN(Target t,
+                          agent.open_target(TargetSpec{p.path, TargetMode::kRead, 0, {}}));
+  if (p.offset + p.bytes > t.size() || p.header_bytes == 0 || p.header_bytes > p.bytes ||
+      p.header_bytes > page::kHeaderBytes) {
+    return corrupt_error(fmt::format("record [{}, +{}) lies beyond the end of the segment ({})",
+                                     p.offset, p.bytes, t.size()));
+  }
+  KVTIER_RETURN_IF_ERROR(
+      object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(), p.offset, p.header_bytes));
+  KVTIER_ASSIGN_OR_RETURN(
+      page::Header h,
+      page::decode(std::span<const std::byte, page::kHeaderBytes>(buf.data(), page::kHeaderBytes)));
+  if (h.namespace_id.hex() != p.namespace_id) {
+    return corrupt_error(
+        fmt::format("belongs to namespace {}, found in {}", h.namespace_id.hex(), p.namespace_id));
+  }
+  if (h.key_hash.hex() != p.name) {
+    return corrupt_error(
+        fmt::format("holds key hash {}, its summary says {}", h.key_hash.hex(), p.name));
+  }
+  if (h.header_bytes != p.header_bytes || h.payload_bytes != p.payload_bytes) {
+    return corrupt_error(
+        fmt::format("header of {} bytes and payload of {}; its summary says {} "
+                    "and {}",
+                    h.header_bytes, h.payload_bytes, p.header_bytes, p.payload_bytes));
+  }
+  KVTIER_RETURN_IF_ERROR(page::verify_record(h, p.bytes, std::nullopt));
+  std::vector<uint64_t> sums;
+  sums.reserve(page::chunk_count(h.payload_bytes));
+  for (uint64_t off = 0; off < h.payload_bytes; off += kVerifyChunk) {
+    const uint64_t n = std::min(kVerifyChunk, h.payload_bytes - off);
+    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(),
+                                                     p.offset + h.header_bytes + off, n));
+    const ConstBuffer window{buf.data(), n};
+    for (size_t c = 0; c < page::chunk_count(n); ++c) {
+      sums.push_back(page::chunk_checksum(std::span<const ConstBuffer>(&window, 1), n, c));
+    }
+  }
+  return page::verify_record(h, p.bytes, sums);
+}
+
+// Writes remove entries for `hashes` in a summary of a writer of its own in `ns_dir`.
+Status forget_records(Agent& agent, const std::string& ns_dir, const std::string& ns_id,
+                      const std::vector<Hash128>& hashes) {
+  std::random_device rd;
+  uint64_t writer = 0;
+  while (writer == 0) writer = (uint64_t{rd()} << 32) ^ rd() ^ wall_ns();
+  const uint64_t now = wall_ns();
+  std::string bytes((hashes.size() + 2) * segment::kEntryBytes, '\0');
+  auto put = [&](size_t i, const segment::Entry& e) {
+    segment::encode_entry(e, std::span<std::byte, segment::kEntryBytes>(
+                                 reinterpret_cast<std::byte*>(bytes.data()) + i * 64, 64));
+  };
+  Hash128 ns;
+  if (std::optional<Hash128> id = parse_hash_hex(ns_id)) ns = *id;
+  put(0, {segment::EntryType::kBegin, 0, ns, writer, 0, 0, now});
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    put(i + 1, {segment::EntryType::kRemove, 0, hashes[i], 0, 0, 0, now});
+  }
+  put(hashes.size() + 1, {segment::EntryType::kSeal, 0, {}, 0, 0, 0, now});
+  return object_io::write_object(agent,
+                                 seg_dir_of(ns_dir) + "/" + segment::segment_name(writer, 0) +
+                                     std::string(segment::kSummarySuffix),
+                                 ns_dir + "/" + std::string(routing::kTempDir), bytes);
+}
+
 Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
+  if (!p.summary.empty()) return verify_record(agent, p, buf);
   KVTIER_ASSIGN_OR_RETURN(Target t,
                           agent.open_target(TargetSpec{p.path, TargetMode::kRead, 0, {}}));
   if (t.size() < page::kHeaderBytes) {
@@ -158,6 +321,73 @@ Result<RemovalReport> remove_pages(const StoreLocation& location,
                                    const RemovalProgress& progress) {
   KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
   RemovalReport report;
+  // Records of the segment layout first: whole segments, else remove entries.
+  std::map<std::string, std::vector<size_t>> by_segment;
+  std::vector<size_t> files;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i].summary.empty()) {
+      files.push_back(i);
+    } else {
+      by_segment[pages[i].path].push_back(i);
+    }
+  }
+  std::map<std::pair<std::string, std::string>, std::vector<Hash128>> forget;  // (dir, id)
+  for (const auto& [seg, idx] : by_segment) {
+    const PageListing& first = pages[idx.front()];
+    if (idx.size() >= first.segment_pages) {
+      const std::string both[2] = {first.path, first.summary};
+      std::vector<Status> removed = agent.remove_many(both);
+      Status st = removed[0].code() == StatusCode::kNotFound ? removed[1] : removed[0];
+      if (st.ok() || st.code() == StatusCode::kNotFound) {
+        report.pages += idx.size();
+        for (size_t i : idx) report.bytes += pages[i].bytes;
+      } else if (report.first_error.ok()) {
+        report.first_error = st;
+      }
+      continue;
+    }
+    for (size_t i : idx) {
+      if (std::optional<Hash128> h = parse_hash_hex(pages[i].name)) {
+        forget[{pages[i].namespace_dir, pages[i].namespace_id}].push_back(*h);
+        ++report.pages;
+        report.bytes += pages[i].bytes;
+      }
+    }
+  }
+  // Namespaces whose every live record was listed for removal: everything in their segment
+  // directories goes, superseded copies and remove-only summaries included.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> per_namespace;  // dir -> (listed, live)
+  for (const auto& [seg, idx] : by_segment) {
+    auto& n = per_namespace[pages[idx.front()].namespace_dir];
+    n.first += idx.size();
+    n.second = pages[idx.front()].namespace_pages;
+  }
+  for (const auto& [ns_dir, n] : per_namespace) {
+    if (n.first < n.second) continue;
+    const std::string& dir = ns_dir;  // lambdas cannot capture a structured binding
+    for (auto it = forget.begin(); it != forget.end();) {
+      it = it->first.first == dir ? forget.erase(it) : std::next(it);
+    }
+    std::vector<std::string> rest;
+    Status st = agent.list(seg_dir_of(dir), ListOptions{}, [&](const ObjectInfo& e) {
+      if (segment::is_segment_file(e.name)) rest.push_back(seg_dir_of(dir) + "/" + e.name);
+      return ok_status();
+    });
+    for (const Status& r : agent.remove_many(rest)) {
+      if (!r.ok() && r.code() != StatusCode::kNotFound && st.ok()) st = r;
+    }
+    if (!st.ok() && st.code() != StatusCode::kNotFound && report.first_error.ok()) {
+      report.first_error = st;
+    }
+  }
+  for (const auto& [where, hashes] : forget) {
+    Status st = forget_records(agent, where.first, where.second, hashes);
+    if (!st.ok() && report.first_error.ok()) report.first_error = st;
+  }
+  std::vector<PageListing> file_pages;
+  for (size_t i : files) file_pages.push_back(pages[i]);
+  pages = file_pages;
+
   std::map<std::string, uint64_t> freed;  // namespace dir -> bytes
   for (size_t begin = 0; begin < pages.size();) {
     const size_t end = std::min(pages.size(), begin + kRemovalGroup);
@@ -244,7 +474,7 @@ Result<VerifyReport> verify_store(const StoreLocation& location, const VerifyPro
       ++report.intact;
       report.bytes += p.bytes;
     } else if (st.code() != StatusCode::kNotFound) {  // removed meanwhile: not a problem
-      report.problems.push_back(VerifyProblem{p.path, p.namespace_id, std::move(st), p.bytes});
+      report.problems.push_back(VerifyProblem{p.path, p.namespace_id, std::move(st), p.bytes, p});
     } else {
       --report.pages;
     }

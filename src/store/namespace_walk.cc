@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "routing.h"
+#include "segment_format.h"
 
 namespace kvtier {
 
@@ -15,7 +16,7 @@ Status walk_namespace(Agent& agent, const std::string& ns_dir, bool with_details
       fanouts.push_back(e.name);
     } else if (e.name != routing::kManifest && e.name != routing::kTempDir &&
                e.name != routing::kUsageFile && e.name != routing::kMembersFile &&
-               e.name != routing::kGenerationFile) {
+               e.name != routing::kGenerationFile && e.name != segment::kDir) {
       ++others;
     }
     return ok_status();

@@ -74,7 +74,7 @@ void encode(const Header& h, std::span<std::byte, kHeaderBytes> out) noexcept {
   std::memset(b, 0, kHeaderBytes);
   std::memcpy(b, kMagic, sizeof(kMagic));
   put<uint16_t>(b, kOffVersion, kVersion);
-  put<uint16_t>(b, kOffHeaderSize, static_cast<uint16_t>(kHeaderBytes));
+  put<uint16_t>(b, kOffHeaderSize, static_cast<uint16_t>(h.header_bytes));
   put<uint32_t>(b, kOffFlags, 0);
   put_hash(b, kOffNamespace, h.namespace_id);
   put_hash(b, kOffKeyHash, h.key_hash);
@@ -96,12 +96,13 @@ Result<Header> decode(std::span<const std::byte, kHeaderBytes> in) {
   if (version != kVersion) {
     return corrupt_error(fmt::format("format version {} (this build reads {})", version, kVersion));
   }
-  if (get<uint16_t>(b, kOffHeaderSize) != kHeaderBytes) {
-    return corrupt_error(fmt::format("header size {}", get<uint16_t>(b, kOffHeaderSize)));
-  }
   const auto key_bytes = get<uint32_t>(b, kOffKeyBytes);
   if (key_bytes == 0 || key_bytes > kMaxKeyBytes) {
     return corrupt_error(fmt::format("key length {}", key_bytes));
+  }
+  const auto header_bytes = get<uint16_t>(b, kOffHeaderSize);
+  if (header_bytes != kHeaderBytes && header_bytes != compact_header_bytes(key_bytes)) {
+    return corrupt_error(fmt::format("header size {}", header_bytes));
   }
   if (header_checksum(b, key_bytes) != get<uint64_t>(b, kOffHeaderChecksum)) {
     return corrupt_error("header checksum mismatch");
@@ -119,6 +120,7 @@ Result<Header> decode(std::span<const std::byte, kHeaderBytes> in) {
   h.piece_bytes = get<uint64_t>(b, kOffPieceBytes);
   h.created_ns = get<uint64_t>(b, kOffCreated);
   h.key = std::string_view(reinterpret_cast<const char*>(b + kOffKey), key_bytes);
+  h.header_bytes = header_bytes;
   if (hash128(h.key) != h.key_hash) return corrupt_error("key hash does not match the key");
   return h;
 }
@@ -142,9 +144,24 @@ Status check(const Header& h, const Expectation& e) {
 
 Status verify_object(const Header& h, uint64_t object_size,
                      std::optional<std::span<const uint64_t>> chunk_checksums) {
+  if (h.header_bytes != kHeaderBytes) {
+    return corrupt_error(fmt::format("a page object with a {}-byte header", h.header_bytes));
+  }
   if (object_size != object_bytes(h.payload_bytes)) {
     return corrupt_error(fmt::format("object is {} bytes; its header says {}", object_size,
                                      object_bytes(h.payload_bytes)));
+  }
+  if (chunk_checksums && combine_chunk_checksums(*chunk_checksums) != h.payload_checksum) {
+    return corrupt_error("payload checksum mismatch");
+  }
+  return ok_status();
+}
+
+Status verify_record(const Header& h, uint64_t record_bytes,
+                     std::optional<std::span<const uint64_t>> chunk_checksums) {
+  if (record_bytes != page::record_bytes(h.header_bytes, h.payload_bytes)) {
+    return corrupt_error(fmt::format("record is {} bytes; its header says {}", record_bytes,
+                                     page::record_bytes(h.header_bytes, h.payload_bytes)));
   }
   if (chunk_checksums && combine_chunk_checksums(*chunk_checksums) != h.payload_checksum) {
     return corrupt_error("payload checksum mismatch");

@@ -103,6 +103,22 @@ uint64_t payload_checksum(const Pieces& pieces, uint64_t payload_bytes) {
   return combine_chunk_checksums(chunks);
 }
 
+// Records of the segment layout (docs/format.md) may carry a compact header: the 128 fixed
+// bytes and the key, rounded up to kRecordAlignBytes, instead of a 4096-byte block. The header
+// size field says which; everything else is the same.
+inline constexpr size_t kRecordAlignBytes = 64;
+constexpr uint32_t compact_header_bytes(size_t key_bytes) {
+  return static_cast<uint32_t>((128 + key_bytes + kRecordAlignBytes - 1) / kRecordAlignBytes *
+                               kRecordAlignBytes);
+}
+// The bytes of a segment record: aligned records are page objects (4096-byte header, payload
+// padded to 4096); compact ones are the compact header and the payload, padded to 64.
+constexpr uint64_t record_bytes(uint32_t header_bytes, uint64_t payload_bytes) {
+  return header_bytes == kHeaderBytes ? object_bytes(payload_bytes)
+                                      : (header_bytes + payload_bytes + kRecordAlignBytes - 1) /
+                                            kRecordAlignBytes * kRecordAlignBytes;
+}
+
 struct Header {
   Hash128 namespace_id;
   Hash128 key_hash;
@@ -112,14 +128,20 @@ struct Header {
   uint64_t piece_bytes = 0;
   uint64_t created_ns = 0;
   std::string_view key;  // points into the decoded block
+  // The header's size = where the payload starts: kHeaderBytes, or compact_header_bytes(key)
+  // in a compact segment record.
+  uint32_t header_bytes = kHeaderBytes;
 };
 
-// Writes a complete header block (all 4096 bytes) into `block`.
-// REQUIRES: 1 <= key.size() <= kMaxKeyBytes.
+// Writes a complete header block (all 4096 bytes) into `block`, with h.header_bytes as its
+// size (zero padding after the key either way).
+// REQUIRES: 1 <= key.size() <= kMaxKeyBytes; h.header_bytes is kHeaderBytes or
+// compact_header_bytes(key.size()).
 void encode(const Header& h, std::span<std::byte, kHeaderBytes> block) noexcept;
 
-// Decodes and checks a block: magic, version, header size, key length, header checksum.
-// kCorrupt with the reason otherwise. The result's key points into `block`.
+// Decodes and checks a block: magic, version, header size (kHeaderBytes or the compact size
+// for its key), key length, header checksum. kCorrupt with the reason otherwise. Only the
+// first header_bytes of `block` are looked at. The result's key points into `block`.
 Result<Header> decode(std::span<const std::byte, kHeaderBytes> block);
 
 // What a reader expects of a page; any difference is kCorrupt naming the field.
@@ -137,6 +159,9 @@ Status check(const Header& h, const Expectation& e);
 // CRC-64 values of the payload's chunks, in chunk order, combine to the header's payload
 // checksum (nullopt: payloads are not verified). kCorrupt naming what differs.
 Status verify_object(const Header& h, uint64_t object_size,
+                     std::optional<std::span<const uint64_t>> chunk_checksums);
+// The same for a record of the segment layout whose index entry says `record_bytes`.
+Status verify_record(const Header& h, uint64_t record_bytes,
                      std::optional<std::span<const uint64_t>> chunk_checksums);
 
 // Piece bytes as recorded in a header: the common size, or 0 when they differ.

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <list>
+#include <random>
+
 namespace kvtier {
 namespace {
 
@@ -34,6 +38,74 @@ TEST(PageIndex, ReplacementReportsTheOldSizeAndColdPagesGoFirst) {
   EXPECT_EQ(idx.erase(h(1))->bytes, 300u);
   EXPECT_FALSE(idx.erase(h(1)).has_value());
   EXPECT_EQ(idx.pages(), 0u);
+}
+
+// Random puts, cold puts, touches, erases and pops against a plain model of the same LRU
+// list: the open-addressing table (with deletions shifting entries back) finds exactly what
+// the model holds, in the same order. Small hash ranges force long probe runs and
+// collisions of the low word.
+TEST(PageIndex, AgreesWithAModelUnderRandomOperations) {
+  std::mt19937_64 rng(7);
+  for (uint64_t range : {uint64_t{50}, uint64_t{5000}}) {
+    PageIndex idx;
+    std::list<std::pair<Hash128, uint64_t>> model;  // front: least recently used
+    auto find = [&](const Hash128& x) {
+      return std::find_if(model.begin(), model.end(), [&](const auto& e) { return e.first == x; });
+    };
+    for (int op = 0; op < 200000; ++op) {
+      const uint64_t k = rng() % range;
+      // Low words collide for k and k + 1024: probe runs cross deletions.
+      const Hash128 key{k, k % 1024};
+      const uint64_t bytes = 1 + rng() % 1000;
+      auto it = find(key);
+      switch (rng() % 6) {
+        case 0:
+        case 1: {
+          const std::optional<uint64_t> old = idx.put({key, 0, bytes});
+          ASSERT_EQ(old.has_value(), it != model.end());
+          if (it != model.end()) {
+            ASSERT_EQ(*old, it->second);
+            model.erase(it);
+          }
+          model.emplace_back(key, bytes);
+          break;
+        }
+        case 2:
+          ASSERT_EQ(idx.put_cold({key, 0, bytes}), it == model.end());
+          if (it == model.end()) model.emplace_front(key, bytes);
+          break;
+        case 3:
+          ASSERT_EQ(idx.touch(key), it != model.end());
+          if (it != model.end()) model.splice(model.end(), model, it);
+          break;
+        case 4: {
+          const std::optional<PageIndex::Page> p = idx.erase(key);
+          ASSERT_EQ(p.has_value(), it != model.end());
+          if (it != model.end()) {
+            ASSERT_EQ(p->bytes, it->second);
+            model.erase(it);
+          }
+          break;
+        }
+        case 5: {
+          const std::optional<PageIndex::Page> p = idx.pop_oldest();
+          ASSERT_EQ(p.has_value(), !model.empty());
+          if (!model.empty()) {
+            ASSERT_EQ(p->hash, model.front().first);
+            model.pop_front();
+          }
+          break;
+        }
+      }
+      ASSERT_EQ(idx.pages(), model.size());
+      ASSERT_EQ(idx.contains(key), find(key) != model.end());
+    }
+    uint64_t total = 0;
+    for (const auto& e : model) total += e.second;
+    EXPECT_EQ(idx.bytes(), total);
+    for (const auto& e : model) ASSERT_EQ(idx.pop_oldest()->hash, e.first);
+    EXPECT_FALSE(idx.pop_oldest().has_value());
+  }
 }
 
 TEST(PageIndex, ParsesTheHexOfPageNames) {

@@ -22,6 +22,16 @@ std::string_view direct_io_name(DirectIo mode) {
   return "?";
 }
 
+std::string_view store_layout_name(StoreLayout layout) {
+  return layout == StoreLayout::kSegments ? "segments" : "files";
+}
+
+Result<StoreLayout> parse_store_layout(std::string_view text) {
+  if (text == "files") return StoreLayout::kFiles;
+  if (text == "segments") return StoreLayout::kSegments;
+  return invalid_argument_error(fmt::format("layout '{}' (use files or segments)", text));
+}
+
 Result<DirectIo> parse_direct_io(std::string_view text) {
   if (text == "off") return DirectIo::kOff;
   if (text == "auto") return DirectIo::kAuto;
@@ -57,6 +67,38 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
         "bound their size with the bucket's own lifecycle rules",
         config.location.uri()));
   }
+  const std::string_view layout_name =
+      config.layout.empty() ? std::string_view(config.location.layout) : config.layout;
+  StoreLayout layout = StoreLayout::kFiles;
+  if (layout_name == "auto") {
+    const uint64_t page = config.ns.piece_bytes * config.ns.pieces_per_page;
+    if (config.location.storage_class == StorageClass::kFile && page != 0 &&
+        page < kAutoSegmentsBelow && config.capacity_bytes == 0 && config.min_free_bytes == 0 &&
+        !config.fsync) {
+      layout = StoreLayout::kSegments;
+    }
+  } else {
+    KVTIER_ASSIGN_OR_RETURN(layout, parse_store_layout(layout_name));
+  }
+  if (layout == StoreLayout::kSegments) {
+    if (config.location.storage_class != StorageClass::kFile) {
+      return unsupported_error(fmt::format(
+          "{}: the segment layout needs a FILE store (directories); objects and memory keep "
+          "one object per page",
+          config.location.uri()));
+    }
+    if (config.capacity_bytes != 0 || config.min_free_bytes != 0) {
+      return unsupported_error(
+          "capacity_bytes and min_free_bytes are not implemented for the segment layout yet");
+    }
+    if (config.fsync) {
+      return unsupported_error("fsync is not implemented for the segment layout yet");
+    }
+    if (config.segment_bytes < (uint64_t{1} << 20)) {
+      return invalid_argument_error(fmt::format(
+          "segment_bytes {} is below the smallest segment (1 MiB)", config.segment_bytes));
+    }
+  }
   AgentConfig ac;
   ac.backend = config.backend.empty() ? config.location.backend : config.backend;
   ac.storage_class = config.location.storage_class;
@@ -66,10 +108,12 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   KVTIER_ASSIGN_OR_RETURN(Agent agent, Agent::create(ac));
   routing::Router router(config.location.bases, config.ns.id());
   auto impl = std::make_unique<Impl>(config, std::move(agent), std::move(router));
+  impl->layout = layout;
   KVTIER_RETURN_IF_ERROR(impl->open_namespace().with_context(
       fmt::format("opening store at {}", config.location.uri())));
   KVTIER_RETURN_IF_ERROR(
-      impl->scan_index(/*as_recent=*/true)
+      (layout == StoreLayout::kSegments ? impl->segments_open()
+                                        : impl->scan_index(/*as_recent=*/true))
           .with_context(fmt::format("indexing the store at {}", config.location.uri())));
   if (std::optional<clear_generation::Generation> g = impl->read_generation()) {
     MutexLock lock(impl->generation_mu);  // not shared yet: uncontended
@@ -124,6 +168,12 @@ Result<bool> Store::exists(std::string_view key) {
   impl_->observe_generation();
   const routing::Route r = impl_->router.route(key);
   if (impl_->index.contains(r.key_hash)) return true;
+  if (impl_->layout == StoreLayout::kSegments) {
+    // Not indexed: perhaps another writer appended it since this store looked.
+    bump(impl_->counters.index_stats);
+    impl_->segments_refresh();
+    return impl_->index.contains(r.key_hash);
+  }
   // Not indexed: perhaps another process wrote it since this one looked.
   bump(impl_->counters.index_stats);
   Result<ObjectInfo> info = impl_->agent.stat(r.path);
@@ -148,6 +198,21 @@ size_t Store::batch_exists(std::span<const std::string_view> keys) {
       return n;  // a bad key ends the prefix
     }
     if (!impl.index.contains(impl.router.route(keys[n]).key_hash)) break;
+  }
+  if (impl.layout == StoreLayout::kSegments) {
+    if (n == keys.size()) {
+      bump(impl.counters.exists_queries, n);
+      return n;
+    }
+    // One look at what other writers appended, then the index answers the rest.
+    impl.segments_refresh();
+    bump(impl.counters.index_stats);
+    for (; n < keys.size(); ++n) {
+      if (!routing::validate_key(keys[n]).ok()) break;
+      if (!impl.index.contains(impl.router.route(keys[n]).key_hash)) break;
+    }
+    bump(impl.counters.exists_queries, std::min(n + 1, keys.size()));
+    return n;
   }
   std::vector<routing::Route> rest;
   std::vector<std::string> paths;
@@ -175,6 +240,15 @@ size_t Store::batch_exists(std::span<const std::string_view> keys) {
 Status Store::remove(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   const routing::Route r = impl_->router.route(key);
+  if (impl_->layout == StoreLayout::kSegments) {
+    if (!impl_->index.contains(r.key_hash)) impl_->segments_refresh();
+    if (!impl_->index.erase(r.key_hash)) {
+      return not_found_error(fmt::format("no page {} to remove", r.key_hash.hex()));
+    }
+    KVTIER_RETURN_IF_ERROR(impl_->segments_forget(r.key_hash, r.base));
+    bump(impl_->counters.removes);
+    return ok_status();
+  }
   uint64_t bytes = 0;
   if (impl_->ledger) {
     Result<ObjectInfo> info = impl_->agent.stat(r.path);
@@ -193,7 +267,13 @@ Status Store::clear() {
   const bool ledger = impl.ledger != nullptr;
   uint64_t freed = 0;
   Status result;
-  for (size_t b = 0; b < impl.router.base_count() && result.ok(); ++b) {
+  if (impl.layout == StoreLayout::kSegments) {
+    uint64_t pages = 0;
+    result = impl.segments_clear(&pages);
+    bump(impl.counters.cleared, pages);
+  }
+  for (size_t b = 0;
+       b < impl.router.base_count() && result.ok() && impl.layout == StoreLayout::kFiles; ++b) {
     result = impl.for_each_fanout(
         b, /*with_details=*/ledger,
         [&](const std::string& dir, const std::vector<ObjectInfo>& pages) {
@@ -226,6 +306,9 @@ const NamespaceSpec& Store::namespace_spec() const {
 }
 Hash128 Store::namespace_id() const {
   return impl_->ns_id;
+}
+StoreLayout Store::layout() const {
+  return impl_->layout;
 }
 const BackendSelection& Store::backend_selection() const {
   return impl_->agent.selection();

@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "clear_generation.h"
@@ -37,6 +38,7 @@
 #include "page_index.h"
 #include "pools.h"
 #include "routing.h"
+#include "segment_format.h"
 
 namespace kvtier {
 namespace detail {
@@ -129,6 +131,39 @@ using pools::HeaderPool;
 using pools::ObjectBudget;
 using pools::StagingPool;
 
+// The segment layout's state in one store (store_segments.cc; docs/architecture.md).
+struct SegmentFile {
+  std::string name;  // "<writer>-<seq>"
+  uint32_t base = 0;
+  std::string seg_path;
+  std::string sum_path;
+  uint64_t summary_read = 0;  // others' segments: summary bytes applied to the index
+  bool sealed = false;        // its summary ends with a seal: nothing more will come
+  bool ours = false;          // this store writes it
+  // Ours only:
+  uint64_t end = 0;          // where the next record goes
+  uint64_t summary_end = 0;  // where the next summary entry goes
+  uint32_t in_flight = 0;    // put windows with records here whose entries are not written
+  bool retired = false;      // no new records; sealed once in_flight drops to zero
+};
+
+struct Segments {
+  uint64_t writer = 0;  // this store's writer id (random)
+  Mutex mu;             // the table and this store's appends
+  uint32_t next_seq KVTIER_GUARDED_BY(mu) = 0;
+  std::vector<SegmentFile> files KVTIER_GUARDED_BY(mu);  // index = the store's segment number
+  std::unordered_map<std::string, uint32_t> by_name KVTIER_GUARDED_BY(mu);
+  std::vector<std::optional<uint32_t>> active KVTIER_GUARDED_BY(mu);  // per base
+  // Registered memory for summary entries being appended (used under `mu`).
+  AlignedBuffer append_buf;
+  Registration append_reg;
+  // Learning what other writers appended: one refresh at a time, with its own buffer.
+  Mutex refresh_mu;
+  AlignedBuffer read_buf;
+  Registration read_reg;
+  std::vector<uint64_t> dir_mtime KVTIER_GUARDED_BY(refresh_mu);  // per base, last listed
+};
+
 struct Store::Impl {
   Impl(StoreConfig cfg, Agent a, routing::Router r)
       : config(std::move(cfg)),
@@ -150,6 +185,8 @@ struct Store::Impl {
   }
 
   StoreConfig config;
+  StoreLayout layout = StoreLayout::kFiles;
+  std::unique_ptr<Segments> seg;  // kSegments
   Agent agent;
   routing::Router router;
   Hash128 ns_id;
@@ -189,6 +226,10 @@ struct Store::Impl {
 
   // A put or get batch: timed into its latency histogram, run in windows, failures counted.
   BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
+    if (layout == StoreLayout::kSegments) {
+      return timed_batch(counters.put_latency, keys, pieces,
+                         [this](auto&&... args) { put_window_segments(args...); });
+    }
     return timed_batch(counters.put_latency, keys, pieces,
                        [this](auto&&... args) { put_window(args...); });
   }
@@ -218,6 +259,12 @@ struct Store::Impl {
     uint64_t payload;
     std::span<const Buffer> pieces;
     Target target;
+    // Where the page's bytes are: `target` from offset 0 (files), or a record inside a segment
+    // target the window shares (segments), with its header size and stored bytes.
+    const Target* io_target = nullptr;
+    uint64_t at = 0;
+    uint32_t header_bytes = kHeaderBytes;
+    uint64_t stored_bytes = 0;
     bool header_only = false;  // reads: the object's size does not fit the buffers
     PageIo io = PageIo::kBuffered;
     StagingPool::Lease staging;  // kStaged
@@ -388,14 +435,44 @@ struct Store::Impl {
     return out;
   }
 
+  struct ReadWindow;
+  // The segment layout (store_segments.cc).
+  // Creates the segment directories and scratch buffers and indexes every summary.
+  Status segments_open();
+  // Reads every summary of the namespace into the index (restart; never reads payloads).
+  Status segments_scan();
+  // Applies what other writers appended since the last look (new segments, new entries).
+  void segments_refresh();
+  // Appends records and their summary entries to this store's segments.
+  void put_window_segments(std::span<const std::string_view> keys,
+                           std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out);
+  // Opens the segment targets of a read window's pages (the read path's open step).
+  void open_records(ReadWindow& rw, std::span<Status> out);
+  // Records that `key_hash` is gone (a summary remove entry) so no store finds it again.
+  Status segments_forget(const Hash128& key_hash, size_t base);
+  // Removes every segment file of the namespace; `pages` gets how many pages were indexed.
+  Status segments_clear(uint64_t* pages);
+  // REQUIRES seg->mu: starts a new segment on base `b` (retiring the active one).
+  Status roll_segment(size_t b) KVTIER_REQUIRES(seg->mu);
+  Status append_entries(uint32_t id, std::span<const segment::Entry> entries)
+      KVTIER_REQUIRES(seg->mu);
+  void retire_segment(uint32_t id) KVTIER_REQUIRES(seg->mu);
+  void finish_in_flight(uint32_t id) KVTIER_REQUIRES(seg->mu);
+  // Reads `sum_path` from `from` (bytes) and calls fn(entry) for each intact entry up to the
+  // first that is not (a torn or unwritten tail): returns where that stopped.
+  Result<uint64_t> read_summary(const std::string& sum_path, uint64_t from,
+                                const std::function<void(const segment::Entry&)>& fn)
+      KVTIER_REQUIRES(seg->refresh_mu);
+  // Lists base `b`'s segment directory: fn(name) for each summary.
+  Status list_summaries(size_t b, const std::function<void(const std::string&)>& fn);
+
   // The write path (store_write.cc): validates, reserves capacity, encodes headers, writes
   // in growing chunks and publishes each page.
   void put_window(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,
                   size_t k, std::span<Status> out);
 
   // The read path (store_read.cc): get_window runs the steps below in order; a ReadWindow
-  // carries what each step leaves for the next.
-  struct ReadWindow;
+  // (declared above) carries what each step leaves for the next.
   void get_window(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
                   size_t k, std::span<Status> out);
   // Opens the planned pages' objects; those that open and hold at least a header are read.

@@ -25,6 +25,7 @@ struct Store::Impl::ReadWindow {
   std::span<const std::string_view> keys;
   std::vector<PageWork<MutableBuffer>> work;       // the window's valid pages
   std::vector<PageWork<MutableBuffer>*> reading;   // those whose objects opened
+  std::vector<Target> segment_targets;             // segments: the window's open segments
   Status batch_error;                              // fails every page being read
   std::optional<HeaderPool::Lease> header_blocks;  // one per page being read
   std::vector<MemDesc> mem;
@@ -46,7 +47,11 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
   ReadWindow rw;
   rw.keys = keys;
   rw.work = plan(keys, pieces, k, out);
-  open_for_read(rw, out);
+  if (layout == StoreLayout::kSegments) {
+    open_records(rw, out);
+  } else {
+    open_for_read(rw, out);
+  }
   build_read_descriptors(rw);
   run_read(rw);
   collect_read_results(rw, out);
@@ -73,7 +78,9 @@ void Store::Impl::open_for_read(ReadWindow& rw, std::span<Status> out) {
       continue;
     }
     w.target = std::move(opened[i]).value();
+    w.io_target = &w.target;
     const uint64_t size = w.target.size();
+    w.stored_bytes = size;
     if (size < kHeaderBytes) {
       out[w.page] = corrupt_error(
           fmt::format("'{}' is {} bytes, shorter than a page header", w.route.path, size));
@@ -94,7 +101,7 @@ void Store::Impl::build_read_descriptors(ReadWindow& rw) {
   rw.first_chunk.assign(rw.reading.size() + 1, 0);
   auto add = [&](void* m, const Target* t, uint64_t off, uint64_t n, uint32_t r, uint32_t c) {
     rw.mem.push_back(MemDesc{m, n});
-    rw.sto.push_back(StorageDesc{t, off, n});
+    rw.sto.push_back(StorageDesc{t, rw.reading[r]->at + off, n});
     rw.refs.push_back(ReadWindow::DescRef{r, c});
   };
   if (rw.batch_error.ok()) {
@@ -104,14 +111,14 @@ void Store::Impl::build_read_descriptors(ReadWindow& rw) {
       rw.first_chunk[r + 1] =
           rw.first_chunk[r] + (w.header_only ? 0 : page::chunk_count(w.payload));
       w.first_desc = rw.mem.size();
-      add(rw.header_blocks->block(r).data(), &w.target, 0, kHeaderBytes, page,
+      add(rw.header_blocks->block(r).data(), w.io_target, 0, w.header_bytes, page,
           ReadWindow::kNoChunk);
       if (w.header_only) {
         // Only the header: it tells a caller error from damage.
       } else if (w.io == PageIo::kStaged) {
         const uint64_t n = align_up(w.payload, dio[w.route.base]->offset);
         for (uint64_t off = 0; off < n; off += page::kChecksumChunkBytes) {
-          add(w.staging.data() + off, &w.target, kHeaderBytes + off,
+          add(w.staging.data() + off, w.io_target, kHeaderBytes + off,
               std::min<uint64_t>(page::kChecksumChunkBytes, n - off), page,
               static_cast<uint32_t>(off / page::kChecksumChunkBytes));
         }
@@ -122,7 +129,7 @@ void Store::Impl::build_read_descriptors(ReadWindow& rw) {
             const uint64_t at = base + pos;
             const uint64_t chunk = at / page::kChecksumChunkBytes;
             const uint64_t n = std::min(p.size - pos, (chunk + 1) * page::kChecksumChunkBytes - at);
-            add(static_cast<std::byte*>(p.data) + pos, &w.target, kHeaderBytes + at, n, page,
+            add(static_cast<std::byte*>(p.data) + pos, w.io_target, w.header_bytes + at, n, page,
                 static_cast<uint32_t>(chunk));
             pos += n;
           }
@@ -199,8 +206,11 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
                                  page::uniform_piece_bytes(w.pieces)};
   Status st = page::check(*h, expect);
   if (!st.ok()) {
-    if (h->namespace_id == ns_id && h->key == key &&
-        w.target.size() == object_bytes(h->payload_bytes)) {
+    const uint64_t expected = layout == StoreLayout::kSegments
+                                  ? page::record_bytes(h->header_bytes, h->payload_bytes)
+                                  : object_bytes(h->payload_bytes);
+    if (h->namespace_id == ns_id && h->key == key && w.stored_bytes == expected &&
+        h->header_bytes == w.header_bytes) {
       // An intact page of this key, asked for with buffers of another size or layout: the
       // caller's mistake, not damage. Not data, not dropped.
       auto pieces = [](uint64_t bytes, uint64_t count, uint64_t piece_bytes) {
@@ -217,8 +227,16 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
   }
   // The header is this page's, so its size differs from the object's only when the read
   // stopped at the header (header_only), and then no chunk was read.
-  KVTIER_RETURN_IF_ERROR(page::verify_object(
-      *h, w.target.size(), config.verify_payload ? std::optional(chunk_checksums) : std::nullopt));
+  const auto sums = config.verify_payload ? std::optional(chunk_checksums) : std::nullopt;
+  if (layout == StoreLayout::kSegments) {
+    if (h->header_bytes != w.header_bytes) {
+      return corrupt_error(fmt::format("record header of {} bytes; its summary says {}",
+                                       h->header_bytes, w.header_bytes));
+    }
+    KVTIER_RETURN_IF_ERROR(page::verify_record(*h, w.stored_bytes, sums));
+  } else {
+    KVTIER_RETURN_IF_ERROR(page::verify_object(*h, w.stored_bytes, sums));
+  }
   if (w.io == PageIo::kStaged) {
     // Verified in the staging buffer: only now does it reach the caller's memory.
     const std::byte* src = w.staging.data();
@@ -238,7 +256,9 @@ void Store::Impl::collect_read_results(ReadWindow& rw, std::span<Status> out) {
     if (st.ok()) st = page_result(*rw.xfer, w);
     if (st.ok()) st = std::move(rw.verdicts[r]);
     if (st.code() == StatusCode::kCorrupt) {
-      st = st.with_context(fmt::format("page '{}'", w.route.path));
+      st = st.with_context(layout == StoreLayout::kSegments
+                               ? fmt::format("record at {} of '{}'", w.at, w.io_target->path())
+                               : fmt::format("page '{}'", w.route.path));
     }
   }
 }
@@ -265,6 +285,13 @@ void Store::Impl::account_reads(ReadWindow& rw, std::span<const Status> out) {
       bump(counters.get_hits);
       bump(counters.get_bytes, w.payload);
       count_io(w);
+    } else if (st.code() == StatusCode::kCorrupt && layout == StoreLayout::kSegments) {
+      // Records are never rewritten in place: the key is forgotten instead, by this store's
+      // index and, through a remove entry, by every other.
+      index.erase(w.route.key_hash);
+      if (config.drop_corrupt && segments_forget(w.route.key_hash, w.route.base).ok()) {
+        bump(counters.corrupt_dropped);
+      }
     } else if (st.code() == StatusCode::kCorrupt && w.target.valid()) {
       const ObjectIdentity id = w.target.identity();
       const uint64_t bytes = w.target.size();
@@ -288,12 +315,99 @@ void Store::Impl::index_reads(const ReadWindow& rw, std::span<const Status> out)
   for (const auto& w : rw.work) {
     const Status& st = out[w.page];
     if (st.ok()) {
-      if (!index.touch(w.route.key_hash)) {
+      // A segment record is indexed with its location before it can be read.
+      if (!index.touch(w.route.key_hash) && layout == StoreLayout::kFiles) {
         index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), object_bytes(w.payload)});
       }
     } else if (st.code() == StatusCode::kNotFound) {
       index.erase(w.route.key_hash);
     }
+  }
+}
+
+// The segment layout's open step (store_segments.cc has the rest of the layout).
+void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
+  // Where each page's record is; keys this store has not indexed are looked for once in what
+  // other writers appended since it last looked.
+  std::vector<std::optional<PageIndex::Page>> where(rw.work.size());
+  bool refreshed = false;
+  for (size_t i = 0; i < rw.work.size(); ++i) {
+    where[i] = index.find(rw.work[i].route.key_hash);
+    if (!where[i] && !refreshed) {
+      segments_refresh();
+      refreshed = true;
+      where[i] = index.find(rw.work[i].route.key_hash);
+    }
+  }
+  struct SegSpec {
+    uint32_t id;
+    bool direct;
+  };
+  std::vector<SegSpec> segs;
+  std::vector<TargetSpec> specs;
+  std::vector<size_t> spec_of(rw.work.size(), SIZE_MAX);
+  for (size_t i = 0; i < rw.work.size(); ++i) {
+    auto& w = rw.work[i];
+    if (!where[i]) {
+      out[w.page] = not_found_error("no such page");
+      continue;
+    }
+    const PageIndex::Page& p = *where[i];
+    w.at = p.offset;
+    w.header_bytes = p.header_bytes;
+    w.stored_bytes = p.bytes;
+    w.header_only = p.payload != w.payload;
+    // Direct I/O reads only aligned records; compact ones go through the page cache.
+    if (w.io != PageIo::kBuffered &&
+        (p.header_bytes != kHeaderBytes || p.offset % kBlockBytes != 0)) {
+      w.io = PageIo::kBuffered;
+      w.staging = StagingPool::Lease();
+      bump(counters.direct_fallback_pages);
+    }
+    const bool direct = w.io != PageIo::kBuffered;
+    size_t s = 0;
+    while (s < segs.size() && !(segs[s].id == p.segment && segs[s].direct == direct)) ++s;
+    if (s == segs.size()) {
+      segs.push_back({p.segment, direct});
+      TargetSpec spec;
+      {
+        MutexLock lock(seg->mu);
+        spec.path = seg->files[p.segment].seg_path;
+      }
+      spec.direct = direct;
+      specs.push_back(std::move(spec));
+    }
+    spec_of[i] = s;
+  }
+  std::vector<Result<Target>> opened = agent.open_targets(specs);
+  rw.segment_targets.reserve(opened.size());
+  std::vector<Status> open_error(opened.size());
+  for (auto& r : opened) {
+    if (r.ok()) {
+      rw.segment_targets.push_back(std::move(r).value());
+    } else {
+      open_error[rw.segment_targets.size()] = r.status();
+      rw.segment_targets.emplace_back();
+    }
+  }
+  rw.reading.reserve(rw.work.size());
+  for (size_t i = 0; i < rw.work.size(); ++i) {
+    if (spec_of[i] == SIZE_MAX) continue;
+    auto& w = rw.work[i];
+    const size_t s = spec_of[i];
+    if (!open_error[s].ok()) {
+      // A segment removed since it was indexed (reclaimed, cleared): a miss.
+      out[w.page] = open_error[s];
+      continue;
+    }
+    w.io_target = &rw.segment_targets[s];
+    if (w.at + w.stored_bytes > w.io_target->size() || w.stored_bytes < w.header_bytes) {
+      out[w.page] =
+          corrupt_error(fmt::format("record [{}, +{}) lies beyond the end of '{}' ({})", w.at,
+                                    w.stored_bytes, w.io_target->path(), w.io_target->size()));
+      continue;
+    }
+    rw.reading.push_back(&w);
   }
 }
 

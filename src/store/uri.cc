@@ -108,6 +108,10 @@ std::string StoreLocation::uri() const {
     s += fmt::format("{}backend={}", sep, percent_encode(backend, kValueSpecials));
     sep = '&';
   }
+  if (layout != "files") {
+    s += fmt::format("{}layout={}", sep, percent_encode(layout, kValueSpecials));
+    sep = '&';
+  }
   for (const auto& [k, v] : params) {
     if (storage_class == StorageClass::kObject && k == "bucket") continue;
     s += fmt::format("{}{}={}", sep, k,
@@ -144,6 +148,12 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
     const std::string name(kv.substr(0, eq));
     if (name == "backend") {
       loc.backend = value.empty() ? "auto" : value;
+    } else if (name == "layout") {
+      if (value != "files" && value != "segments" && value != "auto") {
+        return invalid_argument_error(
+            fmt::format("layout '{}' (use files, segments or auto)", value));
+      }
+      loc.layout = std::move(value);
     } else {
       loc.params[name] = std::move(value);
     }

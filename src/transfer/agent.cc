@@ -239,8 +239,8 @@ ObjectIdentity Target::identity() const {
 Status Target::publish(const PublishOptions& options) {
   if (!state_) return invalid_argument_error("publish on an empty Target");
   if (state_->impl->mode() != TargetMode::kCreate) {
-    return invalid_argument_error(
-        fmt::format("target '{}' was opened for reading; only kCreate targets publish", path()));
+    return invalid_argument_error(fmt::format(
+        "target '{}' was not opened with kCreate; only kCreate targets publish", path()));
   }
   if (state_->writes_inflight.load() != 0) {
     return invalid_argument_error(
@@ -530,10 +530,17 @@ Result<Transfer> Agent::make_request(TransferOp op, std::span<const MemDesc> mem
     if (s.target->core_ != core_) return bad("target belongs to another agent");
     const std::shared_ptr<TargetState>& ts = s.target->state_;
     if (s.offset > UINT64_MAX - s.length) return bad("storage offset + length overflows");
-    if (op == TransferOp::kWrite && ts->impl->mode() != TargetMode::kCreate) {
+    if (op == TransferOp::kWrite && ts->impl->mode() == TargetMode::kRead) {
       return bad(fmt::format("target '{}' was opened for reading", ts->impl->path()));
     }
-    if (op == TransferOp::kRead && ts->impl->mode() == TargetMode::kRead &&
+    if (op == TransferOp::kWrite && ts->impl->mode() == TargetMode::kAppend &&
+        s.offset < ts->impl->size()) {
+      return bad(fmt::format(
+          "[{}, +{}) would change bytes of '{}' that were there when it was opened (size {}); "
+          "an append target writes only past them",
+          s.offset, s.length, ts->impl->path(), ts->impl->size()));
+    }
+    if (op == TransferOp::kRead && ts->impl->mode() != TargetMode::kCreate &&
         s.offset + s.length > ts->impl->size()) {
       return bad(fmt::format("[{}, +{}) is beyond the end of '{}' (size {})", s.offset, s.length,
                              ts->impl->path(), ts->impl->size()));

@@ -345,6 +345,47 @@ TEST_F(AgentRequest, RejectsReadsBeyondTheObjectAndWritesToReadTargets) {
             StatusCode::kInvalidArgument);
 }
 
+TEST_F(AgentRequest, AppendTargetsWriteOnlyPastTheirEndAndNeverPublish) {
+  KVTIER_ASSERT_OK_AND_ASSIGN(Target t,
+                              agent_->open_target({dir_.file("obj"), TargetMode::kAppend, 0, {}}));
+  EXPECT_EQ(t.size(), 16384u);
+  // Bytes that were there when it was opened cannot be changed through it.
+  Status over = make(TransferOp::kWrite, {buf_.data(), 4096}, {&t, 12288, 4096});
+  EXPECT_EQ(over.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(over.message().find("only past them"), std::string::npos) << over.message();
+  EXPECT_EQ(make(TransferOp::kWrite, {buf_.data(), 4096}, {&t, 16383, 4096}).code(),
+            StatusCode::kInvalidArgument);
+  // Reads stay within the object as opened.
+  EXPECT_EQ(make(TransferOp::kRead, {buf_.data(), 4096}, {&t, 16384, 4096}).code(),
+            StatusCode::kInvalidArgument);
+  // Appending at the end (and past it) works, and leaves the old bytes as they were.
+  testing::fill_pattern(buf_.data() + 16384, 8192, 2);
+  MemDesc m{buf_.data() + 16384, 8192};
+  StorageDesc s{&t, 16384, 8192};
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x,
+                              agent_->make_request(TransferOp::kWrite, {&m, 1}, {&s, 1}));
+  KVTIER_ASSERT_OK(x.post());
+  x.wait();
+  KVTIER_ASSERT_OK(x.first_error());
+  EXPECT_EQ(t.publish().code(), StatusCode::kInvalidArgument);
+  KVTIER_ASSERT_OK_AND_ASSIGN(Target r,
+                              agent_->open_target({dir_.file("obj"), TargetMode::kRead, 0, {}}));
+  EXPECT_EQ(r.size(), 24576u);
+  std::byte* dst = buf_.data() + 32768;
+  MemDesc rm{dst, 24576};
+  StorageDesc rs{&r, 0, 24576};
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer y,
+                              agent_->make_request(TransferOp::kRead, {&rm, 1}, {&rs, 1}));
+  KVTIER_ASSERT_OK(y.post());
+  y.wait();
+  KVTIER_ASSERT_OK(y.first_error());
+  EXPECT_EQ(testing::find_pattern_mismatch(dst, 16384, 1), SIZE_MAX);
+  EXPECT_EQ(testing::find_pattern_mismatch(dst + 16384, 8192, 2), SIZE_MAX);
+  // A missing object is not created.
+  EXPECT_EQ(agent_->open_target({dir_.file("absent"), TargetMode::kAppend, 0, {}}).status().code(),
+            StatusCode::kNotFound);
+}
+
 TEST_F(AgentRequest, DirectTargetsRejectMisalignedDescriptors) {
   TargetSpec spec{dir_.file("obj"), TargetMode::kRead, 0, {}};
   spec.direct = true;

@@ -22,6 +22,10 @@ struct NamespaceSummary {
   uint64_t bytes = 0;        // object bytes on storage (headers and padding included)
   uint64_t temp_files = 0;   // temporaries (live writers or left by crashed ones)
   uint64_t other_files = 0;  // names that are not pages (not kvtier's)
+  // The segment layout: segment files and the bytes of segments and summaries on storage
+  // (`pages` and `bytes` count the live records among them).
+  uint64_t segments = 0;
+  uint64_t segment_bytes = 0;
 };
 
 struct Inventory {
@@ -41,6 +45,15 @@ struct PageListing {
   std::string name;  // the key hash, 32 hex digits
   uint64_t bytes = 0;
   uint64_t mtime_ns = 0;
+  // A record of the segment layout: `path` is its segment, `summary` the segment's summary
+  // (empty for a page file); where the record is, and how many live records its segment held
+  // when listed (a segment whose every record is removed is removed whole).
+  std::string summary;
+  uint64_t offset = 0;
+  uint32_t header_bytes = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t segment_pages = 0;
+  uint64_t namespace_pages = 0;  // live records in the namespace's segments when listed
 };
 
 // Called while listing with the number of pages found so far; returning false stops the
@@ -65,6 +78,11 @@ struct RemovalReport {
 using RemovalProgress = std::function<bool(uint64_t done, uint64_t total)>;
 
 // Removes pages (as listed), giving their bytes back to their namespaces' capacity ledgers.
+// Records of the segment layout: a segment whose every listed record is removed goes whole
+// (segment and summary); other records are forgotten through remove entries in a summary of
+// their own, which every store of the namespace applies. When every live record of a
+// namespace's segments goes, every segment file there goes (older copies that newer records
+// had superseded, and remove entries, included), so nothing can be found again.
 Result<RemovalReport> remove_pages(const StoreLocation& location,
                                    std::span<const PageListing> pages,
                                    const RemovalProgress& progress = {});
@@ -82,6 +100,7 @@ struct VerifyProblem {
   std::string namespace_id;
   Status status;       // kCorrupt with the reason, or the fault that stopped the read
   uint64_t bytes = 0;  // the object's size
+  PageListing page;    // the page as listed (what remove_pages takes to repair it)
 };
 
 struct VerifyReport {

@@ -214,7 +214,8 @@ class Agent {
 
   // Builds a request. Validates every descriptor: equal list lengths, non-zero lengths that
   // match pairwise, memory inside live registrations, targets valid, reads within the
-  // object, writes only to kCreate targets, direct targets aligned. kInvalidArgument names
+  // object, writes only to kCreate targets and to kAppend targets at or past their size at
+  // open (never over bytes that were already there), direct targets aligned. kInvalidArgument names
   // the first bad descriptor.
   Result<Transfer> make_request(TransferOp op, std::span<const MemDesc> mem,
                                 std::span<const StorageDesc> storage);

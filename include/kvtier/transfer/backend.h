@@ -62,6 +62,12 @@ struct ListOptions {
 enum class TargetMode : uint8_t {
   kRead,    // an existing object; kNotFound when absent
   kCreate,  // a new object, invisible until published at `path` (replacing any object there)
+  // An existing object opened to add bytes after its end (the segment layout's appends);
+  // kNotFound when absent. Writes go only at or past the size the object had when it was
+  // opened, so bytes already there are never changed through it; reads stay below that size.
+  // Nothing to publish: the bytes are in the object as soon as they are written. Backends
+  // that cannot (object stores, memory) refuse it with kUnsupported.
+  kAppend,
 };
 
 struct TargetSpec {
@@ -103,7 +109,7 @@ class BackendTarget {
   TargetMode mode() const { return mode_; }
   // Set for direct targets: what each transfer on it must be aligned to.
   const std::optional<DirectIoAlignment>& direct() const { return direct_; }
-  // kRead: the object's size when it was opened. kCreate: the size hint.
+  // kRead and kAppend: the object's size when it was opened. kCreate: the size hint.
   uint64_t size() const { return size_; }
   ObjectIdentity identity() const { return identity_; }
 

@@ -92,6 +92,10 @@ class DramBackend final : public Backend {
 
   Result<std::unique_ptr<BackendTarget>> open(const TargetSpec& spec) override {
     if (spec.path.empty()) return invalid_argument_error("open: empty path");
+    if (spec.mode == TargetMode::kAppend) {
+      return unsupported_error(
+          fmt::format("'{}': the dram backend does not append to objects", spec.path));
+    }
     if (spec.mode == TargetMode::kCreate) {
       if (spec.size_hint > (uint64_t{1} << 40)) {
         return resource_exhausted_error(fmt::format(

@@ -228,6 +228,7 @@ std::string FileBackend::describe_inline() const {
 Result<std::unique_ptr<BackendTarget>> FileBackend::open(const TargetSpec& spec) {
   if (spec.path.empty()) return invalid_argument_error("open: empty path");
   if (spec.mode == TargetMode::kRead) return open_read(spec);
+  if (spec.mode == TargetMode::kAppend) return open_append(spec);
   return open_create(spec);
 }
 
@@ -398,6 +399,21 @@ Result<std::unique_ptr<BackendTarget>> FileBackend::adopt_read(const TargetSpec&
   auto t =
       std::make_unique<FileTarget>(spec.path, TargetMode::kRead, static_cast<uint64_t>(st.st_size),
                                    identity_of(st), std::move(fd), std::string(), std::string());
+  if (spec.direct) KVTIER_RETURN_IF_ERROR(make_direct(*t, st.st_dev));
+  return std::unique_ptr<BackendTarget>(std::move(t));
+}
+
+Result<std::unique_ptr<BackendTarget>> FileBackend::open_append(const TargetSpec& spec) {
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
+                          open_file(spec.path.c_str(), O_RDWR | (spec.direct ? O_DIRECT : 0)));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return errno_status(errno, "fstat", spec.path);
+  if (!S_ISREG(st.st_mode)) {
+    return invalid_argument_error(fmt::format("'{}' is not a regular file", spec.path));
+  }
+  auto t = std::make_unique<FileTarget>(spec.path, TargetMode::kAppend,
+                                        static_cast<uint64_t>(st.st_size), identity_of(st),
+                                        std::move(fd), std::string(), std::string());
   if (spec.direct) KVTIER_RETURN_IF_ERROR(make_direct(*t, st.st_dev));
   return std::unique_ptr<BackendTarget>(std::move(t));
 }

@@ -131,6 +131,7 @@ class FileBackend : public Backend {
  private:
   Result<std::unique_ptr<BackendTarget>> open_read(const TargetSpec& spec);
   Result<std::unique_ptr<BackendTarget>> open_create(const TargetSpec& spec);
+  Result<std::unique_ptr<BackendTarget>> open_append(const TargetSpec& spec);
   Result<std::unique_ptr<BackendTarget>> try_create(const TargetSpec& spec,
                                                     const std::string& temp_dir);
   Result<std::unique_ptr<BackendTarget>> finish_create(const TargetSpec& spec, UniqueFd fd,

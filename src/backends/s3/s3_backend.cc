@@ -98,6 +98,9 @@ std::vector<Result<std::unique_ptr<BackendTarget>>> S3Backend::open_batch(
       out.emplace_back(invalid_argument_error(fmt::format("'{}' names no object", spec.path)));
     } else if (spec.direct) {
       out.emplace_back(unsupported_error("the s3 backend has no direct I/O"));
+    } else if (spec.mode == TargetMode::kAppend) {
+      out.emplace_back(unsupported_error(fmt::format(
+          "'{}': objects in S3 are written whole; the s3 backend does not append", spec.path)));
     } else if (spec.mode == TargetMode::kCreate) {
       out.emplace_back(std::unique_ptr<BackendTarget>(
           new S3Target(spec.path, TargetMode::kCreate, spec.size_hint, {})));

@@ -352,7 +352,7 @@ class UringBackend final : public file::FileBackend {
       if (s.mode == TargetMode::kRead) {
         unit_of[i] = opens.size();
         opens.push_back({s.path, O_RDONLY | direct, true});
-      } else if (tmpfile_enabled()) {
+      } else if (s.mode == TargetMode::kCreate && tmpfile_enabled()) {
         unit_of[i] = opens.size();
         opens.push_back({temp_dir_for(s), O_TMPFILE | O_RDWR | direct});
       }

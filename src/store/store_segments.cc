@@ -1,0 +1,589 @@
+// The segment layout (docs/architecture.md, "Segment layout"; docs/format.md): each store
+// that writes appends records to segment files of its own and lists them in a summary beside
+// each segment; every store indexes the summaries (all of them on open, the new entries of
+// others' summaries when a key is not indexed), and reads a record with one read at its
+// offset, verified like a page.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "object_io.h"
+#include "store_impl.h"
+
+namespace kvtier {
+namespace {
+
+// Summary entries moved per system call (appends: a window's worth; reads: 16,384 entries).
+constexpr size_t kAppendBufBytes = 256 * segment::kEntryBytes;
+constexpr size_t kReadBufBytes = size_t{1} << 20;
+
+std::string seg_dir(const routing::Router& router, size_t b) {
+  return router.namespace_dir(b) + "/" + std::string(segment::kDir);
+}
+
+uint64_t random_writer_id() {
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{rd()} << 32) ^ rd() ^ wall_ns();
+  return id;
+}
+
+}  // namespace
+
+Status Store::Impl::segments_open() {
+  seg = std::make_unique<Segments>();
+  seg->writer = random_writer_id();
+  KVTIER_ASSIGN_OR_RETURN(seg->append_buf, AlignedBuffer::allocate(kAppendBufBytes));
+  KVTIER_ASSIGN_OR_RETURN(seg->append_reg,
+                          agent.register_memory(seg->append_buf.data(), seg->append_buf.size()));
+  KVTIER_ASSIGN_OR_RETURN(seg->read_buf, AlignedBuffer::allocate(kReadBufBytes));
+  KVTIER_ASSIGN_OR_RETURN(seg->read_reg,
+                          agent.register_memory(seg->read_buf.data(), seg->read_buf.size()));
+  {
+    MutexLock lock(seg->mu);
+    seg->active.assign(router.base_count(), std::nullopt);
+  }
+  {
+    MutexLock lock(seg->refresh_mu);
+    seg->dir_mtime.assign(router.base_count(), 0);
+  }
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    KVTIER_RETURN_IF_ERROR(agent.make_dirs(seg_dir(router, b)));
+  }
+  return segments_scan();
+}
+
+Status Store::Impl::list_summaries(size_t b, const std::function<void(const std::string&)>& fn) {
+  Status st = agent.list(seg_dir(router, b), ListOptions{}, [&](const ObjectInfo& e) {
+    if (std::optional<std::string> name = segment::name_of_summary(e.name)) fn(*name);
+    return ok_status();
+  });
+  return st.code() == StatusCode::kNotFound ? ok_status() : st;
+}
+
+Result<uint64_t> Store::Impl::read_summary(const std::string& sum_path, uint64_t from,
+                                           const std::function<void(const segment::Entry&)>& fn) {
+  Result<Target> t = agent.open_target(TargetSpec{sum_path, TargetMode::kRead, 0, {}});
+  if (!t.ok()) {
+    // A summary removed since it was listed (a clear) has nothing more to say.
+    if (t.status().code() == StatusCode::kNotFound) return from;
+    return t.status();
+  }
+  const uint64_t end = t->size() / segment::kEntryBytes * segment::kEntryBytes;
+  uint64_t at = from;
+  while (at < end) {
+    const uint64_t n = std::min<uint64_t>(end - at, kReadBufBytes);
+    KVTIER_RETURN_IF_ERROR(
+        object_io::transfer_range(agent, TransferOp::kRead, *t, seg->read_buf.data(), at, n));
+    for (uint64_t o = 0; o < n; o += segment::kEntryBytes) {
+      const std::optional<segment::Entry> e =
+          segment::decode_entry(std::span<const std::byte, segment::kEntryBytes>(
+              seg->read_buf.data() + o, segment::kEntryBytes));
+      // A torn or not yet written entry: stop before it, and look again next time.
+      if (!e) return at + o;
+      fn(*e);
+    }
+    at += n;
+  }
+  return at;
+}
+
+Status Store::Impl::segments_scan() {
+  MutexLock refresh(seg->refresh_mu);
+  struct Summary {
+    std::string name;
+    uint32_t base;
+    uint64_t mtime_ns;
+  };
+  std::vector<Summary> summaries;
+  uint64_t entries = 0;
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    Status st =
+        agent.list(seg_dir(router, b), ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
+          if (std::optional<std::string> n = segment::name_of_summary(e.name)) {
+            summaries.push_back({*n, static_cast<uint32_t>(b), e.mtime_ns});
+            entries += e.size / segment::kEntryBytes;
+          }
+          return ok_status();
+        });
+    if (st.code() != StatusCode::kNotFound) KVTIER_RETURN_IF_ERROR(st);
+  }
+  // The latest entry for a key decides. Each summary is in its writer's order; summaries go
+  // in the order they were last written. Writers that overlapped in time may see an older
+  // put of a key win over a newer one of another writer (both are the key's page) or a
+  // remove undo a later put (a miss): a cache can afford either; neither reads wrong data.
+  std::sort(summaries.begin(), summaries.end(), [](const Summary& a, const Summary& b) {
+    return a.mtime_ns != b.mtime_ns ? a.mtime_ns < b.mtime_ns : a.name < b.name;
+  });
+  index.reserve(entries);
+  std::vector<PageIndex::Page> run;
+  run.reserve(size_t{1} << 16);
+  auto flush = [&] {
+    index.put_many(run);
+    run.clear();
+  };
+  for (const Summary& s : summaries) {
+    SegmentFile f;
+    f.name = s.name;
+    f.base = s.base;
+    f.seg_path = seg_dir(router, s.base) + "/" + s.name + std::string(segment::kSegmentSuffix);
+    f.sum_path = seg_dir(router, s.base) + "/" + s.name + std::string(segment::kSummarySuffix);
+    uint32_t id;
+    {
+      MutexLock lock(seg->mu);
+      if (seg->by_name.count(s.name) != 0) continue;
+      id = static_cast<uint32_t>(seg->files.size());
+      seg->files.push_back(f);
+      seg->by_name.emplace(s.name, id);
+    }
+    bool sealed = false;
+    // A summary of another namespace (copied in by hand) names no page of this one; the
+    // begin entry comes first, so nothing is applied before it is known.
+    bool ours = false;
+    KVTIER_ASSIGN_OR_RETURN(
+        uint64_t read, read_summary(f.sum_path, 0, [&](const segment::Entry& e) {
+          switch (e.type) {
+            case segment::EntryType::kBegin:
+              ours = e.key_hash == ns_id;
+              sealed = sealed || !ours;  // another namespace's: never read again
+              break;
+            case segment::EntryType::kPut:
+              if (!ours) break;
+              run.push_back({e.key_hash, s.base, e.record_bytes, id, e.header_bytes, e.offset,
+                             e.payload_bytes});
+              if (run.size() == run.capacity()) flush();
+              break;
+            case segment::EntryType::kRemove:
+              if (!ours) break;
+              flush();  // the puts before it first
+              index.erase(e.key_hash);
+              break;
+            case segment::EntryType::kSeal:
+              sealed = true;
+              break;
+          }
+        }));
+    flush();
+    MutexLock lock(seg->mu);
+    seg->files[id].summary_read = read;
+    seg->files[id].sealed = sealed;
+  }
+  return ok_status();
+}
+
+void Store::Impl::segments_refresh() {
+  MutexLock refresh(seg->refresh_mu);
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    // New segments change the directory; an unchanged one (older than the clock's coarse
+    // tick, so a file created in the same tick cannot hide) need not be listed again.
+    Result<ObjectInfo> dir = agent.stat(seg_dir(router, b));
+    const uint64_t mtime = dir.ok() ? dir->mtime_ns : 0;
+    const bool settled = mtime != 0 && mtime + 100'000'000 < wall_ns();
+    if (!(settled && mtime == seg->dir_mtime[b])) {
+      std::vector<std::string> names;
+      if (!list_summaries(b, [&](const std::string& n) { names.push_back(n); }).ok()) continue;
+      seg->dir_mtime[b] = mtime;
+      MutexLock lock(seg->mu);
+      for (const std::string& name : names) {
+        if (seg->by_name.count(name) != 0) continue;
+        SegmentFile f;
+        f.name = name;
+        f.base = static_cast<uint32_t>(b);
+        f.seg_path = seg_dir(router, b) + "/" + name + std::string(segment::kSegmentSuffix);
+        f.sum_path = seg_dir(router, b) + "/" + name + std::string(segment::kSummarySuffix);
+        seg->by_name.emplace(name, static_cast<uint32_t>(seg->files.size()));
+        seg->files.push_back(std::move(f));
+      }
+    }
+  }
+  // Others' summaries that may still grow.
+  struct Todo {
+    uint32_t id;
+    uint32_t base;
+    std::string path;
+    uint64_t from;
+  };
+  std::vector<Todo> todo;
+  {
+    MutexLock lock(seg->mu);
+    for (uint32_t id = 0; id < seg->files.size(); ++id) {
+      const SegmentFile& f = seg->files[id];
+      if (!f.ours && !f.sealed) todo.push_back({id, f.base, f.sum_path, f.summary_read});
+    }
+  }
+  for (const Todo& t : todo) {
+    // One stat tells whether it grew (a dead writer's summary never does).
+    Result<ObjectInfo> info = agent.stat(t.path);
+    if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
+    bool sealed = false;
+    // A summary is read from its begin entry once; later reads start past it, and a summary
+    // of another namespace is marked sealed then and never read again.
+    bool ours_ns = t.from != 0;
+    Result<uint64_t> read = read_summary(t.path, t.from, [&](const segment::Entry& e) {
+      switch (e.type) {
+        case segment::EntryType::kBegin:
+          ours_ns = e.key_hash == ns_id;
+          sealed = sealed || !ours_ns;
+          break;
+        case segment::EntryType::kPut:
+          if (ours_ns) {
+            index.put_cold({e.key_hash, t.base, e.record_bytes, t.id, e.header_bytes, e.offset,
+                            e.payload_bytes});
+          }
+          break;
+        case segment::EntryType::kRemove:
+          if (ours_ns) index.erase(e.key_hash);
+          break;
+        case segment::EntryType::kSeal:
+          sealed = true;
+          break;
+      }
+    });
+    if (!read.ok()) continue;  // asked again next time
+    MutexLock lock(seg->mu);
+    seg->files[t.id].summary_read = *read;
+    seg->files[t.id].sealed = sealed || seg->files[t.id].sealed;
+  }
+}
+
+Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> entries) {
+  SegmentFile& f = seg->files[id];
+  KVTIER_ASSIGN_OR_RETURN(Target t,
+                          agent.open_target(TargetSpec{f.sum_path, TargetMode::kAppend, 0, {}}));
+  if (t.size() > f.summary_end) {
+    return internal_error(fmt::format("summary '{}' is {} bytes; this writer wrote {}", f.sum_path,
+                                      t.size(), f.summary_end));
+  }
+  const size_t per_call = kAppendBufBytes / segment::kEntryBytes;
+  for (size_t first = 0; first < entries.size(); first += per_call) {
+    const size_t n = std::min(per_call, entries.size() - first);
+    for (size_t i = 0; i < n; ++i) {
+      segment::encode_entry(
+          entries[first + i],
+          std::span<std::byte, segment::kEntryBytes>(
+              seg->append_buf.data() + i * segment::kEntryBytes, segment::kEntryBytes));
+    }
+    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kWrite, t,
+                                                     seg->append_buf.data(), f.summary_end,
+                                                     n * segment::kEntryBytes));
+    f.summary_end += n * segment::kEntryBytes;
+  }
+  return ok_status();
+}
+
+void Store::Impl::retire_segment(uint32_t id) {
+  SegmentFile& f = seg->files[id];
+  f.retired = true;
+  if (f.in_flight == 0 && !f.sealed) {
+    const segment::Entry seal{segment::EntryType::kSeal, 0, {}, 0, 0, 0, wall_ns()};
+    // A segment left unsealed is only looked at again by others' refreshes.
+    if (append_entries(id, {&seal, 1}).ok()) f.sealed = true;
+  }
+}
+
+void Store::Impl::finish_in_flight(uint32_t id) {
+  SegmentFile& f = seg->files[id];
+  if (f.in_flight > 0) --f.in_flight;
+  if (f.retired) retire_segment(id);
+}
+
+Status Store::Impl::roll_segment(size_t b) {
+  if (const std::optional<uint32_t> a = seg->active[b]) {
+    seg->active[b].reset();
+    retire_segment(*a);
+  }
+  const uint32_t seq = seg->next_seq++;
+  SegmentFile f;
+  f.name = segment::segment_name(seg->writer, seq);
+  f.base = static_cast<uint32_t>(b);
+  f.seg_path = seg_dir(router, b) + "/" + f.name + std::string(segment::kSegmentSuffix);
+  f.sum_path = seg_dir(router, b) + "/" + f.name + std::string(segment::kSummarySuffix);
+  f.ours = true;
+  const uint64_t now = wall_ns();
+  // The segment first (a header naming it), then its summary, which makes it known.
+  std::string header(segment::kSegmentHeaderBytes, '\0');
+  segment::encode_segment_header(
+      {ns_id, seg->writer, seq, now},
+      std::span<std::byte>(reinterpret_cast<std::byte*>(header.data()), header.size()));
+  KVTIER_RETURN_IF_ERROR(object_io::write_object(agent, f.seg_path, router.temp_dir(b), header));
+  std::string begin(segment::kEntryBytes, '\0');
+  segment::encode_entry({segment::EntryType::kBegin, 0, ns_id, seg->writer, seq, 0, now},
+                        std::span<std::byte, segment::kEntryBytes>(
+                            reinterpret_cast<std::byte*>(begin.data()), segment::kEntryBytes));
+  KVTIER_RETURN_IF_ERROR(object_io::write_object(agent, f.sum_path, router.temp_dir(b), begin));
+  f.end = segment::kSegmentHeaderBytes;
+  f.summary_end = segment::kEntryBytes;
+  const auto id = static_cast<uint32_t>(seg->files.size());
+  seg->by_name.emplace(f.name, id);
+  seg->files.push_back(std::move(f));
+  seg->active[b] = id;
+  return ok_status();
+}
+
+void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
+                                      std::span<const ConstBuffer> pieces, size_t k,
+                                      std::span<Status> out) {
+  auto work = plan(keys, pieces, k, out);
+  if (work.empty()) return;
+  Result<HeaderPool::Lease> lease = headers.acquire(work.size());
+  if (!lease.ok()) {
+    for (const auto& w : work) out[w.page] = lease.status();
+    bump(counters.put_failures, work.size());
+    return;
+  }
+  // Record shapes first: 4 KiB-aligned page objects where direct I/O is in use (it needs
+  // aligned offsets), compact elsewhere. Checksums and headers are made chunk by chunk just
+  // before each chunk is written (below), while its pages are still in cache for the copy.
+  const uint64_t created = wall_ns();
+  for (auto& w : work) {
+    const bool aligned = config.direct_io != DirectIo::kOff && dio[w.route.base].has_value();
+    w.header_bytes = aligned ? static_cast<uint32_t>(kHeaderBytes)
+                             : page::compact_header_bytes(keys[w.page].size());
+    w.stored_bytes = page::record_bytes(w.header_bytes, w.payload);
+  }
+  auto encode_header = [&](size_t i) {
+    auto& w = work[i];
+    uint64_t checksum;
+    if (w.io == PageIo::kStaged) {
+      const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
+      std::byte* dst = w.staging.data();
+      for (const ConstBuffer& p : w.pieces) {
+        std::memcpy(dst, p.data, p.size);
+        dst += p.size;
+      }
+      std::memset(dst, 0, padded - w.payload);
+      const ConstBuffer staged{w.staging.data(), w.payload};
+      checksum = page::payload_checksum(std::span<const ConstBuffer>(&staged, 1), w.payload);
+    } else {
+      checksum = page::payload_checksum(w.pieces, w.payload);
+    }
+    page::Header h;
+    h.namespace_id = ns_id;
+    h.key_hash = w.route.key_hash;
+    h.payload_bytes = w.payload;
+    h.payload_checksum = checksum;
+    h.piece_count = static_cast<uint32_t>(w.pieces.size());
+    h.piece_bytes = page::uniform_piece_bytes(w.pieces);
+    h.created_ns = created;
+    h.key = keys[w.page];
+    h.header_bytes = w.header_bytes;
+    page::encode(h, lease->block(i));
+  };
+
+  // Space in this store's active segments, reserved under the lock. Each segment's append
+  // target is opened before any space in it is reserved, so its size then (the floor below
+  // which the target cannot write) is never past a reserved record.
+  struct OpenSeg {
+    uint32_t id;
+    bool direct;
+    Target target;
+  };
+  std::vector<OpenSeg> open_segs;
+  open_segs.reserve(work.size());
+  std::vector<size_t> seg_of(work.size(), SIZE_MAX);  // index in open_segs
+  std::vector<uint32_t> used;                         // segments with records of this window
+  {
+    MutexLock lock(seg->mu);
+    for (size_t i = 0; i < work.size(); ++i) {
+      auto& w = work[i];
+      const size_t b = w.route.base;
+      const bool direct = w.io != PageIo::kBuffered;
+      Status st;
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        st = ok_status();
+        const std::optional<uint32_t> a = seg->active[b];
+        if (!a ||
+            (seg->files[*a].end > segment::kSegmentHeaderBytes &&
+             align_up(seg->files[*a].end, kBlockBytes) + w.stored_bytes > config.segment_bytes)) {
+          st = roll_segment(b);
+          if (!st.ok()) break;
+        }
+        const uint32_t id = *seg->active[b];
+        size_t o = 0;
+        while (o < open_segs.size() && !(open_segs[o].id == id && open_segs[o].direct == direct)) {
+          ++o;
+        }
+        if (o == open_segs.size()) {
+          TargetSpec spec{seg->files[id].seg_path, TargetMode::kAppend, 0, {}};
+          spec.direct = direct;
+          Result<Target> t = agent.open_target(spec);
+          if (!t.ok()) {
+            st = t.status();
+            // Removed under us (a clear elsewhere): start another segment, once.
+            if (st.code() == StatusCode::kNotFound) {
+              seg->active[b].reset();
+              seg->files[id].retired = true;
+              continue;
+            }
+            break;
+          }
+          open_segs.push_back({id, direct, std::move(t).value()});
+        }
+        SegmentFile& f = seg->files[id];
+        const uint64_t at = w.header_bytes == kHeaderBytes ? align_up(f.end, kBlockBytes) : f.end;
+        f.end = at + w.stored_bytes;
+        w.at = at;
+        w.io_target = &open_segs[o].target;
+        seg_of[i] = o;
+        if (std::find(used.begin(), used.end(), id) == used.end()) {
+          used.push_back(id);
+          ++f.in_flight;
+        }
+        break;
+      }
+      if (!st.ok()) out[w.page] = std::move(st);
+    }
+  }
+
+  // The records go out in chunks of about kWriteChunkBytes, one after another: every chunk
+  // small enough for the backend to write it on this thread, in order. Buffered writes into
+  // one file serialize on its inode lock, so spreading a window's writes over I/O threads
+  // made them wait for each other (64 KiB pages: 1.9 GB/s against fio's 5.3 on one file).
+  // Each chunk's pages are checksummed right before it is written, so the copy into the
+  // page cache finds them still in cache.
+  constexpr uint64_t kWriteChunkBytes = 1 << 20;
+  struct Chunk {
+    std::vector<size_t> pages;  // indexes into `work`
+    std::vector<MemDesc> mem;
+    std::vector<StorageDesc> sto;
+    Result<Transfer> xfer = Transfer();
+    Status error;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<size_t> chunk_of(work.size(), SIZE_MAX);
+  uint64_t chunk_bytes = kWriteChunkBytes;
+  for (size_t i = 0; i < work.size(); ++i) {
+    auto& w = work[i];
+    if (seg_of[i] == SIZE_MAX) continue;
+    if (chunk_bytes + w.stored_bytes > kWriteChunkBytes) {
+      chunks.emplace_back();
+      chunk_bytes = 0;
+    }
+    chunk_of[i] = chunks.size() - 1;
+    chunks.back().pages.push_back(i);
+    chunk_bytes += w.stored_bytes;
+    std::vector<MemDesc>& mem = chunks.back().mem;
+    std::vector<StorageDesc>& sto = chunks.back().sto;
+    w.first_desc = mem.size();
+    mem.push_back(MemDesc{lease->block(i).data(), w.header_bytes});
+    sto.push_back(StorageDesc{w.io_target, w.at, w.header_bytes});
+    const uint64_t body = w.stored_bytes - w.header_bytes;  // payload and padding
+    if (w.io == PageIo::kStaged) {
+      mem.push_back(MemDesc{w.staging.data(), body});
+      sto.push_back(StorageDesc{w.io_target, w.at + w.header_bytes, body});
+    } else {
+      uint64_t off = w.at + w.header_bytes;
+      for (const ConstBuffer& p : w.pieces) {
+        mem.push_back(MemDesc{const_cast<void*>(p.data), p.size});
+        sto.push_back(StorageDesc{w.io_target, off, p.size});
+        off += p.size;
+      }
+      if (body > w.payload) {
+        mem.push_back(MemDesc{zeros.data(), body - w.payload});
+        sto.push_back(StorageDesc{w.io_target, off, body - w.payload});
+      }
+    }
+    w.desc_count = mem.size() - w.first_desc;
+  }
+  for (Chunk& c : chunks) {
+    for (size_t i : c.pages) encode_header(i);
+    c.xfer = agent.make_request(TransferOp::kWrite, c.mem, c.sto);
+    c.error = c.xfer.ok() ? c.xfer->post() : c.xfer.status();
+    if (c.error.ok()) c.xfer->wait();
+  }
+
+  // The records are complete: their summary entries make them known, segment by segment.
+  std::vector<std::vector<size_t>> by_seg(open_segs.size());
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (seg_of[i] == SIZE_MAX) continue;
+    auto& w = work[i];
+    const Chunk& c = chunks[chunk_of[i]];
+    Status st = c.error;
+    if (st.ok()) st = page_result(*c.xfer, w);
+    out[w.page] = std::move(st);
+    if (out[w.page].ok()) by_seg[seg_of[i]].push_back(i);
+  }
+  {
+    MutexLock lock(seg->mu);
+    for (const uint32_t id : used) {
+      std::vector<segment::Entry> entries;
+      std::vector<size_t> pages;
+      for (size_t o = 0; o < open_segs.size(); ++o) {
+        if (open_segs[o].id != id) continue;
+        for (size_t i : by_seg[o]) {
+          const auto& w = work[i];
+          entries.push_back({segment::EntryType::kPut, static_cast<uint16_t>(w.header_bytes),
+                             w.route.key_hash, w.at, w.payload, w.stored_bytes, created});
+          pages.push_back(i);
+        }
+      }
+      Status st = entries.empty() ? ok_status() : append_entries(id, entries);
+      for (size_t i : pages) {
+        const auto& w = work[i];
+        if (!st.ok()) {
+          out[w.page] = st;
+          continue;
+        }
+        index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), w.stored_bytes, id,
+                   w.header_bytes, w.at, w.payload});
+      }
+      finish_in_flight(id);
+    }
+  }
+  for (const auto& w : work) {
+    if (out[w.page].ok()) {
+      bump(counters.put_pages);
+      bump(counters.put_bytes, w.payload);
+      count_io(w);
+    }
+  }
+  for (const Status& s : out) {
+    if (!s.ok()) bump(counters.put_failures);
+  }
+}
+
+Status Store::Impl::segments_forget(const Hash128& key_hash, size_t base) {
+  MutexLock lock(seg->mu);
+  const segment::Entry e{segment::EntryType::kRemove, 0, key_hash, 0, 0, 0, wall_ns()};
+  Status st;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!seg->active[base]) KVTIER_RETURN_IF_ERROR(roll_segment(base));
+    st = append_entries(*seg->active[base], {&e, 1});
+    if (st.code() != StatusCode::kNotFound) return st;
+    // The segment was removed under us (a clear elsewhere): start another.
+    seg->files[*seg->active[base]].retired = true;
+    seg->active[base].reset();
+  }
+  return st;
+}
+
+Status Store::Impl::segments_clear(uint64_t* pages) {
+  segments_refresh();
+  *pages = index.pages();
+  Status result;
+  MutexLock lock(seg->mu);
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    std::vector<std::string> paths;
+    Status st = agent.list(seg_dir(router, b), ListOptions{}, [&](const ObjectInfo& e) {
+      if (segment::is_segment_file(e.name)) paths.push_back(seg_dir(router, b) + "/" + e.name);
+      return ok_status();
+    });
+    if (!st.ok() && st.code() != StatusCode::kNotFound && result.ok()) result = st;
+    std::vector<Status> removed = agent.remove_many(paths);
+    for (const Status& r : removed) {
+      if (!r.ok() && r.code() != StatusCode::kNotFound && result.ok()) result = r;
+    }
+    if (const std::optional<uint32_t> a = seg->active[b]) {
+      seg->files[*a].retired = true;
+      seg->files[*a].sealed = true;  // gone: nothing to seal
+      seg->active[b].reset();
+    }
+  }
+  for (SegmentFile& f : seg->files) f.sealed = true;
+  index.clear();
+  return result;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,500 @@
+// The segment layout beyond the behaviour suite (which runs over it too): space on disk,
+// segments rolling and sealing, restart from summaries alone, torn and corrupted records and
+// summaries, several processes writing and reading one namespace, SIGKILL of writers, and
+// descriptor accounting.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "kvtier/store/store.h"
+#include "page_format.h"
+#include "segment_format.h"
+#include "store_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using testing::PagePool;
+
+constexpr size_t kPage = 70272;  // a DeepSeek-V3 page of one token
+
+// Runs `body` in a forked child; its return value is the exit code (an exception: 9).
+template <typename Body>
+pid_t spawn(Body body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 9;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+uint64_t seed_of(const std::string& key) {
+  return std::hash<std::string>{}(key);
+}
+
+struct SegFiles {
+  std::vector<std::string> segments;
+  std::vector<std::string> summaries;
+  uint64_t bytes = 0;
+};
+
+SegFiles seg_files(const Store& s) {
+  SegFiles out;
+  for (const std::string& dir : s.namespace_dirs()) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir + "/seg", ec)) {
+      const std::string p = e.path().string();
+      if (p.ends_with(".seg")) out.segments.push_back(p);
+      if (p.ends_with(".sum")) out.summaries.push_back(p);
+      // Allocated bytes: what the records take on disk, holes not counted.
+      struct stat st;
+      if (::stat(p.c_str(), &st) == 0) out.bytes += static_cast<uint64_t>(st.st_size);
+    }
+  }
+  std::sort(out.segments.begin(), out.segments.end());
+  std::sort(out.summaries.begin(), out.summaries.end());
+  return out;
+}
+
+class StoreSegments : public ::testing::Test {
+ protected:
+  std::unique_ptr<Store> open(std::string query = "?backend=posix&layout=segments",
+                              uint64_t segment_bytes = 1 << 20) {
+    StoreConfig cfg;
+    cfg.location = *parse_store_uri("file://" + dir_.file("store") + query);
+    cfg.ns = testing::test_namespace("segments");
+    cfg.segment_bytes = segment_bytes;
+    return testing::open_store(std::move(cfg));
+  }
+
+  static BatchResult put(Store& s, PagePool& pool, const std::vector<std::string>& keys) {
+    std::vector<ConstBuffer> in;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      pool.fill(i, kPage, seed_of(keys[i]));
+      in.push_back(pool.in(i, kPage));
+    }
+    return s.batch_put(testing::views(keys), in);
+  }
+
+  // Reads every key: the number of hits; a hit must hold its key's content.
+  static size_t read_all(Store& s, PagePool& pool, const std::vector<std::string>& keys) {
+    size_t hits = 0;
+    for (const std::string& k : keys) {
+      Status st = s.get(k, pool.slot(0), kPage);
+      if (st.ok()) {
+        ++hits;
+        EXPECT_TRUE(pool.holds(0, kPage, seed_of(k))) << k;
+      } else {
+        EXPECT_EQ(st.code(), StatusCode::kNotFound) << k << ": " << st.to_string();
+      }
+    }
+    return hits;
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(StoreSegments, LayoutComesFromTheUriOrTheConfig) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->layout(), StoreLayout::kSegments);
+  Result<StoreLocation> loc = parse_store_uri("file:///x?layout=segments&backend=posix");
+  ASSERT_TRUE(loc.ok());
+  EXPECT_EQ(loc->layout, "segments");
+  EXPECT_EQ(parse_store_uri(loc->uri())->layout, "segments");
+  EXPECT_EQ(parse_store_uri("file:///x?layout=bogus").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_store_uri("/x")->layout, "files");
+  // Memory and object stores keep one object per page.
+  StoreConfig mem;
+  mem.location = *parse_store_uri("mem://segments-refused?layout=segments");
+  mem.ns = testing::test_namespace();
+  EXPECT_EQ(Store::open(mem).status().code(), StatusCode::kUnsupported);
+  StoreConfig files;
+  files.location = *parse_store_uri(dir_.file("files"));
+  files.ns = testing::test_namespace();
+  files.layout = "segments";
+  Result<std::unique_ptr<Store>> f = Store::open(files);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ((*f)->layout(), StoreLayout::kSegments);
+}
+
+TEST_F(StoreSegments, AutoPicksSegmentsForSmallFixedPagesOnly) {
+  auto layout_for = [&](std::string query, uint64_t piece, uint32_t pieces, bool fsync = false) {
+    StoreConfig cfg;
+    cfg.location = *parse_store_uri("file://" + dir_.file("auto") + query);
+    cfg.ns = testing::test_namespace("auto");
+    cfg.ns.piece_bytes = piece;
+    cfg.ns.pieces_per_page = pieces;
+    cfg.fsync = fsync;
+    Result<std::unique_ptr<Store>> s = Store::open(cfg);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? (*s)->layout() : StoreLayout::kFiles;
+  };
+  EXPECT_EQ(layout_for("?layout=auto", 70272, 1), StoreLayout::kSegments);
+  EXPECT_EQ(layout_for("?layout=auto", 256 << 10, 2), StoreLayout::kSegments);
+  EXPECT_EQ(layout_for("?layout=auto", 512 << 10, 2), StoreLayout::kFiles);  // 1 MiB pages
+  EXPECT_EQ(layout_for("?layout=auto", 4 << 20, 1), StoreLayout::kFiles);
+  EXPECT_EQ(layout_for("?layout=auto", 0, 1), StoreLayout::kFiles);  // any page size
+  EXPECT_EQ(layout_for("?layout=auto", 70272, 1, /*fsync=*/true), StoreLayout::kFiles);
+  EXPECT_EQ(layout_for("", 70272, 1), StoreLayout::kFiles);  // the default stays files
+  StoreConfig mem;
+  mem.location = *parse_store_uri("mem://auto-layout?layout=auto");
+  mem.ns = testing::test_namespace();
+  mem.ns.piece_bytes = 4096;
+  Result<std::unique_ptr<Store>> m = Store::open(mem);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->layout(), StoreLayout::kFiles);
+}
+
+TEST_F(StoreSegments, NoFileIsCreatedPerPageAndSpaceIsNearThePayload) {
+  auto s = open("?backend=posix&layout=segments", 256 << 20);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 128, kPage);
+  const auto keys = testing::keys_for("space-", 128);
+  for (int round = 0; round < 4; ++round) {
+    std::vector<std::string> batch;
+    for (size_t i = 0; i < 32; ++i) batch.push_back(keys[round * 32 + i]);
+    ASSERT_TRUE(put(*s, pool, batch).all_ok());
+  }
+  const SegFiles f = seg_files(*s);
+  EXPECT_EQ(f.segments.size(), 1u);
+  EXPECT_EQ(f.summaries.size(), 1u);
+  const double payload = 128.0 * kPage;
+  EXPECT_LE(static_cast<double>(f.bytes), 1.03 * payload) << f.bytes;
+  EXPECT_EQ(s->stats().pages, 128u);
+  EXPECT_EQ(read_all(*s, pool, keys), 128u);
+}
+
+TEST_F(StoreSegments, SegmentsRollSealAndEveryPageSurvivesARestartExactly) {
+  const auto keys = testing::keys_for("roll-", 200);
+  uint64_t bytes = 0;
+  {
+    auto s = open();  // 1 MiB segments: about 14 pages each
+    ASSERT_NE(s, nullptr);
+    PagePool pool(*s, 10, kPage);
+    for (size_t first = 0; first < keys.size(); first += 10) {
+      ASSERT_TRUE(put(*s, pool, {keys.begin() + first, keys.begin() + first + 10}).all_ok());
+    }
+    // Overwrites and removes are in the summaries too.
+    ASSERT_TRUE(put(*s, pool, {keys[0]}).all_ok());
+    KVTIER_ASSERT_OK(s->remove(keys[1]));
+    EXPECT_EQ(s->stats().pages, 199u);
+    bytes = s->stats().bytes;
+    const SegFiles f = seg_files(*s);
+    EXPECT_GE(f.segments.size(), 10u);
+    EXPECT_EQ(f.segments.size(), f.summaries.size());
+    // Every segment but the active one ends its summary with a seal.
+    size_t sealed = 0;
+    for (const std::string& p : f.summaries) {
+      std::ifstream in(p, std::ios::binary);
+      std::string bytes_of((std::istreambuf_iterator<char>(in)), {});
+      ASSERT_EQ(bytes_of.size() % segment::kEntryBytes, 0u);
+      auto last = segment::decode_entry(std::span<const std::byte, segment::kEntryBytes>(
+          reinterpret_cast<const std::byte*>(bytes_of.data() + bytes_of.size() - 64), 64));
+      ASSERT_TRUE(last.has_value()) << p;
+      if (last->type == segment::EntryType::kSeal) ++sealed;
+    }
+    EXPECT_EQ(sealed, f.summaries.size() - 1);
+  }
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->stats().pages, 199u);
+  EXPECT_EQ(s->stats().bytes, bytes);
+  EXPECT_EQ(s->batch_exists(testing::views(keys)), 1u) << "keys[1] was removed";
+  PagePool pool(*s, 1, kPage);
+  EXPECT_EQ(read_all(*s, pool, keys), 199u);
+  EXPECT_EQ(s->stats().get_corrupt, 0u);
+}
+
+// Restart reads the summaries alone: with every segment file gone, a reopened store still
+// indexes every page, exactly (the reads then miss). The open time is recorded.
+TEST_F(StoreSegments, RestartIndexesFromSummariesWithoutReadingSegments) {
+  constexpr size_t kPages = 200000, kSmall = 64, kBatch = 1000;
+  uint64_t bytes = 0;
+  {
+    auto s = open("?backend=posix&layout=segments", 64 << 20);
+    ASSERT_NE(s, nullptr);
+    PagePool pool(*s, kBatch, kSmall);
+    std::vector<ConstBuffer> in;
+    for (size_t i = 0; i < kBatch; ++i) in.push_back(pool.in(i, kSmall));
+    for (size_t first = 0; first < kPages; first += kBatch) {
+      std::vector<std::string> keys;
+      for (size_t i = 0; i < kBatch; ++i) keys.push_back(fmt::format("{:064x}", first + i));
+      ASSERT_TRUE(s->batch_put(testing::views(keys), in).all_ok());
+    }
+    bytes = s->stats().bytes;
+    EXPECT_EQ(s->stats().pages, kPages);
+    for (const std::string& p : seg_files(*s).segments) std::filesystem::remove(p);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = open();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_NE(s, nullptr);
+  RecordProperty(
+      "open_ms",
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_EQ(s->stats().pages, kPages);
+  EXPECT_EQ(s->stats().bytes, bytes);
+  PagePool pool(*s, 1, kSmall);
+  EXPECT_EQ(s->get(fmt::format("{:064x}", 7), pool.slot(0), kSmall).code(), StatusCode::kNotFound);
+}
+
+TEST_F(StoreSegments, ATornTailRecordIsAMissAndTheRestReads) {
+  const auto keys = testing::keys_for("torn-", 6);
+  std::string segment;
+  {
+    auto s = open();
+    ASSERT_NE(s, nullptr);
+    PagePool pool(*s, 6, kPage);
+    ASSERT_TRUE(put(*s, pool, keys).all_ok());
+    segment = seg_files(*s).segments.at(0);
+  }
+  // The last record loses its end (a writer killed mid-append).
+  const uint64_t size = std::filesystem::file_size(segment);
+  std::filesystem::resize_file(segment, size - 1000);
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 1, kPage);
+  for (size_t i = 0; i < 5; ++i) KVTIER_EXPECT_OK(s->get(keys[i], pool.slot(0), kPage)) << i;
+  Status st = s->get(keys[5], pool.slot(0), kPage);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.to_string();
+  EXPECT_EQ(s->stats().get_corrupt, 1u);
+  // Forgotten, here and after a restart: never read as wrong data again.
+  EXPECT_EQ(*s->exists(keys[5]), false);
+  s.reset();
+  s = open();
+  EXPECT_EQ(*s->exists(keys[5]), false);
+  EXPECT_EQ(s->batch_exists(testing::views(keys)), 5u);
+}
+
+TEST_F(StoreSegments, ACorruptedRecordIsAMissAndIsForgotten) {
+  const auto keys = testing::keys_for("flip-", 4);
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 4, kPage);
+  ASSERT_TRUE(put(*s, pool, keys).all_ok());
+  // Flip one payload byte of the second record (compact records: 4096-byte segment header,
+  // then records of header + payload rounded to 64 bytes).
+  const uint64_t record = page::record_bytes(page::compact_header_bytes(keys[1].size()), kPage);
+  {
+    const std::string seg = seg_files(*s).segments.at(0);
+    UniqueFd fd = *open_file(seg.c_str(), O_RDWR);
+    const off_t at = static_cast<off_t>(segment::kSegmentHeaderBytes + record + 5000);
+    char c = 0;
+    ASSERT_EQ(::pread(fd.get(), &c, 1, at), 1);
+    c = static_cast<char>(c ^ 0x10);
+    ASSERT_EQ(::pwrite(fd.get(), &c, 1, at), 1);
+  }
+  Status st = s->get(keys[1], pool.slot(0), kPage);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.to_string();
+  EXPECT_EQ(s->stats().corrupt_dropped, 1u);
+  EXPECT_EQ(*s->exists(keys[1]), false);
+  for (size_t i : {0, 2, 3}) KVTIER_EXPECT_OK(s->get(keys[i], pool.slot(0), kPage)) << i;
+  auto again = open();
+  EXPECT_EQ(*again->exists(keys[1]), false);
+  EXPECT_EQ(again->stats().pages, 3u);
+}
+
+TEST_F(StoreSegments, ATornSummaryTailIsIgnored) {
+  const auto keys = testing::keys_for("sum-", 3);
+  std::string summary;
+  {
+    auto s = open();
+    ASSERT_NE(s, nullptr);
+    PagePool pool(*s, 3, kPage);
+    ASSERT_TRUE(put(*s, pool, keys).all_ok());
+    summary = seg_files(*s).summaries.at(0);
+  }
+  // Half an entry at the end, and garbage in a whole one.
+  {
+    std::ofstream out(summary, std::ios::binary | std::ios::app);
+    const std::string junk(64 + 30, '\x5a');
+    out.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->stats().pages, 3u);
+  PagePool pool(*s, 1, kPage);
+  EXPECT_EQ(read_all(*s, pool, keys), 3u);
+}
+
+// A summary of another namespace copied into this one's segment directory (by hand, or a
+// bug) names none of its pages: not on open, and not when a refresh reads it again after it
+// grew.
+TEST_F(StoreSegments, ASummaryOfAnotherNamespaceIsIgnored) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  StoreConfig other_cfg;
+  other_cfg.location = *parse_store_uri("file://" + dir_.file("other") + "?layout=segments");
+  other_cfg.ns = testing::test_namespace("someone-else");
+  auto other = testing::open_store(other_cfg);
+  ASSERT_NE(other, nullptr);
+  PagePool pool(*other, 2, kPage);
+  ASSERT_TRUE(put(*other, pool, {"stranger-0"}).all_ok());
+  const std::string seg_dir = s->namespace_dirs()[0] + "/seg/";
+  const SegFiles theirs = seg_files(*other);
+  for (const std::string& p : theirs.summaries) {
+    std::filesystem::copy_file(p, seg_dir + std::filesystem::path(p).filename().string());
+  }
+  EXPECT_EQ(*s->exists("stranger-0"), false);  // read by a refresh, from its begin entry
+  // It grows (another put of that writer, copied again): still nothing.
+  ASSERT_TRUE(put(*other, pool, {"stranger-1"}).all_ok());
+  for (const std::string& p : theirs.summaries) {
+    std::filesystem::copy_file(p, seg_dir + std::filesystem::path(p).filename().string(),
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  EXPECT_EQ(*s->exists("stranger-1"), false);
+  EXPECT_EQ(s->stats().pages, 0u);
+  auto again = open();
+  EXPECT_EQ(again->stats().pages, 0u);
+}
+
+TEST_F(StoreSegments, StoresSeeEachOthersPagesWithoutReopening) {
+  auto a = open();
+  auto b = open();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  PagePool pa(*a, 8, kPage), pb(*b, 8, kPage);
+  const auto keys = testing::keys_for("shared-", 8);
+  ASSERT_TRUE(put(*a, pa, {keys.begin(), keys.begin() + 4}).all_ok());
+  ASSERT_TRUE(put(*b, pb, {keys.begin() + 4, keys.end()}).all_ok());
+  // Each writes its own segments.
+  EXPECT_EQ(seg_files(*a).segments.size(), 2u);
+  EXPECT_EQ(b->batch_exists(testing::views(keys)), 8u);
+  EXPECT_EQ(*a->exists(keys[7]), true);
+  EXPECT_EQ(read_all(*a, pa, keys), 8u);
+  EXPECT_EQ(read_all(*b, pb, keys), 8u);
+  // A clear by one is seen by the other on its next exists call.
+  KVTIER_ASSERT_OK(b->clear());
+  EXPECT_EQ(a->batch_exists(testing::views(keys)), 0u);
+  EXPECT_EQ(seg_files(*a).segments.size(), 0u);
+  // Both keep writing after it.
+  ASSERT_TRUE(put(*a, pa, {keys[0]}).all_ok());
+  ASSERT_TRUE(put(*b, pb, {keys[1]}).all_ok());
+  EXPECT_EQ(a->batch_exists(testing::views(keys)), 2u);
+  EXPECT_EQ(b->batch_exists(testing::views(keys)), 2u);
+}
+
+// Three processes write their own keys and read everyone's, at once: every page each one
+// reads is whole, and once all are done each process's pages are found by a store that was
+// open throughout.
+TEST_F(StoreSegments, ThreeProcessesWriteAndReadOneNamespace) {
+  auto watcher = open();
+  ASSERT_NE(watcher, nullptr);
+  constexpr int kProcs = 3;
+  constexpr size_t kKeys = 60;
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kProcs; ++p) {
+    pids.push_back(spawn([&, p]() -> int {
+      auto s = open();
+      if (s == nullptr) return 2;
+      PagePool pool(*s, 4, kPage);
+      const auto mine = testing::keys_for("proc" + std::to_string(p) + "-", kKeys);
+      for (size_t i = 0; i < kKeys; i += 4) {
+        if (!put(*s, pool, {mine.begin() + i, mine.begin() + i + 4}).all_ok()) return 3;
+        // Read what the others have written so far: hits must be whole.
+        for (int q = 0; q < kProcs; ++q) {
+          const std::string k = "proc" + std::to_string(q) + "-" + std::to_string(i);
+          Status st = s->get(k, pool.slot(0), kPage);
+          if (st.ok() && !pool.holds(0, kPage, seed_of(k))) return 4;
+          if (!st.ok() && st.code() != StatusCode::kNotFound) return 5;
+        }
+      }
+      return 0;
+    }));
+    ASSERT_GT(pids.back(), 0);
+  }
+  for (pid_t pid : pids) EXPECT_EQ(wait_exit(pid), 0);
+  PagePool pool(*watcher, 1, kPage);
+  for (int p = 0; p < kProcs; ++p) {
+    const auto keys = testing::keys_for("proc" + std::to_string(p) + "-", kKeys);
+    EXPECT_EQ(watcher->batch_exists(testing::views(keys)), kKeys) << p;
+    EXPECT_EQ(read_all(*watcher, pool, keys), kKeys) << p;
+  }
+  EXPECT_EQ(watcher->stats().pages, kProcs * kKeys);
+}
+
+// Writers are killed at random moments of appends and segment rolls (small segments roll
+// every few batches), 30 times: every page reads back whole or is a miss, after a restart and
+// in a store that was open throughout.
+TEST_F(StoreSegments, SigkillDuringAppendsAndSealsNeverLeavesAWrongPage) {
+  auto watcher = open();
+  ASSERT_NE(watcher, nullptr);
+  std::mt19937_64 rng(18);
+  for (int round = 0; round < 30; ++round) {
+    const pid_t pid = spawn([&]() -> int {
+      auto s = open();
+      if (s == nullptr) return 2;
+      PagePool pool(*s, 8, kPage);
+      for (size_t n = 0;; ++n) {
+        std::vector<std::string> keys;
+        for (size_t i = 0; i < 8; ++i) keys.push_back("kill-" + std::to_string((n * 8 + i) % 64));
+        (void)put(*s, pool, keys);
+      }
+    });
+    ASSERT_GT(pid, 0);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+    ::kill(pid, SIGKILL);
+    EXPECT_EQ(wait_exit(pid), 128 + SIGKILL);
+  }
+  const auto keys = testing::keys_for("kill-", 64);
+  PagePool wpool(*watcher, 1, kPage);
+  EXPECT_GT(read_all(*watcher, wpool, keys), 0u);
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 1, kPage);
+  EXPECT_GT(read_all(*s, pool, keys), 0u);
+  EXPECT_EQ(s->stats().get_corrupt, 0u);
+  EXPECT_EQ(watcher->stats().get_corrupt, 0u);
+}
+
+TEST_F(StoreSegments, NothingStaysOpenBetweenCalls) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 16, kPage);
+  const auto keys = testing::keys_for("fd-", 16);
+  const size_t before = testing::open_fds();
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(put(*s, pool, keys).all_ok());  // rolls 1 MiB segments on the way
+    EXPECT_EQ(testing::open_fds(), before);
+    EXPECT_EQ(read_all(*s, pool, keys), keys.size());
+    EXPECT_EQ(testing::open_fds(), before);
+    EXPECT_EQ(s->batch_exists(testing::views(keys)), keys.size());
+    EXPECT_EQ(*s->exists("fd-absent"), false);
+    EXPECT_EQ(testing::open_fds(), before);
+    KVTIER_ASSERT_OK(s->remove(keys[0]));
+    EXPECT_EQ(s->get(keys[0], pool.slot(0), kPage).code(), StatusCode::kNotFound);
+    EXPECT_EQ(testing::open_fds(), before);
+  }
+  KVTIER_ASSERT_OK(s->clear());
+  EXPECT_EQ(testing::open_fds(), before);
+  // A failed read (a segment gone under the index) holds nothing either.
+  ASSERT_TRUE(put(*s, pool, {keys[1]}).all_ok());
+  for (const std::string& p : seg_files(*s).segments) std::filesystem::remove(p);
+  EXPECT_EQ(s->get(keys[1], pool.slot(0), kPage).code(), StatusCode::kNotFound);
+  EXPECT_EQ(testing::open_fds(), before);
+}
+
+}  // namespace
+}  // namespace kvtier
