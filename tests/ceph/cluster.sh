@@ -29,6 +29,9 @@
 #   KVTIER_CEPH_HOSTS="a b c"     the simulated hosts
 #   KVTIER_CEPH_SESSION_TIMEOUT=30  seconds after which the MDS calls a silent client stale
 #                                 (Ceph's minimum); its capabilities and locks go to others
+#   KVTIER_CEPH_CAP_REVOKE_TIMEOUT=5  seconds after which the MDS evicts a client that does not
+#                                 give back capabilities another client needs (0: never;
+#                                 then only the session timeout frees them)
 #   KVTIER_CEPH_TIMEOUT=60        seconds allowed for each start-up step
 #   KVTIER_CEPH_NO_INSTALL=1      never run apt-get (exit 77 if Ceph is missing)
 #
@@ -356,6 +359,9 @@ mds cache memory limit = 268435456
 # host then sees a rename within milliseconds (the defaults make it wait up to 5 s)
 mds early reply = false
 mds tick interval = 0.2
+# a client that does not give back capabilities it is asked for (a dead or cut-off host) is
+# evicted after this many seconds, instead of when its session times out (30 s at least)
+mds cap revoke eviction timeout = $CAP_REVOKE
 
 [client]
 # ceph-fuse: no kernel page cache, so a host never reads another host's stale bytes
@@ -411,6 +417,7 @@ cmd_start() {
 
   pick_network || die "no free bridge name / 169.254.x.0/24 network"
   BIND=$SUBNET.1
+  CAP_REVOKE=${KVTIER_CEPH_CAP_REVOKE_TIMEOUT:-5}
   ip link add "$BRIDGE" type bridge 2>"$STATE_DIR/log/bridge.err" ||
     unavailable "cannot create a bridge: $(<"$STATE_DIR/log/bridge.err")"
   echo "$BRIDGE" >"$RUN/bridge"
