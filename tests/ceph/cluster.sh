@@ -190,7 +190,7 @@ del_host() {
 stop_daemons() {
   local pf pid i name
   for name in client.rgw mds osd mon; do
-    for pf in "$RUN"/$name.*.pid; do
+    for pf in "$RUN/$name".*.pid; do
       [[ -f $pf ]] || continue
       pid=$(<"$pf")
       if [[ $pid =~ ^[0-9]+$ ]] && alive "$pid"; then

@@ -9,7 +9,7 @@
 # Needs the Release build (build/bin/kvtier, build/python; KVTIER_BUILD_DIR to use another).
 # KVTIER_CEPH=0 skips the tests without starting anything.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 PYTHON=${PYTHON:-/usr/bin/python3}
 
 if [[ ${KVTIER_CEPH:-1} == 0 ]]; then
@@ -29,7 +29,8 @@ if ((rc == 0)); then
   export KVTIER_CEPH_ENV=$state/env
   grep -h '^\[kvtier-ceph' "$log" | tail -n 1 >&2
 elif ((rc == 77)); then
-  export KVTIER_CEPH_UNAVAILABLE=$(grep -m1 'Ceph cluster unavailable' "$log" || tail -n 1 "$log")
+  KVTIER_CEPH_UNAVAILABLE=$(grep -m1 'Ceph cluster unavailable' "$log" || tail -n 1 "$log")
+  export KVTIER_CEPH_UNAVAILABLE
   echo "run-tests: running without a cluster: $KVTIER_CEPH_UNAVAILABLE" >&2
 else
   echo "run-tests: the Ceph cluster did not start (exit $rc):" >&2
@@ -38,4 +39,4 @@ else
   exit 1
 fi
 rm -f "$log"
-"$PYTHON" -m pytest -q -rs --durations=0 tests/ceph/test_multihost.py "$@"
+"$PYTHON" -m pytest -q -rs --durations=5 tests/ceph/test_multihost.py "$@"
