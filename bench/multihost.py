@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Per-page cost of put, exists and get on a local directory, on CephFS and on radosgw, from
+one simulated host and from three at once (tests/ceph/cluster.sh: network namespaces on a
+bridge, each with its own ceph-fuse mount).
+
+Each host runs one kvtier process (this script with --worker, in the host's namespace), which
+opens two stores on the location before anything is written: one puts N pages in batches of
+B, the other then asks batch_exists (its index is empty, so every key is a stat or a HEAD)
+and gets them (every byte verified). The phases start together on every host. Reported per
+(location, hosts, op): pages/s and MB/s over all hosts, the wall time per page on one host,
+the median batch latency, and CPU time per page of the kvtier processes and of the Ceph
+daemons (OSD, MDS, radosgw, monitor, the ceph-fuse of every host): on a machine with two
+cores the daemons share them with the clients, so this is per-operation cost, not scaling.
+
+  bench/multihost.py [--pages 256] [--batch 16] [--page-bytes 262144] [--reps 1] [--json]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLUSTER = os.path.join(ROOT, "tests", "ceph", "cluster.sh")
+PYTHONPATH = os.path.join(ROOT, "build", "python")
+
+
+# ---------------------------------------------------------------- worker (one host)
+
+def worker(args):
+    import numpy as np
+    import kvtier
+
+    def open_store():
+        return kvtier.Store(args.uri, model="multihost-bench", dtype="uint8", layout="flat",
+                            page_tokens=1, piece_bytes=args.page_bytes)
+
+    writer, reader = open_store(), open_store()
+    pool = np.random.default_rng(1).integers(0, 256, size=args.batch * args.page_bytes,
+                                             dtype=np.uint8)
+    back = np.zeros_like(pool)
+    regs = [writer.register_memory(pool), reader.register_memory(back)]
+    keys = [f"{args.host}-{i}" for i in range(args.pages)]
+    pages = [pool[i * args.page_bytes:(i + 1) * args.page_bytes] for i in range(args.batch)]
+    dst = [back[i * args.page_bytes:(i + 1) * args.page_bytes] for i in range(args.batch)]
+
+    def phase(op):
+        sys.stdin.readline()  # the go signal: every host starts the phase together
+        lat = []
+        bad = 0
+        cpu0, t0 = time.process_time(), time.monotonic()
+        for s in range(0, args.pages, args.batch):
+            ks = keys[s:s + args.batch]
+            t = time.monotonic()
+            if op == "put":
+                bad += len(ks) - writer.batch_put(ks, pages[:len(ks)]).ok_count
+            elif op == "exists":
+                bad += len(ks) - reader.batch_exists(ks)
+            else:
+                bad += len(ks) - reader.batch_get(ks, dst[:len(ks)]).ok_count
+            lat.append(time.monotonic() - t)
+        out = {"op": op, "seconds": time.monotonic() - t0, "cpu_s": time.process_time() - cpu0,
+               "batch_p50_ms": statistics.median(lat) * 1e3, "failed": bad}
+        print(json.dumps(out), flush=True)
+
+    print(json.dumps({"ready": True}), flush=True)
+    for op in ("put", "exists", "get"):
+        phase(op)
+    sys.stdin.readline()
+    reader.clear()
+    del regs
+    writer.close()
+    reader.close()
+
+
+# ---------------------------------------------------------------- driver
+
+def read_env(path):
+    env = {}
+    with open(path) as f:
+        for line in f:
+            k, _, v = line.rstrip("\n").partition("=")
+            env[k] = v.strip('"')
+    return env
+
+
+def ceph_cpu_s(state):
+    """CPU seconds so far of every process of the cluster (its ceph.conf on the command line)."""
+    conf = os.path.join(state, "ceph.conf")
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if conf.encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            continue
+    return total
+
+
+def run_round(state, env, kind, hosts, args, local_dir):
+    name = f"bench-{time.time_ns()}"
+    procs = []
+    for h in hosts:
+        if kind == "local":
+            uri = os.path.join(local_dir, name)
+        elif kind == "cephfs":
+            uri = os.path.join(env[f"KVTIER_CEPH_MNT_{h}"], name)
+        else:
+            uri = (f"s3://{env['KVTIER_CEPH_S3_BUCKET']}/{name}?endpoint="
+                   f"{env['KVTIER_CEPH_S3_ENDPOINT']}&region={env['KVTIER_CEPH_S3_REGION']}")
+        cmd = [CLUSTER, "exec", state, h, sys.executable, os.path.abspath(__file__), "--worker",
+               "--uri", uri, "--host", h, "--pages", str(args.pages), "--batch", str(args.batch),
+               "--page-bytes", str(args.page_bytes)]
+        penv = dict(os.environ, PYTHONPATH=PYTHONPATH, AWS_ACCESS_KEY_ID=env["AWS_ACCESS_KEY_ID"],
+                    AWS_SECRET_ACCESS_KEY=env["AWS_SECRET_ACCESS_KEY"])
+        procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True, env=penv))
+    for p in procs:
+        assert json.loads(p.stdout.readline())["ready"]
+    rows = []
+    for op in ("put", "exists", "get"):
+        c0 = ceph_cpu_s(state)
+        t0 = time.monotonic()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        res = [json.loads(p.stdout.readline()) for p in procs]
+        wall = time.monotonic() - t0
+        ceph = ceph_cpu_s(state) - c0
+        n = args.pages * len(hosts)
+        assert all(r["failed"] == 0 for r in res), res
+        rows.append({
+            "location": kind, "hosts": len(hosts), "op": op,
+            "pages_per_s": n / wall,
+            "mb_per_s": n * args.page_bytes / wall / 1e6 if op != "exists" else None,
+            "us_per_page_one_host": statistics.median(r["seconds"] for r in res) / args.pages * 1e6,
+            "batch_p50_ms": statistics.median(r["batch_p50_ms"] for r in res),
+            "client_cpu_us_per_page": sum(r["cpu_s"] for r in res) / n * 1e6,
+            "ceph_cpu_us_per_page": ceph / n * 1e6 if kind != "local" else None,
+        })
+    for p in procs:
+        p.stdin.write("done\n")
+        p.stdin.close()
+        p.wait(timeout=120)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pages", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--page-bytes", type=int, default=256 << 10)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--uri", help=argparse.SUPPRESS)
+    ap.add_argument("--host", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+
+    state = tempfile.mkdtemp(prefix="kvtier-ceph-bench.")
+    os.rmdir(state)
+    local_dir = tempfile.mkdtemp(prefix="kvtier-local-bench.", dir="/var/tmp")
+    start = subprocess.run([CLUSTER, "start", state], stdout=subprocess.PIPE, text=True)
+    if start.returncode != 0:
+        sys.exit(f"the cluster did not start (exit {start.returncode})")
+    try:
+        env = read_env(os.path.join(state, "env"))
+        hosts = env["KVTIER_CEPH_HOSTS"].split()
+        rows = []
+        for _ in range(args.reps):
+            for kind in ("local", "cephfs", "rgw"):
+                for hs in (hosts[:1], hosts):
+                    rows += run_round(state, env, kind, hs, args, local_dir)
+    finally:
+        subprocess.run([CLUSTER, "stop", state])
+        subprocess.run(["rm", "-rf", local_dir])
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    fmt = lambda v, p=0: "-" if v is None else f"{v:,.{p}f}"
+    print(f"pages of {args.page_bytes} bytes, {args.pages} a host, batches of {args.batch}\n")
+    print("| location | hosts | op | pages/s (all hosts) | MB/s | µs a page (one host) | "
+          "batch p50 ms | kvtier CPU µs/page | Ceph CPU µs/page |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['location']} | {r['hosts']} | {r['op']} | {fmt(r['pages_per_s'])} | "
+              f"{fmt(r['mb_per_s'])} | {fmt(r['us_per_page_one_host'])} | "
+              f"{fmt(r['batch_p50_ms'], 2)} | {fmt(r['client_cpu_us_per_page'])} | "
+              f"{fmt(r['ceph_cpu_us_per_page'])} |")
+
+
+if __name__ == "__main__":
+    main()
