@@ -5,7 +5,8 @@
 #
 #   tests/ceph/cluster.sh start  [STATE_DIR]         monitor, OSD, MDS, a CephFS, radosgw, and
 #                                                    the hosts (each: a network namespace on
-#                                                    the bridge and its own ceph-fuse mount)
+#                                                    the bridge and its own ceph-fuse mount);
+#                                                    if it is running already, prints its env
 #   tests/ceph/cluster.sh stop   [STATE_DIR]         unmount, stop every daemon, delete the
 #                                                    namespaces and the bridge, remove STATE_DIR
 #   tests/ceph/cluster.sh status [STATE_DIR]         exit 0 if the MDS and radosgw answer
@@ -32,13 +33,14 @@
 #   KVTIER_CEPH_CAP_REVOKE_TIMEOUT=5  seconds after which the MDS evicts a client that does not
 #                                 give back capabilities another client needs (0: never;
 #                                 then only the session timeout frees them)
+#   KVTIER_CEPH_FUSE_PAGECACHE=1  0: ceph-fuse bypasses the kernel page cache (1: Ceph's default)
 #   KVTIER_CEPH_TIMEOUT=60        seconds allowed for each start-up step
 #   KVTIER_CEPH_NO_INSTALL=1      never run apt-get (exit 77 if Ceph is missing)
 #
-# CephFS choices (each measured; see docs/deployment.md): ceph-fuse without the kernel page
-# cache (otherwise another host's cached bytes are served after a rewrite), the MDS journals
-# before it answers and ticks every 0.2 s (a rename on one host is then visible to another
-# within milliseconds instead of up to 5 s).
+# CephFS choices (each measured; see docs/deployment.md): the MDS journals before it answers
+# and ticks every 0.2 s (a rename on one host is then visible to another within milliseconds
+# instead of up to 5 s), and evicts a client that holds back capabilities for 5 s (a dead
+# host then stalls the others' writes for 5 s instead of the 30-60 s session timeout).
 set -uo pipefail
 
 readonly MARKER=.kvtier-ceph
@@ -179,7 +181,8 @@ del_host() {
   ns=$(<"$RUN/host.$h.ns") 2>/dev/null || ns=
   veth=$(<"$RUN/host.$h.veth") 2>/dev/null || veth=
   [[ -n $ns && -e /run/netns/$ns ]] && ip netns del "$ns"
-  [[ -n $veth ]] && ip link show "$veth" >/dev/null 2>&1 && ip link del "$veth"
+  # deleting the namespace deletes the pair (the peer goes a moment later)
+  [[ -n $veth ]] && ip link show "$veth" >/dev/null 2>&1 && ip link del "$veth" 2>/dev/null
   rm -f "$RUN/host.$h.ns" "$RUN/host.$h.veth"
 }
 
@@ -364,8 +367,10 @@ mds tick interval = 0.2
 mds cap revoke eviction timeout = $CAP_REVOKE
 
 [client]
-# ceph-fuse: no kernel page cache, so a host never reads another host's stale bytes
-fuse disable pagecache = true
+# ceph-fuse keeps Ceph's default, the kernel page cache, under which a host can read bytes of
+# a file that another host has since rewritten in place; kvtier must cope (its pages are
+# never rewritten in place; its capacity ledger bypasses the cache on FUSE)
+fuse disable pagecache = $NO_PAGECACHE
 admin socket =
 
 [client.rgw.kvtier]
@@ -404,6 +409,10 @@ cmd_start() {
     [[ $h =~ ^[a-z0-9]{1,8}$ ]] || die "host name '$h': 1-8 of a-z 0-9"
   done
 
+  if [[ -f $STATE_DIR/env ]] && cmd_status >/dev/null; then
+    cat "$STATE_DIR/env"
+    return 0
+  fi
   if [[ -e $STATE_DIR/$MARKER ]]; then
     log "cleaning up an earlier cluster in $STATE_DIR"
     cmd_stop || die "cannot clean up $STATE_DIR"
@@ -418,6 +427,8 @@ cmd_start() {
   pick_network || die "no free bridge name / 169.254.x.0/24 network"
   BIND=$SUBNET.1
   CAP_REVOKE=${KVTIER_CEPH_CAP_REVOKE_TIMEOUT:-5}
+  NO_PAGECACHE=false
+  [[ ${KVTIER_CEPH_FUSE_PAGECACHE:-1} == 0 ]] && NO_PAGECACHE=true
   ip link add "$BRIDGE" type bridge 2>"$STATE_DIR/log/bridge.err" ||
     unavailable "cannot create a bridge: $(<"$STATE_DIR/log/bridge.err")"
   echo "$BRIDGE" >"$RUN/bridge"
