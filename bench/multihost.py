@@ -89,9 +89,10 @@ def read_env(path):
 
 
 def ceph_cpu_s(state):
-    """CPU seconds so far of every process of the cluster (its ceph.conf on the command line)."""
+    """CPU seconds so far of the cluster's processes (its ceph.conf on the command line), by
+    program: ceph-osd, ceph-mds, ceph-fuse, radosgw, ceph-mon."""
     conf = os.path.join(state, "ceph.conf")
-    total = 0.0
+    total = {}
     tick = os.sysconf("SC_CLK_TCK")
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -101,8 +102,9 @@ def ceph_cpu_s(state):
                 if conf.encode() not in f.read().split(b"\0"):
                     continue
             with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+                head, _, rest = f.read().rpartition(")")
+            comm, fields = head.partition("(")[2], rest.split()
+            total[comm] = total.get(comm, 0.0) + (int(fields[11]) + int(fields[12])) / tick
         except OSError:
             continue
     return total
@@ -137,7 +139,8 @@ def run_round(state, env, kind, hosts, args, local_dir):
             p.stdin.flush()
         res = [json.loads(p.stdout.readline()) for p in procs]
         wall = time.monotonic() - t0
-        ceph = ceph_cpu_s(state) - c0
+        c1 = ceph_cpu_s(state)
+        ceph = {k: v - c0.get(k, 0.0) for k, v in c1.items()}
         n = args.pages * len(hosts)
         assert all(r["failed"] == 0 for r in res), res
         rows.append({
@@ -147,7 +150,9 @@ def run_round(state, env, kind, hosts, args, local_dir):
             "us_per_page_one_host": statistics.median(r["seconds"] for r in res) / args.pages * 1e6,
             "batch_p50_ms": statistics.median(r["batch_p50_ms"] for r in res),
             "client_cpu_us_per_page": sum(r["cpu_s"] for r in res) / n * 1e6,
-            "ceph_cpu_us_per_page": ceph / n * 1e6 if kind != "local" else None,
+            "ceph_cpu_us_per_page": sum(ceph.values()) / n * 1e6 if kind != "local" else None,
+            "ceph_cpu_us_per_page_by_daemon": {k: round(v / n * 1e6) for k, v in ceph.items()
+                                               if v > 0} if kind != "local" else None,
         })
     for p in procs:
         p.stdin.write("done\n")
@@ -190,16 +195,24 @@ def main():
     if args.json:
         print(json.dumps(rows, indent=1))
         return
-    fmt = lambda v, p=0: "-" if v is None else f"{v:,.{p}f}"
+    def fmt(v, p=0):
+        return "-" if v is None else f"{v:,.{p}f}"
+
+    def by_daemon(r):
+        d = r["ceph_cpu_us_per_page_by_daemon"] or {}
+        short = {"ceph-osd": "osd", "ceph-mds": "mds", "ceph-fuse": "fuse", "radosgw": "rgw",
+                 "ceph-mon": "mon"}
+        return ", ".join(f"{short.get(k, k)} {v:,}" for k, v in sorted(d.items(),
+                                                                     key=lambda kv: -kv[1]))
     print(f"pages of {args.page_bytes} bytes, {args.pages} a host, batches of {args.batch}\n")
     print("| location | hosts | op | pages/s (all hosts) | MB/s | µs a page (one host) | "
-          "batch p50 ms | kvtier CPU µs/page | Ceph CPU µs/page |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "batch p50 ms | kvtier CPU µs/page | Ceph CPU µs/page | of which |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['location']} | {r['hosts']} | {r['op']} | {fmt(r['pages_per_s'])} | "
               f"{fmt(r['mb_per_s'])} | {fmt(r['us_per_page_one_host'])} | "
               f"{fmt(r['batch_p50_ms'], 2)} | {fmt(r['client_cpu_us_per_page'])} | "
-              f"{fmt(r['ceph_cpu_us_per_page'])} |")
+              f"{fmt(r['ceph_cpu_us_per_page'])} | {by_daemon(r)} |")
 
 
 if __name__ == "__main__":
