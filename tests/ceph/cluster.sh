@@ -401,7 +401,15 @@ cmd_start() {
   [[ $(id -u) == 0 ]] || unavailable "not root (bridges, namespaces and FUSE mounts need it)"
   ensure_ceph
   [[ -c /dev/fuse ]] || unavailable "/dev/fuse is missing"
-  ip netns list >/dev/null 2>&1 || unavailable "ip netns does not work here"
+  grep -qw fuse /proc/filesystems || unavailable "the kernel has no FUSE"
+  # CAP_SYS_ADMIN (bit 21: mounts, namespaces) and CAP_NET_ADMIN (bit 12: links, addresses)
+  local caps
+  caps=$(awk '/^CapEff:/ { print $2 }' /proc/self/status)
+  (((0x$caps >> 21) & 1 && (0x$caps >> 12) & 1)) ||
+    unavailable "no CAP_SYS_ADMIN and CAP_NET_ADMIN (a container without them cannot mount or make namespaces)"
+  local probe=kvtceph-probe-$$
+  ip netns add "$probe" 2>/dev/null || unavailable "ip netns add is not permitted here"
+  ip netns del "$probe"
   T0=$EPOCHREALTIME
   STEP_TIMEOUT=${KVTIER_CEPH_TIMEOUT:-60}
   local hosts=${KVTIER_CEPH_HOSTS-a b c} h i
