@@ -12,7 +12,14 @@ the median batch latency, and CPU time per page of the kvtier processes and of t
 daemons (OSD, MDS, radosgw, monitor, the ceph-fuse of every host): on a machine with two
 cores the daemons share them with the clients, so this is per-operation cost, not scaling.
 
-  bench/multihost.py [--pages 256] [--batch 16] [--page-bytes 262144] [--reps 1] [--json]
+With --visibility N it measures instead how long after a put returns on host A the page is
+seen on host B: B's store is open before A writes, and B asks `exists` in a loop until it
+answers yes (N pages, one at a time; median and max).
+
+  bench/multihost.py [--pages 256] [--batch 16] [--page-bytes 262144] [--reps 1]
+                     [--locations local,cephfs,rgw] [--visibility N] [--json]
+The cluster's settings come from tests/ceph/cluster.sh's environment variables
+(KVTIER_CEPH_MDS_EARLY_REPLY, ...).
 """
 
 import argparse
@@ -77,6 +84,36 @@ def worker(args):
     reader.close()
 
 
+def visibility_worker(args):
+    """Answers "put KEY" (one page, returns when published) and "poll KEY" (exists until yes,
+    then a get; prints both times in ms)."""
+    import numpy as np
+    import kvtier
+
+    store = kvtier.Store(args.uri, model="multihost-bench", dtype="uint8", layout="flat",
+                         page_tokens=1, piece_bytes=args.page_bytes)
+    page = np.ones(2 * args.page_bytes, dtype=np.uint8)
+    reg = store.register_memory(page)
+    dst = page[args.page_bytes:]
+    page = page[:args.page_bytes]
+    print("ready", flush=True)
+    for line in sys.stdin:
+        op, key = line.split()
+        if op == "put":
+            print("ok" if store.put(key, page).ok else "failed", flush=True)
+            continue
+        t0 = time.monotonic()
+        deadline = t0 + 30
+        while not (ok := store.exists(key)) and time.monotonic() < deadline:
+            pass
+        t1 = time.monotonic()
+        ok = ok and store.get(key, dst).ok
+        t2 = time.monotonic()
+        print(f"{'ok' if ok else 'failed'} {(t1 - t0) * 1e3} {(t2 - t1) * 1e3}", flush=True)
+    del reg
+    store.close()
+
+
 # ---------------------------------------------------------------- driver
 
 def read_env(path):
@@ -110,24 +147,60 @@ def ceph_cpu_s(state):
     return total
 
 
+def location_uri(env, kind, host, name, local_dir):
+    if kind == "local":
+        return os.path.join(local_dir, name)
+    if kind == "cephfs":
+        return os.path.join(env[f"KVTIER_CEPH_MNT_{host}"], name)
+    return (f"s3://{env['KVTIER_CEPH_S3_BUCKET']}/{name}?endpoint="
+            f"{env['KVTIER_CEPH_S3_ENDPOINT']}&region={env['KVTIER_CEPH_S3_REGION']}")
+
+
+def start_worker(state, env, host, mode_args):
+    cmd = [CLUSTER, "exec", state, host, sys.executable, os.path.abspath(__file__), *mode_args]
+    penv = dict(os.environ, PYTHONPATH=PYTHONPATH, AWS_ACCESS_KEY_ID=env["AWS_ACCESS_KEY_ID"],
+                AWS_SECRET_ACCESS_KEY=env["AWS_SECRET_ACCESS_KEY"])
+    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env=penv)
+
+
+def run_visibility(state, env, kind, hosts, args, local_dir):
+    name = f"vis-{time.time_ns()}"
+    procs = [start_worker(state, env, h,
+                          ["--worker-visibility", "--uri",
+                           location_uri(env, kind, h, name, local_dir),
+                           "--page-bytes", str(args.page_bytes)]) for h in hosts[:2]]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    writer, reader = procs
+    seen, read = [], []
+    for i in range(args.visibility):
+        writer.stdin.write(f"put v{i}\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "ok"
+        reader.stdin.write(f"poll v{i}\n")
+        reader.stdin.flush()
+        ok, exists_ms, get_ms = reader.stdout.readline().split()
+        assert ok == "ok", f"v{i} never seen or not read"
+        seen.append(float(exists_ms))
+        read.append(float(get_ms))
+    for p in procs:
+        p.stdin.close()
+        p.wait(timeout=60)
+    return {"location": kind, "pages": len(seen),
+            "exists_yes_after_ms": {"median": statistics.median(seen), "max": max(seen)},
+            "then_get_ms": {"median": statistics.median(read), "max": max(read)}}
+
+
 def run_round(state, env, kind, hosts, args, local_dir):
     name = f"bench-{time.time_ns()}"
     procs = []
     for h in hosts:
-        if kind == "local":
-            uri = os.path.join(local_dir, name)
-        elif kind == "cephfs":
-            uri = os.path.join(env[f"KVTIER_CEPH_MNT_{h}"], name)
-        else:
-            uri = (f"s3://{env['KVTIER_CEPH_S3_BUCKET']}/{name}?endpoint="
-                   f"{env['KVTIER_CEPH_S3_ENDPOINT']}&region={env['KVTIER_CEPH_S3_REGION']}")
-        cmd = [CLUSTER, "exec", state, h, sys.executable, os.path.abspath(__file__), "--worker",
-               "--uri", uri, "--host", h, "--pages", str(args.pages), "--batch", str(args.batch),
-               "--page-bytes", str(args.page_bytes)]
-        penv = dict(os.environ, PYTHONPATH=PYTHONPATH, AWS_ACCESS_KEY_ID=env["AWS_ACCESS_KEY_ID"],
-                    AWS_SECRET_ACCESS_KEY=env["AWS_SECRET_ACCESS_KEY"])
-        procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True, env=penv))
+        procs.append(start_worker(
+            state, env, h,
+            ["--worker", "--uri", location_uri(env, kind, h, name, local_dir), "--host", h,
+             "--pages", str(args.pages), "--batch", str(args.batch),
+             "--page-bytes", str(args.page_bytes)]))
     for p in procs:
         assert json.loads(p.stdout.readline())["ready"]
     rows = []
@@ -167,13 +240,20 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--page-bytes", type=int, default=256 << 10)
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--locations", default="local,cephfs,rgw")
+    ap.add_argument("--visibility", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-visibility", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--uri", help=argparse.SUPPRESS)
     ap.add_argument("--host", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    if args.worker_visibility:
+        return visibility_worker(args)
+    kinds = args.locations.split(",")
+    assert set(kinds) <= {"local", "cephfs", "rgw"}, kinds
 
     state = tempfile.mkdtemp(prefix="kvtier-ceph-bench.")
     os.rmdir(state)
@@ -186,13 +266,16 @@ def main():
         hosts = env["KVTIER_CEPH_HOSTS"].split()
         rows = []
         for _ in range(args.reps):
-            for kind in ("local", "cephfs", "rgw"):
+            for kind in kinds:
+                if args.visibility:
+                    rows.append(run_visibility(state, env, kind, hosts, args, local_dir))
+                    continue
                 for hs in (hosts[:1], hosts):
                     rows += run_round(state, env, kind, hs, args, local_dir)
     finally:
         subprocess.run([CLUSTER, "stop", state])
         subprocess.run(["rm", "-rf", local_dir])
-    if args.json:
+    if args.json or args.visibility:
         print(json.dumps(rows, indent=1))
         return
     def fmt(v, p=0):

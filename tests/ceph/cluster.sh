@@ -33,6 +33,8 @@
 #   KVTIER_CEPH_CAP_REVOKE_TIMEOUT=5  seconds after which the MDS evicts a client that does not
 #                                 give back capabilities another client needs (0: never;
 #                                 then only the session timeout frees them)
+#   KVTIER_CEPH_MDS_EARLY_REPLY=false  true: Ceph's default (see below)
+#   KVTIER_CEPH_MDS_TICK=0.2      mds tick interval (Ceph's default: 5)
 #   KVTIER_CEPH_FUSE_PAGECACHE=1  0: ceph-fuse bypasses the kernel page cache (1: Ceph's default)
 #   KVTIER_CEPH_TIMEOUT=60        seconds allowed for each start-up step
 #   KVTIER_CEPH_NO_INSTALL=1      never run apt-get (exit 77 if Ceph is missing)
@@ -360,8 +362,8 @@ mds data = $STATE_DIR/mds/\$cluster-\$id
 mds cache memory limit = 268435456
 # answer a client only once the operation is journaled, and flush every 0.2 s: another
 # host then sees a rename within milliseconds (the defaults make it wait up to 5 s)
-mds early reply = false
-mds tick interval = 0.2
+mds early reply = $EARLY_REPLY
+mds tick interval = $MDS_TICK
 # a client that does not give back capabilities it is asked for (a dead or cut-off host) is
 # evicted after this many seconds, instead of when its session times out (30 s at least)
 mds cap revoke eviction timeout = $CAP_REVOKE
@@ -436,6 +438,8 @@ cmd_start() {
   BIND=$SUBNET.1
   CAP_REVOKE=${KVTIER_CEPH_CAP_REVOKE_TIMEOUT:-5}
   NO_PAGECACHE=false
+  EARLY_REPLY=${KVTIER_CEPH_MDS_EARLY_REPLY:-false}
+  MDS_TICK=${KVTIER_CEPH_MDS_TICK:-0.2}
   [[ ${KVTIER_CEPH_FUSE_PAGECACHE:-1} == 0 ]] && NO_PAGECACHE=true
   ip link add "$BRIDGE" type bridge 2>"$STATE_DIR/log/bridge.err" ||
     unavailable "cannot create a bridge: $(<"$STATE_DIR/log/bridge.err")"
