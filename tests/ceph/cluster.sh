@@ -39,9 +39,9 @@
 #   KVTIER_CEPH_TIMEOUT=60        seconds allowed for each start-up step
 #   KVTIER_CEPH_NO_INSTALL=1      never run apt-get (exit 77 if Ceph is missing)
 #
-# CephFS choices (each measured; see docs/deployment.md): the MDS journals before it answers
-# and ticks every 0.2 s (a rename on one host is then visible to another within milliseconds
-# instead of up to 5 s), and evicts a client that holds back capabilities for 5 s (a dead
+# CephFS choices (see docs/deployment.md): the MDS journals before it answers and ticks every
+# 0.2 s (no lookup on another host waits for a journal flush, which with Ceph's defaults can
+# take up to the 5 s tick), and evicts a client that holds back capabilities for 5 s (a dead
 # host then stalls the others' writes for 5 s instead of the 30-60 s session timeout).
 set -uo pipefail
 
@@ -360,8 +360,8 @@ osd op num threads per shard = 2
 public addr = $BIND
 mds data = $STATE_DIR/mds/\$cluster-\$id
 mds cache memory limit = 268435456
-# answer a client only once the operation is journaled, and flush every 0.2 s: another
-# host then sees a rename within milliseconds (the defaults make it wait up to 5 s)
+# answer a client only once the operation is journaled, and flush every 0.2 s: no other
+# host's lookup waits for a flush (Ceph's defaults: early reply, a flush every 5 s)
 mds early reply = $EARLY_REPLY
 mds tick interval = $MDS_TICK
 # a client that does not give back capabilities it is asked for (a dead or cut-off host) is
