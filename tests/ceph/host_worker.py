@@ -20,6 +20,10 @@ import numpy as np
 
 import kvtier
 
+# The SGLang adapter, driven with the fakes of SGLang's config and host pool of python/tests.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "python", "tests"))
+
 PAGE_BYTES = 64 << 10
 MAX_BATCH = 64
 
@@ -114,6 +118,65 @@ class LoopState:
             self.error = traceback.format_exc()
 
 
+class SglangHost:
+    """kvtier.sglang.HiCacheKvtier as one SGLang server uses it: a host pool of 16 pages,
+    registered once; pages move by the v1 calls."""
+
+    def __init__(self, uri, seed):
+        from fakes import HostPool, StorageConfig, host_indices
+        from kvtier.sglang import HiCacheKvtier
+
+        self.host_indices = host_indices
+        self.pool = HostPool(tokens=64, page_size=4)
+        self.pool.fill_random(seed=seed)
+        self.ref = HostPool(tokens=64, page_size=4)  # what every writer's pages hold
+        self.ref.fill_random(seed=seed)
+        self.ps = self.pool.page_size
+        self.adapter = HiCacheKvtier(StorageConfig(), {"uri": uri})
+        self.adapter.register_mem_pool_host(self.pool)
+        self.loop = None
+
+    def slots(self, pages):
+        return self.host_indices(pages, self.ps)
+
+    def set(self, keys):
+        return self.adapter.batch_set_v1(keys, self.slots(range(len(keys))))
+
+    def read_round(self, keys, counts):
+        """One prefix lookup and read as SGLang's controller does it: batch_exists, then
+        batch_get_v1 of that prefix into other slots, each page checked against the bytes
+        written for its key."""
+        n = self.adapter.batch_exists(keys)
+        got = self.adapter.batch_get_v1(keys[:n], self.slots(range(len(keys) - n, len(keys))))
+        for i, ok in enumerate(got):
+            if not ok:
+                counts["miss"] += 1
+            elif np.array_equal(self.pool.page_bytes((len(keys) - n + i) * self.ps),
+                                self.ref.page_bytes(i * self.ps)):
+                counts["hit"] += 1
+            else:
+                counts["bad"] += 1
+        counts["miss"] += len(keys) - len(got)
+        counts["rounds"] += 1
+
+
+class SglangLoop:
+    def __init__(self, host, keys):
+        self.counts = {"hit": 0, "miss": 0, "bad": 0, "exceptions": 0, "rounds": 0}
+        self.stop = threading.Event()
+        self.errors = []
+        self.thread = threading.Thread(target=self.run, args=(host, keys), daemon=True)
+        self.thread.start()
+
+    def run(self, host, keys):
+        while not self.stop.is_set():
+            try:
+                host.read_round(keys, self.counts)
+            except Exception:  # what SGLang would see raised
+                self.counts["exceptions"] += 1
+                self.errors.append(traceback.format_exc())
+
+
 def main():
     stores = {}
     loops = {}
@@ -148,13 +211,35 @@ def main():
                 loops[req["loop"]] = LoopState(stores[req["name"]], req)
                 res = {}
             elif op == "loop_batches":
-                res = {"batches": loops[req["loop"]].batches}
+                lp = loops[req["loop"]]
+                res = {"batches": lp.counts["rounds"] if isinstance(lp, SglangLoop)
+                       else lp.batches}
             elif op == "loop_stop":
                 lp = loops.pop(req["loop"])
                 lp.stop.set()
                 lp.thread.join()
                 res = {"outcomes": lp.outcomes, "batches": lp.batches,
                        "max_batch_s": lp.max_batch_s, "error": lp.error}
+            elif op == "sg_open":
+                stores[req["name"]] = SglangHost(req["uri"], req["seed"])
+                res = {}
+            elif op == "sg_set":
+                res = {"stored": stores[req["name"]].set(req["keys"])}
+            elif op == "sg_exists":
+                res = {"batch_exists": stores[req["name"]].adapter.batch_exists(req["keys"])}
+            elif op == "sg_clear":
+                res = {"cleared": stores[req["name"]].adapter.clear()}
+            elif op == "sg_loop_start":
+                loops[req["loop"]] = SglangLoop(stores[req["name"]], req["keys"])
+                res = {}
+            elif op == "sg_loop_stop":
+                lp = loops.pop(req["loop"])
+                lp.stop.set()
+                lp.thread.join()
+                res = {"counts": lp.counts, "errors": lp.errors[:3]}
+            elif op == "sg_counters":
+                c = stores[req["name"]].adapter.counters()
+                res = {"counters": {k: v for k, v in c.items() if isinstance(v, (int, float))}}
             elif op == "pid":
                 res = {"pid": os.getpid()}
             else:

@@ -6,6 +6,7 @@ tests/ceph/run-tests.sh, which starts the cluster and names its env file in KVTI
 (or the reason there is none in KVTIER_CEPH_UNAVAILABLE).
 """
 
+import hashlib
 import json
 import os
 import select
@@ -339,6 +340,35 @@ def test_a_clear_or_gc_on_one_host_gives_the_others_misses_never_wrong_data(
         e = h.call("exists", name="s", keys=ks)
         assert e["batch_exists"] == 0 and e["exists"] == [False] * 48
     assert a.kvtier("stat", "--json", loc.uri("a"))["pages"] == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sglang_servers_on_other_hosts_see_a_clear_as_misses_never_exceptions(cluster, hosts,
+                                                                               kind):
+    """kvtier.sglang.HiCacheKvtier on every host, as SGLang's controllers call it: B and C
+    look prefixes up and read them while A's server clears the deployment's pages."""
+    loc = Location(cluster, kind, "sglang")
+    ks = [hashlib.sha256(f"sglang/{i}".encode()).hexdigest() for i in range(16)]
+    a, b, c = hosts["a"], hosts["b"], hosts["c"]
+    for h in hosts.values():
+        h.call("sg_open", name="sg", uri=loc.uri(h.name), seed=7, timeout=120)
+    assert a.call("sg_set", name="sg", keys=ks)["stored"] == [True] * 16
+    for h in (b, c):
+        assert h.call("sg_exists", name="sg", keys=ks)["batch_exists"] == 16
+        h.call("sg_loop_start", name="sg", loop="r", keys=ks)
+        wait_batches(h, "r", 3, timeout=60)
+    assert a.call("sg_clear", name="sg")["cleared"] is True
+    marks = {h.name: h.call("loop_batches", loop="r")["batches"] for h in (b, c)}
+    for h in (b, c):
+        wait_batches(h, "r", marks[h.name] + 3, timeout=60)
+    for h in (b, c):
+        out = h.call("sg_loop_stop", loop="r")
+        counts = out["counts"]
+        assert counts["exceptions"] == 0 and counts["bad"] == 0, out
+        assert counts["hit"] >= 3 * 16 and counts["miss"] >= 3 * 16, counts
+        assert h.call("sg_exists", name="sg", keys=ks)["batch_exists"] == 0
+        counters = h.call("sg_counters", name="sg")["counters"]
+        assert counters["get_faults"] == 0 and counters["errors"] == 0, counters
 
 
 @pytest.mark.parametrize("kind", KINDS)
