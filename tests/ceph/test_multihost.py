@@ -90,7 +90,8 @@ class Host:
                            env=dict(os.environ,
                                     AWS_ACCESS_KEY_ID=self.cluster["AWS_ACCESS_KEY_ID"],
                                     AWS_SECRET_ACCESS_KEY=self.cluster["AWS_SECRET_ACCESS_KEY"]))
-        assert r.returncode == 0, f"kvtier {' '.join(args)} on {self.name}: {r.returncode} {r.stderr}"
+        assert r.returncode == 0, \
+            f"kvtier {' '.join(args)} on {self.name}: exit {r.returncode}: {r.stderr}"
         return json.loads(r.stdout)
 
     def kill(self):
