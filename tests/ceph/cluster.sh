@@ -292,16 +292,17 @@ rand_str() { # length alphabet
   printf '%s' "$out"
 }
 
-# A bridge name and a /24 no one here uses: kvtceph<N> with 169.254.(100+N).0/24 (link-local,
-# so never routed off this machine).
+# A bridge name and a /24 no one in this network namespace uses: kvtceph<N> with
+# 169.254.(100+N).0/24 (link-local, so never routed off this machine). The hosts' namespace
+# names (one list for the whole machine) carry this script's pid, so that clusters started at
+# once from different network namespaces (each `make test` has its own) never collide.
 pick_network() {
   local n
   for ((n = 0; n < 100; n++)); do
     ip link show "kvtceph$n" >/dev/null 2>&1 && continue
     ip -4 -o addr show | grep -q " inet 169\.254\.$((100 + n))\." && continue
-    compgen -G "/run/netns/kvtceph$n-*" >/dev/null && continue
     BRIDGE=kvtceph$n
-    NET_PREFIX=kvtceph$n
+    NET_PREFIX=kvtceph$n-$$
     SUBNET=169.254.$((100 + n))
     return 0
   done
