@@ -296,8 +296,9 @@ def test_one_capacity_budget_for_the_whole_cluster(cluster, hosts):
         assert out["error"] is None, out["error"]
         for k, v in out["outcomes"].items():
             outcomes[k] = outcomes.get(k, 0) + v
-    assert set(outcomes) <= {"OK", "RESOURCE_EXHAUSTED"}, outcomes
-    assert outcomes.get("OK", 0) >= 3 * 15 * 8 // 2, outcomes
+    # Every window found room: when a writer's own pages are gone it learns the others' (a
+    # listing), and lists again while others evict what it found first.
+    assert set(outcomes) == {"OK"} and outcomes["OK"] >= 3 * 15 * 8, outcomes
     ns_dir = loc.uri("a")
     pages, size, temps = file_pages(ns_dir)
     assert temps == 0
