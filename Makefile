@@ -4,8 +4,10 @@
 #   make build        Release build into build/ (CLI: build/bin/kvtier)
 #   make run          kvtier bench on the default directory (extra flags: ARGS="--pages 64")
 #   make test         format check, clang's thread-safety analysis (compile only), Release
-#                     tests, the whole suite under ASan+UBSan, and the concurrency suites
-#                     under TSan (SANITIZE=0 skips the sanitizer passes),
+#                     tests, the multi-host tests (three simulated hosts sharing a throw-away
+#                     Ceph: CephFS and radosgw; KVTIER_CEPH=0 skips them), the whole suite
+#                     under ASan+UBSan, and the concurrency suites under TSan (SANITIZE=0
+#                     skips the sanitizer passes),
 #                     beside a throw-away local S3 server for the S3 tests (KVTIER_S3=0: none),
 #                     all in a network namespace with only loopback up (scripts/loopback-only)
 #   make bench        kvtier against fio and memcpy, side by side (bench/compare.py; ARGS=...)
@@ -25,7 +27,8 @@ ARGS ?=
 PYTHON ?= /usr/bin/python3
 PREFIX ?= /usr/local
 
-.PHONY: all deps s3-deps build run bench test test-release test-asan test-tsan format format-check \
+.PHONY: all deps s3-deps build run bench test test-release test-multihost test-asan test-tsan \
+	format format-check \
 	check-thread-safety \
 	wheel deb install clean
 
@@ -69,20 +72,27 @@ install: build
 # One throw-away S3 server (tests/s3/server.sh) serves every pass's S3 tests. The passes run
 # in a network namespace of their own with only loopback up, so a test that reaches for any
 # other address fails; packages (Ceph's too) are installed before, outside it.
-SUITES := check-thread-safety test-release
+SUITES := check-thread-safety test-release test-multihost
 ifneq ($(SANITIZE),0)
 SUITES += test-asan test-tsan
 endif
 
 test: deps format-check s3-deps
-	@KVTIER_S3_NO_INSTALL=1 scripts/loopback-only scripts/with-s3-server \
+	@KVTIER_S3_NO_INSTALL=1 KVTIER_CEPH_NO_INSTALL=1 scripts/loopback-only scripts/with-s3-server \
 	  $(MAKE) --no-print-directory $(SUITES)
 
 s3-deps:
 	@if [ "$${KVTIER_S3:-1}" != 0 ]; then tests/s3/server.sh install || true; fi
+	@if [ "$${KVTIER_CEPH:-1}" != 0 ]; then tests/ceph/cluster.sh install || true; fi
 
 test-release: build
 	ctest --preset release
+
+# Three simulated hosts (network namespaces on a bridge of their own, each with its own
+# ceph-fuse mount) share a throw-away Ceph cluster (tests/ceph/cluster.sh); skipped, with the
+# reason, where it cannot start.
+test-multihost: build
+	tests/ceph/run-tests.sh
 
 test-asan: deps
 	@cmake --preset asan >/dev/null

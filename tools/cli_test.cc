@@ -1,10 +1,14 @@
 // The `kvtier` CLI end to end: bench, stat and verify as a user runs them.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -334,6 +338,27 @@ TEST(Cli, LsGcClearAndRepairMaintainAStore) {
   nlohmann::json gc = json_of(run("gc " + dir.path() + " --to 300000 --json"));
   EXPECT_EQ(gc["removed_pages"], 16);
   EXPECT_LE(json_of(run("stat " + dir.path() + " --json"))["bytes"].get<uint64_t>(), 300000u);
+
+  // gc also removes temporaries no writer will publish: here two of another host's writers,
+  // one older than --temp-age (abandoned), one fresh (perhaps still writing).
+  {
+    const std::string page = pages[0]["path"];
+    const std::string tmp = page.substr(0, page.rfind('/', page.rfind('/') - 1)) + "/tmp";
+    const std::string old_temp = tmp + "/" + std::string(pages[0]["page"]) + ".ffffffff.1.0.kvtmp";
+    const std::string new_temp = tmp + "/" + std::string(pages[0]["page"]) + ".ffffffff.1.1.kvtmp";
+    kvtier::testing::write_file(old_temp, "half a page");
+    kvtier::testing::write_file(new_temp, "half a page");
+    const struct timespec two_hours_ago[2] = {{::time(nullptr) - 7200, 0},
+                                              {::time(nullptr) - 7200, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, old_temp.c_str(), two_hours_ago, 0), 0);
+    EXPECT_EQ(json_of(run("stat " + dir.path() + " --json"))["temp_files"], 2);
+    gc = json_of(run("gc " + dir.path() + " --to 300000 --temp-age 3600 --json"));
+    EXPECT_EQ(gc["removed_pages"], 0);
+    EXPECT_EQ(gc["removed_temporaries"], 1);
+    EXPECT_NE(::access(new_temp.c_str(), F_OK), -1);
+    EXPECT_EQ(::access(old_temp.c_str(), F_OK), -1);
+    ASSERT_EQ(::unlink(new_temp.c_str()), 0);
+  }
 
   // A damaged page: verify exits 1; --repair removes it; verify is clean again.
   pages = json_of(run("ls " + dir.path() + " --json"));

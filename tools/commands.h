@@ -43,6 +43,7 @@ struct InspectOptions {
   bool repair = false;           // verify --repair
   std::string namespace_prefix;  // ls/clear --namespace
   uint64_t to_bytes = 0;         // gc --to
+  uint64_t temp_age_s = 3600;    // gc --temp-age: temporaries older than this are abandoned
   bool quiet = false;            // --quiet: no progress bar
 };
 

@@ -280,14 +280,22 @@ int run_gc(const InspectOptions& o) {
                removed->pages, victims.size(), removed->bytes, left);
     return kExitInterrupted;
   }
+  Result<uint64_t> temps = sweep_temporaries(*loc, o.temp_age_s);
+  if (!temps.ok()) {
+    fmt::print(stderr, "kvtier gc: temporaries: {}\n", temps.status().to_string());
+    return kExitFailed;
+  }
   if (o.json) {
     nlohmann::json j = {{"removed_pages", removed->pages},
                         {"removed_bytes", removed->bytes},
+                        {"removed_temporaries", *temps},
                         {"remaining_bytes", total}};
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("{}: removed {} pages ({} bytes), least recently written first; {} bytes remain\n",
-               loc->uri(), removed->pages, removed->bytes, total);
+    fmt::print(
+        "{}: removed {} pages ({} bytes), least recently written first, and {} temporaries; {} "
+        "bytes remain\n",
+        loc->uri(), removed->pages, removed->bytes, *temps, total);
   }
   if (!removed->first_error.ok()) {
     fmt::print(stderr, "kvtier gc: {}\n", removed->first_error.to_string());

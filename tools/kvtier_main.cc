@@ -120,11 +120,17 @@ int main(int argc, char** argv) {
 
   InspectOptions gc;
   CLI::App* g = app.add_subcommand(
-      "gc", "Remove least recently written pages until the location holds at most --to bytes");
+      "gc",
+      "Remove least recently written pages until the location holds at most --to bytes, and "
+      "the temporaries no writer will publish");
   g->add_option("location", gc.location, "Directory or URI")->required();
   g->add_option("--to", gc.to_bytes, "Bytes to keep at most")
       ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
       ->required();
+  g->add_option("--temp-age", gc.temp_age_s,
+                "Remove temporaries older than this many seconds (writers on other hosts), and "
+                "any whose writer on this host is gone")
+      ->capture_default_str();
   g->add_flag("--json", gc.json, "Print one JSON object");
   g->add_flag("--quiet", gc.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");

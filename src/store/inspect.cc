@@ -458,6 +458,22 @@ Result<RemovalReport> clear_namespace(const StoreLocation& location, std::string
   return report;
 }
 
+Result<uint64_t> sweep_temporaries(const StoreLocation& location, uint64_t min_age_s) {
+  if (location.storage_class != StorageClass::kFile) return uint64_t{0};
+  KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
+  Inventory inv;
+  KVTIER_RETURN_IF_ERROR(walk(agent, location, &inv, nullptr));
+  uint64_t removed = 0;
+  for (const NamespaceSummary& ns : inv.namespaces) {
+    if (ns.temp_files == 0) continue;
+    KVTIER_ASSIGN_OR_RETURN(
+        size_t n,
+        agent.sweep_temporaries(ns.dir + "/" + std::string(routing::kTempDir), min_age_s));
+    removed += n;
+  }
+  return removed;
+}
+
 Result<VerifyReport> verify_store(const StoreLocation& location, const VerifyProgress& progress) {
   KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
   Inventory inv;

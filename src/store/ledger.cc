@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +15,24 @@ namespace kvtier {
 namespace {
 
 constexpr uint64_t kMagic = 0x3152474455544b56;  // "VKTUDGR1"
+constexpr long kFuseSuperMagic = 0x65735546;     // statfs f_type of every FUSE filesystem
+
+// A FUSE client (ceph-fuse, by default) serves reads from the kernel's page cache, which
+// another host's write does not invalidate: under the lock, a host would read a usage figure
+// another host has since changed, and the budget would be lost (measured on CephFS: three
+// hosts held three times the capacity). So on FUSE the usage file bypasses the page cache
+// (O_DIRECT; FUSE takes any size and offset), and every read is the filesystem's current one.
+// Local filesystems share one page cache, and NFS revalidates it when a lock is taken.
+Status bypass_page_cache_on_fuse(int fd, const std::string& what) {
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0) return errno_status(errno, "fstatfs", what);
+  if (fs.f_type != kFuseSuperMagic) return ok_status();
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_DIRECT) != 0) {
+    return errno_status(errno, "fcntl(O_DIRECT) on a FUSE filesystem", what);
+  }
+  return ok_status();
+}
 
 // An exclusive flock held for a scope (released on every path).
 class FileLock {
@@ -41,6 +60,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& dir, uint64_t sc
   const std::string usage_path = dir + "/" + std::string(routing::kUsageFile);
   const std::string members_path = dir + "/" + std::string(routing::kMembersFile);
   KVTIER_ASSIGN_OR_RETURN(UniqueFd usage, open_file(usage_path.c_str(), O_RDWR | O_CREAT, 0644));
+  KVTIER_RETURN_IF_ERROR(bypass_page_cache_on_fuse(usage.get(), usage_path));
   KVTIER_ASSIGN_OR_RETURN(UniqueFd members,
                           open_file(members_path.c_str(), O_RDWR | O_CREAT, 0644));
   std::unique_ptr<Ledger> l(new Ledger(std::move(usage), std::move(members)));
@@ -65,8 +85,9 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& dir, uint64_t sc
 
 Ledger::~Ledger() = default;  // closing the members descriptor leaves the membership
 
+// The buffers are aligned for direct I/O (bypass_page_cache_on_fuse).
 Result<uint64_t> Ledger::read_locked() const {
-  uint64_t words[2] = {0, 0};
+  alignas(4096) uint64_t words[2] = {0, 0};
   const ssize_t n = ::pread(usage_.get(), words, sizeof words, 0);
   if (n < 0) return errno_status(errno, "pread", "usage ledger");
   if (n != sizeof words || words[0] != kMagic) {
@@ -76,7 +97,7 @@ Result<uint64_t> Ledger::read_locked() const {
 }
 
 Status Ledger::write_locked(uint64_t used) {
-  const uint64_t words[2] = {kMagic, used};
+  alignas(4096) const uint64_t words[2] = {kMagic, used};
   const ssize_t n = ::pwrite(usage_.get(), words, sizeof words, 0);
   if (n < 0) return errno_status(errno, "pwrite", "usage ledger");
   if (n != sizeof words) return resource_exhausted_error("short write to the usage ledger");

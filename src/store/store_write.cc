@@ -161,8 +161,16 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
 // rescan of the namespace happen with the lock released, so other writers (threads and
 // processes) never wait behind file-system work. The usage is lowered only after the unlinks
 // succeed, so it never reads below what is on storage.
+//
+// Pages other processes wrote are learnt by listing the namespace again. Under contention
+// (several writers, processes or hosts, sharing a full budget) the pages one listing found
+// may be evicted by their owners first; so the namespace is listed again while listings find
+// pages, at most kMaxRescans times, and a window is refused only when a listing finds nothing
+// left to evict.
 Status Store::Impl::reserve(uint64_t need) {
-  bool rescanned = false;
+  constexpr int kMaxRescans = 8;
+  int rescans = 0;
+  bool listing_found_pages = true;
   const uint64_t capacity = config.capacity_bytes != 0 ? config.capacity_bytes : UINT64_MAX;
   for (;;) {
     bool reserved = false;
@@ -192,7 +200,7 @@ Status Store::Impl::reserve(uint64_t need) {
         victims.push_back(*victim);
       }
       if (!victims.empty()) return ok_status();
-      if (!rescanned) {
+      if (rescans < kMaxRescans && listing_found_pages) {
         // Every page this process knew of is gone: learn the ones others wrote.
         rescan = true;
         return ok_status();
@@ -204,8 +212,9 @@ Status Store::Impl::reserve(uint64_t need) {
     }));
     if (reserved) return ok_status();
     if (rescan) {
-      rescanned = true;
+      ++rescans;
       KVTIER_RETURN_IF_ERROR(scan_index(/*as_recent=*/false));
+      listing_found_pages = index.pages() != 0;
       continue;
     }
     uint64_t freed = 0;

@@ -1,5 +1,6 @@
 // Inspection and maintenance of a store location as a whole, across namespaces: what
-// `kvtier stat`, `ls`, `verify`, `gc` and `clear` do. Only remove_pages() changes anything.
+// `kvtier stat`, `ls`, `verify`, `gc` and `clear` do. Only remove_pages() and
+// sweep_temporaries() change anything.
 #pragma once
 
 #include <cstdint>
@@ -94,6 +95,11 @@ Result<RemovalReport> remove_pages(const StoreLocation& location,
 Result<RemovalReport> clear_namespace(const StoreLocation& location, std::string_view namespace_id,
                                       std::span<const PageListing> pages,
                                       const RemovalProgress& progress = {});
+
+// Removes the temporaries of every namespace that no writer will publish: those whose writer
+// (on this host) is gone, and those older than `min_age_s` (writers on other hosts). Returns
+// how many it removed. Object stores have none.
+Result<uint64_t> sweep_temporaries(const StoreLocation& location, uint64_t min_age_s);
 
 struct VerifyProblem {
   std::string path;
