@@ -400,6 +400,10 @@ TEST_F(StoreSegments, StoresSeeEachOthersPagesWithoutReopening) {
 // reads is whole, and once all are done each process's pages are found by a store that was
 // open throughout.
 TEST_F(StoreSegments, ThreeProcessesWriteAndReadOneNamespace) {
+  if (testing::under_thread_sanitizer()) {
+    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process "
+                    "(StoresSeeEachOthersPagesWithoutReopening is the in-process counterpart)";
+  }
   auto watcher = open();
   ASSERT_NE(watcher, nullptr);
   constexpr int kProcs = 3;
@@ -439,6 +443,10 @@ TEST_F(StoreSegments, ThreeProcessesWriteAndReadOneNamespace) {
 // every few batches), 30 times: every page reads back whole or is a miss, after a restart and
 // in a store that was open throughout.
 TEST_F(StoreSegments, SigkillDuringAppendsAndSealsNeverLeavesAWrongPage) {
+  if (testing::under_thread_sanitizer()) {
+    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process "
+                    "(StoresSeeEachOthersPagesWithoutReopening is the in-process counterpart)";
+  }
   auto watcher = open();
   ASSERT_NE(watcher, nullptr);
   std::mt19937_64 rng(18);

@@ -26,6 +26,23 @@ class TempDir {
   std::string path_;
 };
 
+// True in a ThreadSanitizer build. TSan cannot start threads in a child forked from a
+// multi-threaded process, so the tests that fork writers skip there (their in-process
+// counterparts run under it).
+constexpr bool under_thread_sanitizer() {
+#if defined(__SANITIZE_THREAD__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
 // Descriptors this process holds (fails the test when /proc cannot be read).
 size_t open_fds();
 
