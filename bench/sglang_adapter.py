@@ -13,7 +13,8 @@ Pages land in --dir (page-cache hot: the numbers are the adapter's and the store
 not a disk's). Medians over --reps rounds.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_adapter.py [--dir DIR] [--reps 5]
-      [--baseline ff074c2] [--only hybrid|v1] [--sequential-pools]
+      [--baseline ff074c2] [--only hybrid|v1]
+      [--file-layout files|segments|auto]
 """
 
 import argparse
@@ -66,9 +67,36 @@ def side_pools():
     return mamba, swa
 
 
-def make(module, directory, group, pools):
+FILE_LAYOUT = ""  # --file-layout: the adapter's file_layout option ("" = its default)
+
+
+def make(module, directory, group, pools, file_layout=""):
     config = storage_config(layout="page_first_direct")
     config.extra_config = {"uri": f"file://{directory}", "backend": "posix"}
+    if file_layout:
+        config.extra_config["file_layout"] = file_layout
+    b = module.HiCacheKvtier(config, {})
+    b.register_mem_pool_host(group)
+    if hasattr(b, "register_mem_host_pool_v2"):
+        for name, pool in pools:
+            b.register_mem_host_pool_v2(pool, name)
+    return b
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+FILE_LAYOUT = ""  # --file-layout: the adapter's file_layout option ("" = its default)
+
+
+def make(module, directory, group, pools, file_layout=""):
+    config = storage_config(layout="page_first_direct")
+    config.extra_config = {"uri": f"file://{directory}", "backend": "posix"}
+    if file_layout:
+        config.extra_config["file_layout"] = file_layout
     b = module.HiCacheKvtier(config, {})
     b.register_mem_pool_host(group)
     if hasattr(b, "register_mem_host_pool_v2"):
@@ -97,7 +125,8 @@ def bench_hybrid(directory, reps):
     mamba, swa = side_pools()
     group = HostPoolGroup([PoolEntry(PoolName.KV, kv, True), PoolEntry(PoolName.MAMBA, mamba),
                            PoolEntry(PoolName.SWA, swa)])
-    b = make(current, directory, group, [(PoolName.MAMBA, mamba), (PoolName.SWA, swa)])
+    b = make(current, directory, group, [(PoolName.MAMBA, mamba), (PoolName.SWA, swa)],
+             FILE_LAYOUT)
     d = Driver(b, PS)
     kv_bytes = PAGES * kv.page_bytes(0).size
     mamba_bytes = mamba.page_bytes(0).size
@@ -201,11 +230,11 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--baseline", default="ff074c2")
     ap.add_argument("--only", choices=("hybrid", "v1"), default=None)
-    ap.add_argument("--sequential-pools", action="store_true",
-                    help="v2 calls run one pool's batch after another (no overlap)")
+    ap.add_argument("--file-layout", choices=("files", "segments", "auto"), default=None,
+                    help="the adapter's file_layout (hybrid only; the v1 baseline predates it)")
     args = ap.parse_args()
-    if args.sequential_pools:
-        one_pool_after_another()
+    global FILE_LAYOUT
+    FILE_LAYOUT = args.file_layout or ""
     directory = args.dir or tempfile.mkdtemp(prefix="kvtier-sglang-bench-")
     try:
         if args.only in (None, "hybrid"):

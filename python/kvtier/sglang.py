@@ -544,19 +544,6 @@ class _Pool:
                 f"of {len(self.sizes)}")
         return self._per_store(ptrs, sizes)
 
-    def start_io(self, write: bool, keys: List[str], host_indices: Any, starts: List[int]):
-        """Starts reading or writing pages; returns a function that waits for them and gives
-        the per-page Statuses. A zero-copy pool's batches run on the store's threads, so the
-        batches of several pools overlap; the others run before this returns."""
-        if self.zero_copy and not self.logical:
-            tickets = []
-            for store, (p, z) in zip(self.stores, self._pool_pieces(keys, host_indices)):
-                submit = store.submit_put_pieces if write else store.submit_get_pieces
-                tickets.append(submit(list(keys), p, z))
-            return lambda: _all_pages([t.result().pages for t in tickets])
-        statuses = self.io(write, keys, host_indices, starts)
-        return lambda: statuses
-
     def _pieces_io(self, write: bool, keys: List[str], per_store) -> List[Any]:
         results = []
         for store, (ptrs, sizes) in zip(self.stores, per_store):
@@ -872,56 +859,37 @@ class HiCacheKvtier(_HiCacheStorage):
 
     def _set_pages(self, pool: _Pool, keys: List[str], host_indices: Any) -> List[bool]:
         """Writes the pages that are not stored yet; pages already there count as written."""
-        return self._start_set(pool, keys, host_indices, background=False)()
-
-    def _get_pages(self, pool: _Pool, keys: List[str], host_indices: Any) -> List[bool]:
-        """Reads the leading run of stored pages; the pages after the first absent one are
-        False without any I/O (SGLang uses the leading run only)."""
-        return self._start_get(pool, keys, host_indices, background=False)()
-
-    def _start_set(self, pool: _Pool, keys: List[str], host_indices: Any, background: bool):
-        """_set_pages, started: returns a function that finishes it. With `background`, a
-        zero-copy pool's write runs on the store's threads until finished."""
         keys = list(keys)
         if not keys:
-            return lambda: []
+            return []
         starts = pool.starts(keys, host_indices)
         start = time.perf_counter()
         present = pool.exists_prefix(keys)
         if present:
             self._count(set_present=present)
         if present == len(keys):
-            return lambda: [True] * len(keys)
+            return [True] * len(keys)
         rest = pool._slice(host_indices, present, len(keys) - present)
-        io = pool.start_io if background else pool.io
-        pending = io(True, keys[present:], rest, starts[present:])
+        statuses = pool.io(True, keys[present:], rest, starts[present:])
+        return [True] * present + self._tally("set", pool, statuses,
+                                              time.perf_counter() - start)
 
-        def finish() -> List[bool]:
-            statuses = pending() if background else pending
-            return [True] * present + self._tally("set", pool, statuses,
-                                                  time.perf_counter() - start)
-        return finish
-
-    def _start_get(self, pool: _Pool, keys: List[str], host_indices: Any, background: bool):
-        """_get_pages, started (as _start_set)."""
+    def _get_pages(self, pool: _Pool, keys: List[str], host_indices: Any) -> List[bool]:
+        """Reads the leading run of stored pages; the pages after the first absent one are
+        False without any I/O (SGLang uses the leading run only)."""
         keys = list(keys)
         if not keys:
-            return lambda: []
+            return []
         starts = pool.starts(keys, host_indices)
         start = time.perf_counter()
         n = pool.exists_prefix(keys)
         if n < len(keys):
             self._count(get_not_read=len(keys) - n, get_misses=1, get_pages=1)
         if n == 0:
-            return lambda: [False] * len(keys)
-        io = pool.start_io if background else pool.io
-        pending = io(False, keys[:n], pool._slice(host_indices, 0, n), starts[:n])
-
-        def finish() -> List[bool]:
-            statuses = pending() if background else pending
-            ok = self._tally("get", pool, statuses, time.perf_counter() - start)
-            return ok + [False] * (len(keys) - n)
-        return finish
+            return [False] * len(keys)
+        statuses = pool.io(False, keys[:n], pool._slice(host_indices, 0, n), starts[:n])
+        ok = self._tally("get", pool, statuses, time.perf_counter() - start)
+        return ok + [False] * (len(keys) - n)
 
     # ---- v1: the KV pool, zero-copy ----------------------------------------------------
 
@@ -1068,14 +1036,9 @@ class HiCacheKvtier(_HiCacheStorage):
         return PoolTransferResult(kv_hit_pages, counts)
 
     def _v2(self, write: bool, transfers: Any) -> Dict[Any, List[bool]]:
-        """Starts every transfer's pages first and waits for them afterwards, so the pools'
-        batches overlap (each pool is a namespace of its own: a batch per pool)."""
         out: Dict[Any, List[bool]] = {}
         what = "batch_set_v2" if write else "batch_get_v2"
-        transfers = list(transfers or [])
-        background = len(transfers) > 1
-        started = []
-        for t in transfers:
+        for t in transfers or []:
             name = getattr(t, "name", None)
             try:
                 keys = list(getattr(t, "keys", None) or [])
@@ -1088,16 +1051,11 @@ class HiCacheKvtier(_HiCacheStorage):
                 elif write and self._skip_write(pool):
                     self._count(skipped_writes=len(keys))
                     out[name] = [True] * len(keys)
+                elif write:
+                    out[name] = self._set_pages(pool, keys, t.host_indices)
                 else:
-                    begin = self._start_set if write else self._start_get
-                    started.append((name, keys, begin(pool, keys, t.host_indices, background)))
+                    out[name] = self._get_pages(pool, keys, t.host_indices)
             except Exception as exc:  # noqa: BLE001 - never raise into SGLang's threads
-                self._fail(what, exc)
-                out[name] = [False] * len(keys)
-        for name, keys, finish in started:
-            try:
-                out[name] = finish()
-            except Exception as exc:  # noqa: BLE001
                 self._fail(what, exc)
                 out[name] = [False] * len(keys)
         return out
