@@ -200,6 +200,16 @@ std::optional<PageIndex::Page> PageIndex::pop_oldest() {
   return remove_slot(slot_of(nodes_[head_].page.hash));
 }
 
+size_t PageIndex::erase_segments(const std::function<bool(uint32_t)>& gone) {
+  MutexLock lock(mu_);
+  std::vector<Hash128> doomed;
+  for (uint32_t n = head_; n != kNil; n = nodes_[n].next) {
+    if (gone(nodes_[n].page.segment)) doomed.push_back(nodes_[n].page.hash);
+  }
+  for (const Hash128& h : doomed) remove_slot(slot_of(h));
+  return doomed.size();
+}
+
 void PageIndex::clear() {
   MutexLock lock(mu_);
   nodes_.clear();

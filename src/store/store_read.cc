@@ -373,6 +373,7 @@ void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
       {
         MutexLock lock(seg->mu);
         spec.path = seg->files[p.segment].seg_path;
+        seg->files[p.segment].referenced = true;  // a second chance before it is reclaimed
       }
       spec.direct = direct;
       specs.push_back(std::move(spec));
