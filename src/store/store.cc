@@ -107,10 +107,10 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   auto impl = std::make_unique<Impl>(config, std::move(agent), std::move(router));
   impl->layout = layout;
   if (layout == StoreLayout::kSegments && config.capacity_bytes != 0) {
-    // Capacity is reclaimed a segment at a time: segments of at most 1/16 of it (1 MiB at
+    // Capacity is reclaimed a segment at a time: segments of at most 1/64 of it (1 MiB at
     // least) keep the budget's grain fine.
     impl->config.segment_bytes =
-        std::min(config.segment_bytes, std::max<uint64_t>(config.capacity_bytes / 16, 1 << 20));
+        std::min(config.segment_bytes, std::max<uint64_t>(config.capacity_bytes / 64, 1 << 20));
   }
   KVTIER_RETURN_IF_ERROR(impl->open_namespace().with_context(
       fmt::format("opening store at {}", config.location.uri())));

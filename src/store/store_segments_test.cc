@@ -88,7 +88,7 @@ class StoreSegments : public ::testing::Test {
     return testing::open_store(std::move(cfg));
   }
 
-  // A store with a capacity: segments are then at most capacity / 16 (1 MiB at least).
+  // A store with a capacity: segments are then at most capacity / 64 (1 MiB at least).
   std::unique_ptr<Store> open_capped(uint64_t capacity,
                                      std::shared_ptr<FaultInjector> faults = nullptr) {
     StoreConfig cfg;

@@ -128,7 +128,7 @@ struct StoreConfig {
   // (0: no limit), and writes leave at least `min_free_bytes` free on the first base's
   // filesystem (0: no floor). Least recently used pages (reads count) are evicted to make
   // room; the segment layout charges its segment files and reclaims whole sealed segments,
-  // oldest first, read ones given a second chance (segment_bytes is then at most 1/16 of
+  // oldest first, read ones given a second chance (segment_bytes is then at most 1/64 of
   // the capacity). Every process opening the namespace shares one budget (see
   // docs/architecture.md).
   uint64_t capacity_bytes = 0;
