@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -664,6 +665,66 @@ TEST_F(StoreSegments, CapacityIsOneBudgetAcrossThreeProcessesReadingEachOther) {
   }
   EXPECT_GT(hits, 0u);
   EXPECT_EQ(s->stats().get_corrupt, 0u);
+}
+
+// One thread writes five capacities while another reads keys written before, in the same
+// store: every read is a whole page or a miss, never an error or other data.
+TEST_F(StoreSegments, ReadersInTheSameStoreSeeHitsOrMissesWhileSegmentsGo) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  auto s = open_capped(kCapacity);
+  ASSERT_NE(s, nullptr);
+  PagePool wpool(*s, 8, kPage), rpool(*s, 1, kPage);
+  const auto keys = testing::keys_for("race-", 600);
+  std::atomic<size_t> written{0};
+  std::atomic<bool> done{false};
+  size_t reads = 0, hits = 0, bad = 0;
+  std::thread reader([&] {
+    std::mt19937_64 rng(7);
+    while (!done.load()) {
+      const size_t n = written.load();
+      if (n == 0) continue;
+      const std::string& k = keys[rng() % n];
+      Status st = s->get(k, rpool.slot(0), kPage);
+      ++reads;
+      if (st.ok()) {
+        ++hits;
+        if (!rpool.holds(0, kPage, seed_of(k))) ++bad;
+      } else if (st.code() != StatusCode::kNotFound) {
+        ++bad;
+      }
+    }
+  });
+  for (size_t i = 0; i < keys.size(); i += 8) {
+    EXPECT_TRUE(put(*s, wpool, {keys.begin() + i, keys.begin() + i + 8}).all_ok());
+    written.store(i + 8);
+  }
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GT(reads, 0u);
+  EXPECT_GT(s->stats().evicted_pages, 400u);
+  EXPECT_EQ(s->stats().get_corrupt, 0u);
+  EXPECT_LE(seg_files(*s).bytes, kCapacity);
+  (void)hits;
+}
+
+// min_free_bytes goes through the same reservation: a floor above the free space refuses
+// every write before anything is written.
+TEST_F(StoreSegments, MinFreeBytesRefusesWritesBeforeAnyByteIsWritten) {
+  StoreConfig cfg;
+  cfg.location =
+      *parse_store_uri("file://" + dir_.file("store") + "?backend=posix&layout=segments");
+  cfg.ns = testing::test_namespace("segments");
+  cfg.min_free_bytes = uint64_t{1} << 62;
+  auto s = testing::open_store(std::move(cfg));
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 2, kPage);
+  const BatchResult r = put(*s, pool, testing::keys_for("floor-", 2));
+  ASSERT_EQ(r.pages.size(), 2u);
+  EXPECT_EQ(r.pages[0].code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s->stats().capacity_refusals, 2u);
+  EXPECT_EQ(seg_files(*s).bytes, 0u);
+  EXPECT_EQ(s->stats().used_bytes, 0u);
 }
 
 // A store that opens alone reclaims segments their writers left unsealed (killed).
