@@ -147,6 +147,7 @@ struct SegmentFile {
   bool in_clock = false;
   bool referenced = false;
   bool gone = false;
+  uint64_t clock_ns = 0;  // when it last went to the back of the clock (wall clock)
   // Ours only:
   uint64_t end = 0;          // where the next record goes
   uint64_t summary_end = 0;  // where the next summary entry goes

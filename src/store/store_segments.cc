@@ -4,6 +4,7 @@
 // others' summaries when a key is not indexed), and reads a record with one read at its
 // offset, verified like a page.
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -681,6 +682,7 @@ void Store::Impl::make_reclaimable(uint32_t id) {
   if (f.in_clock || f.gone) return;
   if (f.ours && !f.sealed) return;  // this store still appends to it
   f.in_clock = true;
+  f.clock_ns = wall_ns();
   seg->clock.push_back(id);
 }
 
@@ -742,6 +744,9 @@ Status Store::Impl::reserve_segments(uint64_t need) {
   constexpr int kMaxRefreshes = 8;
   int refreshes = 0;
   bool refresh_found = true;
+  // Second chances for segments other stores read (their access time), at most one pass of
+  // the clock per call: readers that touch every segment cannot stall a writer.
+  std::optional<size_t> chances_left;
   for (;;) {
     bool reserved = false;
     bool refresh = false;
@@ -758,6 +763,7 @@ Status Store::Impl::reserve_segments(uint64_t need) {
         MutexLock lock(seg->mu);
         // Every segment gets at most one second chance per call.
         size_t steps = 2 * seg->clock.size();
+        if (!chances_left) chances_left = seg->clock.size();
         while (used + need > limit + freeing && !seg->clock.empty() && steps-- > 0) {
           const uint32_t id = seg->clock.front();
           seg->clock.pop_front();
@@ -768,6 +774,7 @@ Status Store::Impl::reserve_segments(uint64_t need) {
           }
           if (f.referenced) {
             f.referenced = false;
+            f.clock_ns = wall_ns();
             seg->clock.push_back(id);
             continue;
           }
@@ -798,10 +805,22 @@ Status Store::Impl::reserve_segments(uint64_t need) {
     Status failed;
     for (const uint32_t id : victims) {
       std::string paths[2];
+      uint64_t clock_ns;
       {
         MutexLock lock(seg->mu);
         paths[0] = seg->files[id].seg_path;  // the segment first: a summary left alone by a
         paths[1] = seg->files[id].sum_path;  // crash is still listed, and reclaimed later
+        clock_ns = seg->files[id].clock_ns;
+      }
+      // Read by another store since it went to the back of the clock (open_records sets the
+      // access time): a second chance, as for this store's own reads.
+      struct stat st {};
+      if (*chances_left > 0 && ::stat(paths[0].c_str(), &st) == 0 &&
+          uint64_t(st.st_atim.tv_sec) * 1'000'000'000 + uint64_t(st.st_atim.tv_nsec) > clock_ns) {
+        --*chances_left;
+        MutexLock lock(seg->mu);
+        make_reclaimable(id);
+        continue;
       }
       bool removed_all = true;
       for (const std::string& path : paths) {

@@ -583,6 +583,32 @@ TEST_F(StoreSegments, RecentlyReadPagesSurviveReclaims) {
   EXPECT_LE(seg_files(*s).bytes, kCapacity);
 }
 
+// The same across stores (processes): pages another store keeps reading survive this store's
+// reclaims (the reader sets the segment's access time), pages nobody reads do not.
+TEST_F(StoreSegments, PagesAnotherStoreReadsSurviveReclaims) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  auto writer = open_capped(kCapacity);
+  auto reader = open_capped(kCapacity);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  PagePool wpool(*writer, 8, kPage), rpool(*reader, 1, kPage);
+  const auto cold = testing::keys_for("cold-", 16);
+  const auto hot = testing::keys_for("hot-", 8);
+  for (size_t i = 0; i < cold.size(); i += 8) {
+    ASSERT_TRUE(put(*writer, wpool, {cold.begin() + i, cold.begin() + i + 8}).all_ok());
+  }
+  ASSERT_TRUE(put(*writer, wpool, hot).all_ok());
+  const auto filler = testing::keys_for("fill-", 640);
+  for (size_t first = 0; first < filler.size(); first += 8) {
+    ASSERT_TRUE(put(*writer, wpool, {filler.begin() + first, filler.begin() + first + 8}).all_ok());
+    EXPECT_EQ(read_all(*reader, rpool, hot), hot.size()) << first;
+  }
+  EXPECT_GT(writer->stats().evicted_pages, 400u);
+  EXPECT_EQ(read_all(*writer, wpool, hot), hot.size());
+  EXPECT_EQ(read_all(*writer, wpool, {cold.begin(), cold.begin() + 8}), 0u);
+  EXPECT_LE(seg_files(*writer).bytes, kCapacity);
+}
+
 // A reader that opened a segment keeps reading it whole after another store reclaims it:
 // its read is held at the backend's gate while the writer writes the segment away.
 TEST_F(StoreSegments, AReclaimNeverTearsAReadInFlight) {
