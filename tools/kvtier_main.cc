@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   b->add_flag("--quiet", bench.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");
   b->add_option("--capacity", bench.capacity,
-                "Bound the store to BYTES (least recently used pages evicted); pages evicted "
+                "Bound the store to BYTES (least recently used pages evicted; segments: whole "
+                "sealed segments reclaimed, oldest first); pages evicted "
                 "before the read phase count as misses, apart from corruption")
       ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
       ->check(CLI::Range(uint64_t{1}, UINT64_MAX));

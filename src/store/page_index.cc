@@ -80,6 +80,7 @@ PageIndex::Page PageIndex::remove_slot(size_t slot) {
   const uint32_t n = table_[slot];
   unlink(n);
   Page p = nodes_[n].page;
+  nodes_[n].page.segment = kNil;  // free: never matched by erase_segments
   nodes_[n].next = free_;
   free_ = n;
   --count_;
@@ -198,6 +199,17 @@ std::optional<PageIndex::Page> PageIndex::pop_oldest() {
   MutexLock lock(mu_);
   if (head_ == kNil) return std::nullopt;
   return remove_slot(slot_of(nodes_[head_].page.hash));
+}
+
+size_t PageIndex::erase_segments(const std::function<bool(uint32_t)>& gone) {
+  MutexLock lock(mu_);
+  // In array order (sequential memory, unlike the use order); free nodes are marked.
+  std::vector<Hash128> doomed;
+  for (const Node& node : nodes_) {
+    if (node.page.segment != kNil && gone(node.page.segment)) doomed.push_back(node.page.hash);
+  }
+  for (const Hash128& h : doomed) remove_slot(slot_of(h));
+  return doomed.size();
 }
 
 void PageIndex::clear() {

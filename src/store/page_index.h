@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -91,6 +92,9 @@ class PageIndex {
   std::optional<Page> erase(const Hash128& hash);
   // The least recently used page, removed from the index.
   std::optional<Page> pop_oldest();
+  // The segment layout: removes every page whose record lies in a segment for which
+  // `gone(segment)` is true (segments reclaimed or removed). One pass over the index.
+  size_t erase_segments(const std::function<bool(uint32_t)>& gone);
   void clear();
 
   size_t pages() const;

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kvtier/backends/builtin.h"
 #include "store_impl.h"
 
@@ -73,8 +75,7 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   if (layout_name == "auto") {
     const uint64_t page = config.ns.piece_bytes * config.ns.pieces_per_page;
     if (config.location.storage_class == StorageClass::kFile && page != 0 &&
-        page < kAutoSegmentsBelow && config.capacity_bytes == 0 && config.min_free_bytes == 0 &&
-        !config.fsync) {
+        page < kAutoSegmentsBelow && !config.fsync) {
       layout = StoreLayout::kSegments;
     }
   } else {
@@ -86,10 +87,6 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
           "{}: the segment layout needs a FILE store (directories); objects and memory keep "
           "one object per page",
           config.location.uri()));
-    }
-    if (config.capacity_bytes != 0 || config.min_free_bytes != 0) {
-      return unsupported_error(
-          "capacity_bytes and min_free_bytes are not implemented for the segment layout yet");
     }
     if (config.fsync) {
       return unsupported_error("fsync is not implemented for the segment layout yet");
@@ -109,6 +106,12 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   routing::Router router(config.location.bases, config.ns.id());
   auto impl = std::make_unique<Impl>(config, std::move(agent), std::move(router));
   impl->layout = layout;
+  if (layout == StoreLayout::kSegments && config.capacity_bytes != 0) {
+    // Capacity is reclaimed a segment at a time: segments of at most 1/64 of it (1 MiB at
+    // least) keep the budget's grain fine.
+    impl->config.segment_bytes =
+        std::min(config.segment_bytes, std::max<uint64_t>(config.capacity_bytes / 64, 1 << 20));
+  }
   KVTIER_RETURN_IF_ERROR(impl->open_namespace().with_context(
       fmt::format("opening store at {}", config.location.uri())));
   KVTIER_RETURN_IF_ERROR(
@@ -120,8 +123,16 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
     impl->seen_generation = *g;
   }
   if (config.capacity_bytes != 0 || config.min_free_bytes != 0) {
-    KVTIER_ASSIGN_OR_RETURN(impl->ledger,
-                            Ledger::open(impl->router.namespace_dir(0), impl->index.bytes()));
+    // What is charged: page objects (files), or every segment and summary file (segments).
+    uint64_t scanned = impl->index.bytes();
+    if (layout == StoreLayout::kSegments) {
+      KVTIER_ASSIGN_OR_RETURN(scanned, impl->segment_file_bytes());
+    }
+    KVTIER_ASSIGN_OR_RETURN(impl->ledger, Ledger::open(impl->router.namespace_dir(0), scanned));
+    // Alone: segments nobody sealed belong to writers that are gone, and can be reclaimed.
+    if (layout == StoreLayout::kSegments && impl->ledger->reset_on_open()) {
+      impl->segments_adopt_abandoned();
+    }
   }
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -138,8 +139,15 @@ struct SegmentFile {
   std::string seg_path;
   std::string sum_path;
   uint64_t summary_read = 0;  // others' segments: summary bytes applied to the index
+  uint64_t record_end = 0;    // others' segments: the end of the last record seen
   bool sealed = false;        // its summary ends with a seal: nothing more will come
   bool ours = false;          // this store writes it
+  // Capacity (docs/architecture.md, "Segment layout"): reclaimable once in the clock (sealed,
+  // or abandoned by a writer that is gone); read since the clock hand last passed it; removed.
+  bool in_clock = false;
+  bool referenced = false;
+  bool gone = false;
+  uint64_t clock_ns = 0;  // when it last went to the back of the clock (wall clock)
   // Ours only:
   uint64_t end = 0;          // where the next record goes
   uint64_t summary_end = 0;  // where the next summary entry goes
@@ -154,6 +162,12 @@ struct Segments {
   std::vector<SegmentFile> files KVTIER_GUARDED_BY(mu);  // index = the store's segment number
   std::unordered_map<std::string, uint32_t> by_name KVTIER_GUARDED_BY(mu);
   std::vector<std::optional<uint32_t>> active KVTIER_GUARDED_BY(mu);  // per base
+  // Reclaimable segments, oldest first (in the order they were last written, as this store
+  // learnt of them); the clock hand is the front.
+  std::deque<uint32_t> clock KVTIER_GUARDED_BY(mu);
+  // Bytes this store has added to its segment files (records, padding, headers, summary
+  // entries): what its writes charge against the capacity.
+  uint64_t grown KVTIER_GUARDED_BY(mu) = 0;
   // Registered memory for summary entries being appended (used under `mu`).
   AlignedBuffer append_buf;
   Registration append_reg;
@@ -452,6 +466,22 @@ struct Store::Impl {
   Status segments_forget(const Hash128& key_hash, size_t base);
   // Removes every segment file of the namespace; `pages` gets how many pages were indexed.
   Status segments_clear(uint64_t* pages);
+  // Capacity for the segment layout: `need` bytes are charged to the ledger, whole
+  // reclaimable segments removed (oldest first, read ones given a second chance) until they
+  // fit.
+  Status reserve_segments(uint64_t need);
+  // Settles a window charged `reserved` that grew this store's files by `grown`.
+  void settle_segments(uint64_t reserved, uint64_t grown);
+  // The bytes of every segment file of the namespace (what the ledger charges at a lone open).
+  Result<uint64_t> segment_file_bytes();
+  // After a lone open: others' segments not sealed belong to writers that are gone.
+  void segments_adopt_abandoned();
+  // REQUIRES seg->mu: a segment learnt sealed (or abandoned) joins the clock.
+  void make_reclaimable(uint32_t id) KVTIER_REQUIRES(seg->mu);
+  // Removes the index entries of segments marked gone; returns how many.
+  size_t forget_gone_segments();
+  // The capacity limit given the usage now (min_free_bytes leaves room on the first base).
+  uint64_t capacity_limit(uint64_t used);
   // REQUIRES seg->mu: starts a new segment on base `b` (retiring the active one).
   Status roll_segment(size_t b) KVTIER_REQUIRES(seg->mu);
   Status append_entries(uint32_t id, std::span<const segment::Entry> entries)

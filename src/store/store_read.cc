@@ -1,7 +1,9 @@
 // The read path: a get window opens its pages' objects, reads each header into a header
 // block and the payload straight into the caller's memory (or a staging buffer), verifies
 // every page on the thread that completed it, then counts, drops and indexes what it found.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -373,6 +375,7 @@ void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
       {
         MutexLock lock(seg->mu);
         spec.path = seg->files[p.segment].seg_path;
+        seg->files[p.segment].referenced = true;  // a second chance before it is reclaimed
       }
       spec.direct = direct;
       specs.push_back(std::move(spec));
@@ -380,6 +383,13 @@ void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
     spec_of[i] = s;
   }
   std::vector<Result<Target>> opened = agent.open_targets(specs);
+  // Segments read are marked for other stores' clocks too: their access time is set (one
+  // call per segment and window; advice only, so a failure is ignored).
+  for (size_t s = 0; s < specs.size(); ++s) {
+    if (!opened[s].ok()) continue;
+    const struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+    (void)::utimensat(AT_FDCWD, specs[s].path.c_str(), times, 0);
+  }
   rw.segment_targets.reserve(opened.size());
   std::vector<Status> open_error(opened.size());
   for (auto& r : opened) {

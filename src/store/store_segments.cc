@@ -4,6 +4,7 @@
 // others' summaries when a key is not indexed), and reads a record with one read at its
 // offset, verified like a page.
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -139,6 +140,7 @@ Status Store::Impl::segments_scan() {
       seg->by_name.emplace(s.name, id);
     }
     bool sealed = false;
+    uint64_t record_end = segment::kSegmentHeaderBytes;
     // A summary of another namespace (copied in by hand) names no page of this one; the
     // begin entry comes first, so nothing is applied before it is known.
     bool ours = false;
@@ -151,6 +153,7 @@ Status Store::Impl::segments_scan() {
               break;
             case segment::EntryType::kPut:
               if (!ours) break;
+              record_end = std::max(record_end, e.offset + e.record_bytes);
               run.push_back({e.key_hash, s.base, e.record_bytes, id, e.header_bytes, e.offset,
                              e.payload_bytes});
               if (run.size() == run.capacity()) flush();
@@ -168,13 +171,16 @@ Status Store::Impl::segments_scan() {
     flush();
     MutexLock lock(seg->mu);
     seg->files[id].summary_read = read;
+    seg->files[id].record_end = record_end;
     seg->files[id].sealed = sealed;
+    if (sealed) make_reclaimable(id);
   }
   return ok_status();
 }
 
 void Store::Impl::segments_refresh() {
   MutexLock refresh(seg->refresh_mu);
+  bool any_gone = false;
   for (size_t b = 0; b < router.base_count(); ++b) {
     // New segments change the directory; an unchanged one (older than the clock's coarse
     // tick, so a file created in the same tick cannot hide) need not be listed again.
@@ -182,10 +188,29 @@ void Store::Impl::segments_refresh() {
     const uint64_t mtime = dir.ok() ? dir->mtime_ns : 0;
     const bool settled = mtime != 0 && mtime + 100'000'000 < wall_ns();
     if (!(settled && mtime == seg->dir_mtime[b])) {
+      size_t known_before;
+      {
+        MutexLock lock(seg->mu);
+        known_before = seg->files.size();
+      }
       std::vector<std::string> names;
       if (!list_summaries(b, [&](const std::string& n) { names.push_back(n); }).ok()) continue;
       seg->dir_mtime[b] = mtime;
       MutexLock lock(seg->mu);
+      // A segment known before the listing began and missing from it was removed (reclaimed
+      // by some store, or cleared): names are never used again, so it is gone for good.
+      std::vector<bool> listed(known_before, false);
+      for (const std::string& name : names) {
+        const auto it = seg->by_name.find(name);
+        if (it != seg->by_name.end() && it->second < known_before) listed[it->second] = true;
+      }
+      for (uint32_t id = 0; id < known_before; ++id) {
+        SegmentFile& f = seg->files[id];
+        if (f.base == b && !listed[id] && !f.gone) {
+          f.gone = true;
+          any_gone = true;
+        }
+      }
       for (const std::string& name : names) {
         if (seg->by_name.count(name) != 0) continue;
         SegmentFile f;
@@ -218,6 +243,7 @@ void Store::Impl::segments_refresh() {
     Result<ObjectInfo> info = agent.stat(t.path);
     if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
     bool sealed = false;
+    uint64_t record_end = 0;
     // A summary is read from its begin entry once; later reads start past it, and a summary
     // of another namespace is marked sealed then and never read again.
     bool ours_ns = t.from != 0;
@@ -229,6 +255,7 @@ void Store::Impl::segments_refresh() {
           break;
         case segment::EntryType::kPut:
           if (ours_ns) {
+            record_end = std::max(record_end, e.offset + e.record_bytes);
             index.put_cold({e.key_hash, t.base, e.record_bytes, t.id, e.header_bytes, e.offset,
                             e.payload_bytes});
           }
@@ -243,9 +270,13 @@ void Store::Impl::segments_refresh() {
     });
     if (!read.ok()) continue;  // asked again next time
     MutexLock lock(seg->mu);
-    seg->files[t.id].summary_read = *read;
-    seg->files[t.id].sealed = sealed || seg->files[t.id].sealed;
+    SegmentFile& f = seg->files[t.id];
+    f.summary_read = *read;
+    f.record_end = std::max({f.record_end, record_end, segment::kSegmentHeaderBytes});
+    f.sealed = sealed || f.sealed;
+    if (f.sealed && !f.gone) make_reclaimable(t.id);
   }
+  if (any_gone) forget_gone_segments();
 }
 
 Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> entries) {
@@ -269,6 +300,7 @@ Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> 
                                                      seg->append_buf.data(), f.summary_end,
                                                      n * segment::kEntryBytes));
     f.summary_end += n * segment::kEntryBytes;
+    seg->grown += n * segment::kEntryBytes;
   }
   return ok_status();
 }
@@ -278,8 +310,12 @@ void Store::Impl::retire_segment(uint32_t id) {
   f.retired = true;
   if (f.in_flight == 0 && !f.sealed) {
     const segment::Entry seal{segment::EntryType::kSeal, 0, {}, 0, 0, 0, wall_ns()};
-    // A segment left unsealed is only looked at again by others' refreshes.
-    if (append_entries(id, {&seal, 1}).ok()) f.sealed = true;
+    // A segment left unsealed is only looked at again by others' refreshes (and reclaimed
+    // once a store opens alone and finds it abandoned).
+    if (append_entries(id, {&seal, 1}).ok()) {
+      f.sealed = true;
+      if (!f.gone) make_reclaimable(id);
+    }
   }
 }
 
@@ -315,6 +351,7 @@ Status Store::Impl::roll_segment(size_t b) {
   KVTIER_RETURN_IF_ERROR(object_io::write_object(agent, f.sum_path, router.temp_dir(b), begin));
   f.end = segment::kSegmentHeaderBytes;
   f.summary_end = segment::kEntryBytes;
+  seg->grown += segment::kSegmentHeaderBytes + segment::kEntryBytes;
   const auto id = static_cast<uint32_t>(seg->files.size());
   seg->by_name.emplace(f.name, id);
   seg->files.push_back(std::move(f));
@@ -343,6 +380,30 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
                              : page::compact_header_bytes(keys[w.page].size());
     w.stored_bytes = page::record_bytes(w.header_bytes, w.payload);
   }
+  // Capacity: what the window can add to this store's files is charged before anything is
+  // written (records, alignment, summary entries, and the segments it may start: a segment
+  // left for the next holds with the record that did not fit more than segment_bytes, so
+  // a window starts at most 1 + 2 x its bytes / segment_bytes of them per base). What it
+  // did not add is given back once its entries are written.
+  uint64_t reserved = 0;
+  if (ledger) {
+    uint64_t records = 0;
+    for (const auto& w : work) {
+      records += w.stored_bytes + segment::kEntryBytes +
+                 (w.header_bytes == kHeaderBytes ? kBlockBytes : 0);
+    }
+    const uint64_t rolls = std::min<uint64_t>(
+        work.size(), router.base_count() + 2 * records / config.segment_bytes + 1);
+    reserved = records + rolls * (segment::kSegmentHeaderBytes + 2 * segment::kEntryBytes);
+    Status st = reserve_segments(reserved);
+    if (!st.ok()) {
+      for (const auto& w : work) out[w.page] = st;
+      bump(counters.put_failures, work.size());
+      bump(counters.capacity_refusals, work.size());
+      return;
+    }
+  }
+  uint64_t grown = 0;
   auto encode_header = [&](size_t i) {
     auto& w = work[i];
     uint64_t checksum;
@@ -386,6 +447,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   std::vector<uint32_t> used;                         // segments with records of this window
   {
     MutexLock lock(seg->mu);
+    const uint64_t grown_before = seg->grown;
     for (size_t i = 0; i < work.size(); ++i) {
       auto& w = work[i];
       const size_t b = w.route.base;
@@ -423,6 +485,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
         }
         SegmentFile& f = seg->files[id];
         const uint64_t at = w.header_bytes == kHeaderBytes ? align_up(f.end, kBlockBytes) : f.end;
+        seg->grown += at + w.stored_bytes - f.end;
         f.end = at + w.stored_bytes;
         w.at = at;
         w.io_target = &open_segs[o].target;
@@ -435,6 +498,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
       }
       if (!st.ok()) out[w.page] = std::move(st);
     }
+    grown += seg->grown - grown_before;
   }
 
   // The records go out in chunks of about kWriteChunkBytes, one after another: every chunk
@@ -507,6 +571,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   }
   {
     MutexLock lock(seg->mu);
+    const uint64_t grown_before = seg->grown;
     for (const uint32_t id : used) {
       std::vector<segment::Entry> entries;
       std::vector<size_t> pages;
@@ -531,7 +596,9 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
       }
       finish_in_flight(id);
     }
+    grown += seg->grown - grown_before;
   }
+  settle_segments(reserved, grown);
   for (const auto& w : work) {
     if (out[w.page].ok()) {
       bump(counters.put_pages);
@@ -545,17 +612,24 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
 }
 
 Status Store::Impl::segments_forget(const Hash128& key_hash, size_t base) {
-  MutexLock lock(seg->mu);
   const segment::Entry e{segment::EntryType::kRemove, 0, key_hash, 0, 0, 0, wall_ns()};
   Status st;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    if (!seg->active[base]) KVTIER_RETURN_IF_ERROR(roll_segment(base));
-    st = append_entries(*seg->active[base], {&e, 1});
-    if (st.code() != StatusCode::kNotFound) return st;
-    // The segment was removed under us (a clear elsewhere): start another.
-    seg->files[*seg->active[base]].retired = true;
-    seg->active[base].reset();
+  uint64_t grown = 0;
+  {
+    MutexLock lock(seg->mu);
+    const uint64_t grown_before = seg->grown;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      st = seg->active[base] ? ok_status() : roll_segment(base);
+      if (!st.ok()) break;
+      st = append_entries(*seg->active[base], {&e, 1});
+      if (st.code() != StatusCode::kNotFound) break;
+      // The segment was removed under us (a clear elsewhere): start another.
+      seg->files[*seg->active[base]].retired = true;
+      seg->active[base].reset();
+    }
+    grown = seg->grown - grown_before;
   }
+  settle_segments(0, grown);  // an entry or two, charged after the fact
   return st;
 }
 
@@ -563,27 +637,216 @@ Status Store::Impl::segments_clear(uint64_t* pages) {
   segments_refresh();
   *pages = index.pages();
   Status result;
-  MutexLock lock(seg->mu);
-  for (size_t b = 0; b < router.base_count(); ++b) {
-    std::vector<std::string> paths;
-    Status st = agent.list(seg_dir(router, b), ListOptions{}, [&](const ObjectInfo& e) {
-      if (segment::is_segment_file(e.name)) paths.push_back(seg_dir(router, b) + "/" + e.name);
-      return ok_status();
-    });
-    if (!st.ok() && st.code() != StatusCode::kNotFound && result.ok()) result = st;
-    std::vector<Status> removed = agent.remove_many(paths);
-    for (const Status& r : removed) {
-      if (!r.ok() && r.code() != StatusCode::kNotFound && result.ok()) result = r;
+  uint64_t freed = 0;
+  {
+    MutexLock lock(seg->mu);
+    for (size_t b = 0; b < router.base_count(); ++b) {
+      std::vector<std::string> paths;
+      std::vector<uint64_t> sizes;
+      Status st = agent.list(seg_dir(router, b), ListOptions{.with_details = true},
+                             [&](const ObjectInfo& e) {
+                               if (segment::is_segment_file(e.name)) {
+                                 paths.push_back(seg_dir(router, b) + "/" + e.name);
+                                 sizes.push_back(e.size);
+                               }
+                               return ok_status();
+                             });
+      if (!st.ok() && st.code() != StatusCode::kNotFound && result.ok()) result = st;
+      std::vector<Status> removed = agent.remove_many(paths);
+      for (size_t i = 0; i < removed.size(); ++i) {
+        const Status& r = removed[i];
+        if (r.ok()) freed += sizes[i];
+        if (!r.ok() && r.code() != StatusCode::kNotFound && result.ok()) result = r;
+      }
+      if (const std::optional<uint32_t> a = seg->active[b]) {
+        seg->files[*a].retired = true;
+        seg->active[b].reset();
+      }
     }
-    if (const std::optional<uint32_t> a = seg->active[b]) {
-      seg->files[*a].retired = true;
-      seg->files[*a].sealed = true;  // gone: nothing to seal
-      seg->active[b].reset();
+    for (SegmentFile& f : seg->files) {
+      f.sealed = true;  // gone: nothing to seal
+      f.gone = true;
+      f.in_clock = false;
     }
+    seg->clock.clear();
   }
-  for (SegmentFile& f : seg->files) f.sealed = true;
   index.clear();
+  // The files' bytes as listed; one being appended to meanwhile drifts (healed at a lone
+  // open).
+  if (ledger) ledger->release(freed).ignore_error();
   return result;
+}
+
+void Store::Impl::make_reclaimable(uint32_t id) {
+  SegmentFile& f = seg->files[id];
+  if (f.in_clock || f.gone) return;
+  if (f.ours && !f.sealed) return;  // this store still appends to it
+  f.in_clock = true;
+  f.clock_ns = wall_ns();
+  seg->clock.push_back(id);
+}
+
+void Store::Impl::segments_adopt_abandoned() {
+  MutexLock lock(seg->mu);
+  for (uint32_t id = 0; id < seg->files.size(); ++id) {
+    if (!seg->files[id].ours && !seg->files[id].sealed) make_reclaimable(id);
+  }
+}
+
+size_t Store::Impl::forget_gone_segments() {
+  std::vector<bool> gone;
+  {
+    MutexLock lock(seg->mu);
+    gone.reserve(seg->files.size());
+    for (const SegmentFile& f : seg->files) gone.push_back(f.gone);
+  }
+  return index.erase_segments([&](uint32_t id) { return id < gone.size() && gone[id]; });
+}
+
+Result<uint64_t> Store::Impl::segment_file_bytes() {
+  uint64_t bytes = 0;
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    Status st =
+        agent.list(seg_dir(router, b), ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
+          if (segment::is_segment_file(e.name)) bytes += e.size;
+          return ok_status();
+        });
+    if (st.code() != StatusCode::kNotFound) KVTIER_RETURN_IF_ERROR(st);
+  }
+  return bytes;
+}
+
+void Store::Impl::settle_segments(uint64_t reserved, uint64_t grown) {
+  if (!ledger || reserved == grown) return;
+  // Drift only, either way: healed at the next lone open.
+  if (grown < reserved) {
+    ledger->release(reserved - grown).ignore_error();
+  } else {
+    ledger
+        ->update([extra = grown - reserved](uint64_t& used) {
+          used += extra;
+          return ok_status();
+        })
+        .ignore_error();
+  }
+}
+
+// Under the ledger lock only the figure changes and victims are chosen (whole reclaimable
+// segments from the clock's hand; one read since the hand last passed it goes to the back
+// instead, once); the files are removed with the lock released, and the usage lowered by
+// what this store removed, so it never reads below what is on storage. Two stores choosing
+// the same segment both try; the one whose remove succeeds gives the bytes back.
+//
+// A reader never loses a record under it: a get window opens the segment before it reads,
+// and an unlinked file stays readable through descriptors already open; a window that opens
+// after the unlink gets kNotFound, a miss, and drops the index entry.
+Status Store::Impl::reserve_segments(uint64_t need) {
+  constexpr int kMaxRefreshes = 8;
+  int refreshes = 0;
+  bool refresh_found = true;
+  // Second chances for segments other stores read (their access time), at most one pass of
+  // the clock per call: readers that touch every segment cannot stall a writer.
+  std::optional<size_t> chances_left;
+  for (;;) {
+    bool reserved = false;
+    bool refresh = false;
+    std::vector<uint32_t> victims;
+    KVTIER_RETURN_IF_ERROR(ledger->update([&](uint64_t& used) -> Status {
+      const uint64_t limit = capacity_limit(used);
+      if (used + need <= limit) {
+        used += need;
+        reserved = true;
+        return ok_status();
+      }
+      uint64_t freeing = 0;
+      {
+        MutexLock lock(seg->mu);
+        // Every segment gets at most one second chance per call.
+        size_t steps = 2 * seg->clock.size();
+        if (!chances_left) chances_left = seg->clock.size();
+        while (used + need > limit + freeing && !seg->clock.empty() && steps-- > 0) {
+          const uint32_t id = seg->clock.front();
+          seg->clock.pop_front();
+          SegmentFile& f = seg->files[id];
+          if (f.gone) {
+            f.in_clock = false;
+            continue;
+          }
+          if (f.referenced) {
+            f.referenced = false;
+            f.clock_ns = wall_ns();
+            seg->clock.push_back(id);
+            continue;
+          }
+          f.in_clock = false;
+          freeing += f.ours ? f.end + f.summary_end : f.record_end + f.summary_read;
+          victims.push_back(id);
+        }
+      }
+      if (!victims.empty()) return ok_status();
+      if (refreshes < kMaxRefreshes && refresh_found) {
+        refresh = true;  // learn the segments others sealed since this store last looked
+        return ok_status();
+      }
+      return resource_exhausted_error(fmt::format(
+          "capacity: {} more bytes do not fit ({} of {} used{}), and no sealed segment is "
+          "left to reclaim",
+          need, used, limit, config.min_free_bytes ? ", keeping min_free_bytes free" : ""));
+    }));
+    if (reserved) return ok_status();
+    if (refresh) {
+      ++refreshes;
+      segments_refresh();
+      MutexLock lock(seg->mu);
+      refresh_found = !seg->clock.empty();
+      continue;
+    }
+    uint64_t freed = 0;
+    Status failed;
+    for (const uint32_t id : victims) {
+      std::string paths[2];
+      uint64_t clock_ns;
+      {
+        MutexLock lock(seg->mu);
+        paths[0] = seg->files[id].seg_path;  // the segment first: a summary left alone by a
+        paths[1] = seg->files[id].sum_path;  // crash is still listed, and reclaimed later
+        clock_ns = seg->files[id].clock_ns;
+      }
+      // Read by another store since it went to the back of the clock (open_records sets the
+      // access time): a second chance, as for this store's own reads.
+      struct stat st {};
+      if (*chances_left > 0 && ::stat(paths[0].c_str(), &st) == 0 &&
+          uint64_t(st.st_atim.tv_sec) * 1'000'000'000 + uint64_t(st.st_atim.tv_nsec) > clock_ns) {
+        --*chances_left;
+        MutexLock lock(seg->mu);
+        make_reclaimable(id);
+        continue;
+      }
+      bool removed_all = true;
+      for (const std::string& path : paths) {
+        // Reclaimable segments never grow, so the size now is the size removed.
+        Result<ObjectInfo> info = agent.stat(path);
+        Status st = agent.remove(path);
+        if (st.ok()) {
+          freed += info.ok() ? info->size : 0;
+        } else if (st.code() != StatusCode::kNotFound) {
+          removed_all = false;
+          if (failed.ok()) failed = st.with_context("reclaiming a segment");
+        }
+        // kNotFound: another store reclaimed it and gave its bytes back.
+      }
+      MutexLock lock(seg->mu);
+      if (removed_all) {
+        seg->files[id].gone = true;
+      } else {
+        make_reclaimable(id);
+      }
+    }
+    bump(counters.evicted_pages, forget_gone_segments());
+    bump(counters.evicted_bytes, freed);
+    if (freed != 0) KVTIER_RETURN_IF_ERROR(ledger->release(freed));
+    KVTIER_RETURN_IF_ERROR(failed);
+  }
 }
 
 }  // namespace kvtier

@@ -157,6 +157,19 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
   if (reserved != 0) ledger->release(give_back).ignore_error();  // drift only: healed on restart
 }
 
+uint64_t Store::Impl::capacity_limit(uint64_t used) {
+  uint64_t limit = config.capacity_bytes != 0 ? config.capacity_bytes : UINT64_MAX;
+  if (config.min_free_bytes != 0) {
+    struct statvfs fs {};
+    if (::statvfs(router.namespace_dir(0).c_str(), &fs) == 0) {
+      const uint64_t avail = uint64_t{fs.f_bavail} * fs.f_frsize;
+      const uint64_t room = avail > config.min_free_bytes ? avail - config.min_free_bytes : 0;
+      limit = std::min(limit, used + room);
+    }
+  }
+  return limit;
+}
+
 // Under the ledger lock only the figure changes and victims are chosen; the unlinks and a
 // rescan of the namespace happen with the lock released, so other writers (threads and
 // processes) never wait behind file-system work. The usage is lowered only after the unlinks
@@ -171,21 +184,12 @@ Status Store::Impl::reserve(uint64_t need) {
   constexpr int kMaxRescans = 8;
   int rescans = 0;
   bool listing_found_pages = true;
-  const uint64_t capacity = config.capacity_bytes != 0 ? config.capacity_bytes : UINT64_MAX;
   for (;;) {
     bool reserved = false;
     bool rescan = false;
     std::vector<PageIndex::Page> victims;
     KVTIER_RETURN_IF_ERROR(ledger->update([&](uint64_t& used) -> Status {
-      uint64_t limit = capacity;
-      if (config.min_free_bytes != 0) {
-        struct statvfs fs {};
-        if (::statvfs(router.namespace_dir(0).c_str(), &fs) == 0) {
-          const uint64_t avail = uint64_t{fs.f_bavail} * fs.f_frsize;
-          const uint64_t room = avail > config.min_free_bytes ? avail - config.min_free_bytes : 0;
-          limit = std::min(limit, used + room);
-        }
-      }
+      const uint64_t limit = capacity_limit(used);
       if (used + need <= limit) {
         used += need;
         reserved = true;

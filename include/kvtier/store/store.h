@@ -89,7 +89,7 @@ Result<DirectIo> parse_direct_io(std::string_view text);
 //              own; an index of summaries finds them. No file is created per page.
 // "auto" (StoreConfig::layout, the URI) picks kSegments for FILE stores whose namespace fixes
 // a page size below kAutoSegmentsBelow (piece_bytes x pieces_per_page) and that use nothing
-// the segment layout lacks (capacity, fsync); kFiles otherwise (docs/benchmarks.md: below
+// the segment layout lacks (fsync); kFiles otherwise (docs/benchmarks.md: below
 // 1 MiB segments write 5-20x and read 1.2x faster; from 1 MiB on the two are even).
 enum class StoreLayout : uint8_t { kFiles, kSegments };
 inline constexpr uint64_t kAutoSegmentsBelow = uint64_t{1} << 20;
@@ -127,7 +127,10 @@ struct StoreConfig {
   // Capacity (FILE stores): the namespace's objects never take more than `capacity_bytes`
   // (0: no limit), and writes leave at least `min_free_bytes` free on the first base's
   // filesystem (0: no floor). Least recently used pages (reads count) are evicted to make
-  // room. Every process opening the namespace shares one budget (see docs/architecture.md).
+  // room; the segment layout charges its segment files and reclaims whole sealed segments,
+  // oldest first, read ones given a second chance (segment_bytes is then at most 1/64 of
+  // the capacity). Every process opening the namespace shares one budget (see
+  // docs/architecture.md).
   uint64_t capacity_bytes = 0;
   uint64_t min_free_bytes = 0;
   // Wraps the selected backend (fault injection in tests, metrics).
