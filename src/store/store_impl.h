@@ -496,6 +496,12 @@ struct Store::Impl {
   // Lists base `b`'s segment directory: fn(name) for each summary.
   Status list_summaries(size_t b, const std::function<void(const std::string&)>& fn);
 
+  // Encodes the header of a page being written into `block`: its payload checksum comes from
+  // the caller's memory or, for a staged page, from the staging copy made here first (the
+  // payload padded with zeros to the object's size). Both layouts (store_write.cc).
+  void encode_put_header(PageWork<ConstBuffer>& w, std::string_view key, uint64_t created_ns,
+                         std::span<std::byte, page::kHeaderBytes> block) const;
+
   // The write path (store_write.cc): validates, reserves capacity, encodes headers, writes
   // in growing chunks and publishes each page.
   void put_window(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,

@@ -51,21 +51,7 @@ std::pair<size_t, uint64_t> on_disk(const Store& store) {
   return {n, bytes};
 }
 
-// Runs `body` in a child process and returns its exit code: nothing of the test framework
-// runs in the child (an exception or a failed check ends it with code 9).
-template <typename Body>
-pid_t spawn(Body body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int code = 9;
-    try {
-      code = body();
-    } catch (...) {
-    }
-    ::_exit(code);
-  }
-  return pid;
-}
+using testing::spawn;
 
 class StoreLifecycle : public ::testing::Test {
  protected:

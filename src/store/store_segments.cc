@@ -405,32 +405,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   }
   uint64_t grown = 0;
   auto encode_header = [&](size_t i) {
-    auto& w = work[i];
-    uint64_t checksum;
-    if (w.io == PageIo::kStaged) {
-      const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
-      std::byte* dst = w.staging.data();
-      for (const ConstBuffer& p : w.pieces) {
-        std::memcpy(dst, p.data, p.size);
-        dst += p.size;
-      }
-      std::memset(dst, 0, padded - w.payload);
-      const ConstBuffer staged{w.staging.data(), w.payload};
-      checksum = page::payload_checksum(std::span<const ConstBuffer>(&staged, 1), w.payload);
-    } else {
-      checksum = page::payload_checksum(w.pieces, w.payload);
-    }
-    page::Header h;
-    h.namespace_id = ns_id;
-    h.key_hash = w.route.key_hash;
-    h.payload_bytes = w.payload;
-    h.payload_checksum = checksum;
-    h.piece_count = static_cast<uint32_t>(w.pieces.size());
-    h.piece_bytes = page::uniform_piece_bytes(w.pieces);
-    h.created_ns = created;
-    h.key = keys[w.page];
-    h.header_bytes = w.header_bytes;
-    page::encode(h, lease->block(i));
+    encode_put_header(work[i], keys[work[i].page], created, lease->block(i));
   };
 
   // Space in this store's active segments, reserved under the lock. Each segment's append

@@ -29,26 +29,8 @@ using testing::PagePool;
 
 constexpr size_t kPage = 70272;  // a DeepSeek-V3 page of one token
 
-// Runs `body` in a forked child; its return value is the exit code (an exception: 9).
-template <typename Body>
-pid_t spawn(Body body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int code = 9;
-    try {
-      code = body();
-    } catch (...) {
-    }
-    ::_exit(code);
-  }
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using testing::spawn;
+using testing::wait_exit;
 
 uint64_t seed_of(const std::string& key) {
   return std::hash<std::string>{}(key);
@@ -654,6 +636,9 @@ TEST_F(StoreSegments, AReclaimNeverTearsAReadInFlight) {
 // segments are reclaimed under them: the shared usage never passes the capacity, every hit
 // is whole, and after they are done the files take what a lone open counts.
 TEST_F(StoreSegments, CapacityIsOneBudgetAcrossThreeProcessesReadingEachOther) {
+  if (testing::under_thread_sanitizer()) {
+    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process";
+  }
   constexpr uint64_t kCapacity = 16 << 20;
   constexpr int kProcs = 3;
   constexpr size_t kKeys = 800;  // 56 MB each
@@ -763,6 +748,9 @@ TEST_F(StoreSegments, MinFreeBytesRefusesWritesBeforeAnyByteIsWritten) {
 
 // A store that opens alone reclaims segments their writers left unsealed (killed).
 TEST_F(StoreSegments, SegmentsOfKilledWritersAreReclaimedAfterALoneOpen) {
+  if (testing::under_thread_sanitizer()) {
+    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process";
+  }
   constexpr uint64_t kCapacity = 8 << 20;
   const pid_t pid = spawn([&]() -> int {
     auto s = open_capped(kCapacity);

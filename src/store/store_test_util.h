@@ -3,6 +3,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <memory>
@@ -135,6 +137,30 @@ class PagePool {
   AlignedBuffer memory_;
   Registration registration_;
 };
+
+// Runs `body` in a forked child and returns its pid; the child exits with body's return value.
+// Nothing of the test framework runs in the child (an exception or a failed check ends it
+// with code 9). ThreadSanitizer builds cannot run such children (under_thread_sanitizer()).
+template <typename Body>
+pid_t spawn(Body body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 9;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  return pid;
+}
+
+// Waits for a child: its exit code, 128 + the signal that ended it, or -1.
+inline int wait_exit(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
 
 inline std::vector<std::string> keys_for(std::string_view prefix, size_t n) {
   std::vector<std::string> out;

@@ -11,6 +11,36 @@
 
 namespace kvtier {
 
+void Store::Impl::encode_put_header(PageWork<ConstBuffer>& w, std::string_view key,
+                                    uint64_t created_ns,
+                                    std::span<std::byte, page::kHeaderBytes> block) const {
+  uint64_t checksum;
+  if (w.io == PageIo::kStaged) {
+    const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
+    std::byte* dst = w.staging.data();
+    for (const ConstBuffer& p : w.pieces) {
+      std::memcpy(dst, p.data, p.size);
+      dst += p.size;
+    }
+    std::memset(dst, 0, padded - w.payload);
+    const ConstBuffer staged{w.staging.data(), w.payload};
+    checksum = page::payload_checksum(std::span<const ConstBuffer>(&staged, 1), w.payload);
+  } else {
+    checksum = page::payload_checksum(w.pieces, w.payload);
+  }
+  page::Header h;
+  h.namespace_id = ns_id;
+  h.key_hash = w.route.key_hash;
+  h.payload_bytes = w.payload;
+  h.payload_checksum = checksum;
+  h.piece_count = static_cast<uint32_t>(w.pieces.size());
+  h.piece_bytes = page::uniform_piece_bytes(w.pieces);
+  h.created_ns = created_ns;
+  h.key = key;
+  h.header_bytes = w.header_bytes;
+  page::encode(h, block);
+}
+
 void Store::Impl::put_window(std::span<const std::string_view> keys,
                              std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out) {
   auto work = plan(keys, pieces, k, out);
@@ -70,30 +100,8 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
         continue;
       }
       w.target = std::move(opened[next]).value();
+      encode_put_header(w, keys[w.page], created, lease->block(next));
       const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
-      uint64_t checksum;
-      if (w.io == PageIo::kStaged) {
-        std::byte* dst = w.staging.data();
-        for (const ConstBuffer& p : w.pieces) {
-          std::memcpy(dst, p.data, p.size);
-          dst += p.size;
-        }
-        std::memset(dst, 0, padded - w.payload);
-        const ConstBuffer staged{w.staging.data(), w.payload};
-        checksum = page::payload_checksum(std::span<const ConstBuffer>(&staged, 1), w.payload);
-      } else {
-        checksum = page::payload_checksum(w.pieces, w.payload);
-      }
-      page::Header h;
-      h.namespace_id = ns_id;
-      h.key_hash = w.route.key_hash;
-      h.payload_bytes = w.payload;
-      h.payload_checksum = checksum;
-      h.piece_count = static_cast<uint32_t>(w.pieces.size());
-      h.piece_bytes = page::uniform_piece_bytes(w.pieces);
-      h.created_ns = created;
-      h.key = keys[w.page];
-      page::encode(h, lease->block(next));
 
       c.pages.push_back(next);
       w.first_desc = mem.size();
