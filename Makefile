@@ -10,7 +10,9 @@
 #                     skips the sanitizer passes),
 #                     beside a throw-away local S3 server for the S3 tests (KVTIER_S3=0: none),
 #                     all in a network namespace with only loopback up (scripts/loopback-only)
-#   make bench        kvtier against fio and memcpy, side by side (bench/compare.py; ARGS=...)
+#   make bench        kvtier against fio and memcpy, side by side (bench/compare.py; ARGS=...),
+#                     then the page-size sweep of both layouts against fio on one big file
+#                     (bench/segments_compare.py; SEGMENT_ARGS=...)
 #   make wheel        dist/kvtier-<version>-<tag>.whl: the Python module, kvtier.sglang and the
 #                     CLI, for Debian's python3 or PYTHON=/path/to/python3.X (which needs that
 #                     Python's headers; built in build-wheel-3.X/)
@@ -46,6 +48,7 @@ run: build
 
 bench: build
 	bench/compare.py $(ARGS)
+	bench/segments_compare.py $(SEGMENT_ARGS)
 
 # The wheel packs what CMake built (scripts/build-wheel); for another Python, a build of the
 # module and the CLI alone in a directory of its own.
