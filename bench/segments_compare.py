@@ -163,10 +163,16 @@ def main():
     # Space: 70,272-byte pages (a DeepSeek-V3 page of one token).
     j = kvtier(args.dir, "segments", 70272, keep=True)
     st = json.loads(run([KVTIER, "stat", args.dir, "--json"]))
-    seg_bytes = sum(ns["segment_bytes"] for ns in st["namespaces"])
+    # The bench's namespace for this page size (the directory holds the other sizes' too).
+    ns = next(n for n in st["namespaces"]
+              if (n["manifest"] or {}).get("model") == "kvtier-bench:70272B")
+    seg_bytes = ns["segment_bytes"]
     pages = TOTAL // 70272
+    if ns["pages"] != pages:
+        sys.exit(f"space: the namespace holds {ns['pages']} pages, not the {pages} just written "
+                 f"(a previous run's? clear {args.dir})")
     space = seg_bytes / (pages * 70272)
-    run([KVTIER, "clear", args.dir, "--namespace", st["namespaces"][0]["id"], "--quiet"])
+    run([KVTIER, "clear", args.dir, "--namespace", ns["id"], "--quiet"])
 
     print("| page | segments write | fio write, one big file | ratio | segments hot read | "
           "fio read, one big file | ratio | files write | files read | segments/files write | "
