@@ -42,6 +42,11 @@
 #include "segment_format.h"
 
 namespace kvtier {
+
+// A namespace's segment directory under base `b` (the segment layout's files).
+inline std::string segment_dir(const routing::Router& router, size_t b) {
+  return router.namespace_dir(b) + "/" + std::string(segment::kDir);
+}
 namespace detail {
 
 struct Counters {

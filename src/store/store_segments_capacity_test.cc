@@ -1,0 +1,307 @@
+// The segment layout's capacity: the budget held while writing far more than it, in one
+// process and across three, reclaims never tearing a read, recently read pages surviving,
+// min_free_bytes, and segments of killed writers reclaimed.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "kvtier/backends/fault/fault_backend.h"
+#include "kvtier/store/store.h"
+#include "page_format.h"
+#include "segment_format.h"
+#include "segments_test_fixture.h"
+#include "store_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using testing::kPage;
+using testing::PagePool;
+using testing::seed_of;
+using testing::seg_files;
+using testing::SegFiles;
+using testing::spawn;
+using testing::wait_exit;
+
+class StoreSegmentsCapacity : public testing::SegmentStoreTest {};
+
+// Writing five times the capacity in one process: after every batch the segment files take no
+// more than the capacity and exactly what the ledger says; pages are reclaimed a segment at a
+// time, the newest stay, every hit is whole; no descriptor stays open; and a restart counts
+// the same bytes.
+TEST_F(StoreSegmentsCapacity, CapacityHoldsWhileWritingFarMoreThanIt) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  const auto keys = testing::keys_for("cap-", 600);  // 42 MB
+  uint64_t on_disk = 0;
+  {
+    auto s = open_capped(kCapacity);
+    ASSERT_NE(s, nullptr);
+    PagePool pool(*s, 8, kPage);
+    const size_t fds = testing::open_fds();
+    for (size_t first = 0; first < keys.size(); first += 8) {
+      ASSERT_TRUE(put(*s, pool, {keys.begin() + first, keys.begin() + first + 8}).all_ok());
+      const SegFiles f = seg_files(*s);
+      ASSERT_LE(f.bytes, kCapacity) << first;
+      ASSERT_EQ(s->stats().used_bytes, f.bytes) << first;
+      ASSERT_EQ(testing::open_fds(), fds);
+    }
+    const auto st = s->stats();
+    EXPECT_GT(st.evicted_pages, 400u);
+    EXPECT_GT(st.evicted_bytes, 400u * kPage);
+    EXPECT_EQ(st.capacity_refusals, 0u);
+    // The newest 32 pages are all there; the index and the files agree on the rest.
+    EXPECT_EQ(read_all(*s, pool, {keys.end() - 32, keys.end()}), 32u);
+    const size_t hits = read_all(*s, pool, keys);
+    EXPECT_EQ(hits, s->stats().pages);
+    EXPECT_GT(hits, 50u);
+    EXPECT_LT(hits * kPage, kCapacity);
+    EXPECT_EQ(testing::open_fds(), fds);
+    on_disk = seg_files(*s).bytes;
+  }
+  // Restart, alone: the ledger is set to the bytes on disk, which did not change.
+  auto s = open_capped(kCapacity);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(seg_files(*s).bytes, on_disk);
+  EXPECT_EQ(s->stats().used_bytes, on_disk);
+  EXPECT_EQ(s->stats().capacity_bytes, kCapacity);
+}
+
+// Pages read while others are written survive reclaims (their segment gets a second chance);
+// pages written at the same time and never read do not.
+TEST_F(StoreSegmentsCapacity, RecentlyReadPagesSurviveReclaims) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  auto s = open_capped(kCapacity);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  const auto cold = testing::keys_for("cold-", 16);  // a segment and a bit
+  const auto hot = testing::keys_for("hot-", 8);
+  for (size_t i = 0; i < cold.size(); i += 8) {
+    ASSERT_TRUE(put(*s, pool, {cold.begin() + i, cold.begin() + i + 8}).all_ok());
+  }
+  ASSERT_TRUE(put(*s, pool, hot).all_ok());
+  const auto filler = testing::keys_for("fill-", 640);  // 45 MB: about five capacities
+  for (size_t first = 0; first < filler.size(); first += 8) {
+    ASSERT_TRUE(put(*s, pool, {filler.begin() + first, filler.begin() + first + 8}).all_ok());
+    EXPECT_EQ(read_all(*s, pool, hot), hot.size()) << first;
+  }
+  EXPECT_GT(s->stats().evicted_pages, 400u);
+  EXPECT_EQ(read_all(*s, pool, hot), hot.size());
+  EXPECT_EQ(read_all(*s, pool, {cold.begin(), cold.begin() + 8}), 0u);
+  EXPECT_LE(seg_files(*s).bytes, kCapacity);
+}
+
+// The same across stores (processes): pages another store keeps reading survive this store's
+// reclaims (the reader sets the segment's access time), pages nobody reads do not.
+TEST_F(StoreSegmentsCapacity, PagesAnotherStoreReadsSurviveReclaims) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  auto writer = open_capped(kCapacity);
+  auto reader = open_capped(kCapacity);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  PagePool wpool(*writer, 8, kPage), rpool(*reader, 1, kPage);
+  const auto cold = testing::keys_for("cold-", 16);
+  const auto hot = testing::keys_for("hot-", 8);
+  for (size_t i = 0; i < cold.size(); i += 8) {
+    ASSERT_TRUE(put(*writer, wpool, {cold.begin() + i, cold.begin() + i + 8}).all_ok());
+  }
+  ASSERT_TRUE(put(*writer, wpool, hot).all_ok());
+  const auto filler = testing::keys_for("fill-", 640);
+  for (size_t first = 0; first < filler.size(); first += 8) {
+    ASSERT_TRUE(put(*writer, wpool, {filler.begin() + first, filler.begin() + first + 8}).all_ok());
+    EXPECT_EQ(read_all(*reader, rpool, hot), hot.size()) << first;
+  }
+  EXPECT_GT(writer->stats().evicted_pages, 400u);
+  EXPECT_EQ(read_all(*writer, wpool, hot), hot.size());
+  EXPECT_EQ(read_all(*writer, wpool, {cold.begin(), cold.begin() + 8}), 0u);
+  EXPECT_LE(seg_files(*writer).bytes, kCapacity);
+}
+
+// A reader that opened a segment keeps reading it whole after another store reclaims it:
+// its read is held at the backend's gate while the writer writes the segment away.
+TEST_F(StoreSegmentsCapacity, AReclaimNeverTearsAReadInFlight) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  auto writer = open_capped(kCapacity);
+  ASSERT_NE(writer, nullptr);
+  PagePool wpool(*writer, 8, kPage);
+  const auto first = testing::keys_for("held-", 8);
+  ASSERT_TRUE(put(*writer, wpool, first).all_ok());
+  const std::string segment = seg_files(*writer).segments.front();
+  auto faults = std::make_shared<FaultInjector>();
+  auto reader = open_capped(kCapacity, faults);
+  ASSERT_NE(reader, nullptr);
+  PagePool rpool(*reader, 1, kPage);
+  faults->hold_batches();
+  std::thread get([&] {
+    Status st = reader->get(first[3], rpool.slot(0), kPage);
+    KVTIER_EXPECT_OK(st);
+    EXPECT_TRUE(rpool.holds(0, kPage, seed_of(first[3])));
+  });
+  faults->wait_held(1);  // the segment is open, its read in flight
+  const auto more = testing::keys_for("evict-", 200);
+  for (size_t i = 0; i < more.size(); i += 8) {
+    ASSERT_TRUE(put(*writer, wpool, {more.begin() + i, more.begin() + i + 8}).all_ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(segment));
+  faults->release_batches();
+  get.join();
+  // The next read of it is a miss, in both stores.
+  EXPECT_EQ(reader->get(first[4], rpool.slot(0), kPage).code(), StatusCode::kNotFound);
+  EXPECT_EQ(writer->get(first[4], wpool.slot(0), kPage).code(), StatusCode::kNotFound);
+}
+
+// Three processes write ten times the capacity at once and read each other's pages while
+// segments are reclaimed under them: the shared usage never passes the capacity, every hit
+// is whole, and after they are done the files take what a lone open counts.
+TEST_F(StoreSegmentsCapacity, CapacityIsOneBudgetAcrossThreeProcessesReadingEachOther) {
+  if (testing::under_thread_sanitizer()) {
+    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process";
+  }
+  constexpr uint64_t kCapacity = 16 << 20;
+  constexpr int kProcs = 3;
+  constexpr size_t kKeys = 800;  // 56 MB each
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kProcs; ++p) {
+    pids.push_back(spawn([&, p]() -> int {
+      auto s = open_capped(kCapacity);
+      if (s == nullptr) return 2;
+      PagePool pool(*s, 8, kPage);
+      const size_t fds = testing::open_fds();
+      const auto mine = testing::keys_for("proc" + std::to_string(p) + "-", kKeys);
+      for (size_t i = 0; i < kKeys; i += 8) {
+        if (!put(*s, pool, {mine.begin() + i, mine.begin() + i + 8}).all_ok()) return 3;
+        if (s->stats().used_bytes > kCapacity) return 4;
+        for (int q = 0; q < kProcs; ++q) {
+          for (size_t back : {size_t{0}, size_t{40}, size_t{200}}) {
+            if (i < back) continue;
+            const std::string k = "proc" + std::to_string(q) + "-" + std::to_string(i - back);
+            Status st = s->get(k, pool.slot(0), kPage);
+            if (st.ok() && !pool.holds(0, kPage, seed_of(k))) return 5;
+            if (!st.ok() && st.code() != StatusCode::kNotFound) return 6;
+          }
+        }
+        if (testing::open_fds() != fds) return 7;
+      }
+      return s->stats().get_corrupt == 0 ? 0 : 8;
+    }));
+    ASSERT_GT(pids.back(), 0);
+  }
+  for (pid_t pid : pids) {
+    EXPECT_EQ(wait_exit(pid), 0) << "3: a put failed, 4: usage over capacity, 5: a wrong "
+                                    "page, 6: an error, 7: descriptors, 8: corrupt reads";
+  }
+  auto s = open_capped(kCapacity);
+  ASSERT_NE(s, nullptr);
+  const SegFiles f = seg_files(*s);
+  EXPECT_LE(f.bytes, kCapacity);
+  EXPECT_EQ(s->stats().used_bytes, f.bytes);  // alone again: exact
+  PagePool pool(*s, 1, kPage);
+  size_t hits = 0;
+  for (int p = 0; p < kProcs; ++p) {
+    hits += read_all(*s, pool, testing::keys_for("proc" + std::to_string(p) + "-", kKeys));
+  }
+  EXPECT_GT(hits, 0u);
+  EXPECT_EQ(s->stats().get_corrupt, 0u);
+}
+
+// One thread writes five capacities while another reads keys written before, in the same
+// store: every read is a whole page or a miss, never an error or other data.
+TEST_F(StoreSegmentsCapacity, ReadersInTheSameStoreSeeHitsOrMissesWhileSegmentsGo) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  auto s = open_capped(kCapacity);
+  ASSERT_NE(s, nullptr);
+  PagePool wpool(*s, 8, kPage), rpool(*s, 1, kPage);
+  const auto keys = testing::keys_for("race-", 600);
+  std::atomic<size_t> written{0};
+  std::atomic<bool> done{false};
+  size_t reads = 0, hits = 0, bad = 0;
+  std::thread reader([&] {
+    std::mt19937_64 rng(7);
+    while (!done.load()) {
+      const size_t n = written.load();
+      if (n == 0) continue;
+      const std::string& k = keys[rng() % n];
+      Status st = s->get(k, rpool.slot(0), kPage);
+      ++reads;
+      if (st.ok()) {
+        ++hits;
+        if (!rpool.holds(0, kPage, seed_of(k))) ++bad;
+      } else if (st.code() != StatusCode::kNotFound) {
+        ++bad;
+      }
+    }
+  });
+  for (size_t i = 0; i < keys.size(); i += 8) {
+    EXPECT_TRUE(put(*s, wpool, {keys.begin() + i, keys.begin() + i + 8}).all_ok());
+    written.store(i + 8);
+  }
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GT(reads, 0u);
+  EXPECT_GT(s->stats().evicted_pages, 400u);
+  EXPECT_EQ(s->stats().get_corrupt, 0u);
+  EXPECT_LE(seg_files(*s).bytes, kCapacity);
+  (void)hits;
+}
+
+// min_free_bytes goes through the same reservation: a floor above the free space refuses
+// every write before anything is written.
+TEST_F(StoreSegmentsCapacity, MinFreeBytesRefusesWritesBeforeAnyByteIsWritten) {
+  StoreConfig cfg;
+  cfg.location =
+      *parse_store_uri("file://" + dir_.file("store") + "?backend=posix&layout=segments");
+  cfg.ns = testing::test_namespace("segments");
+  cfg.min_free_bytes = uint64_t{1} << 62;
+  auto s = testing::open_store(std::move(cfg));
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 2, kPage);
+  const BatchResult r = put(*s, pool, testing::keys_for("floor-", 2));
+  ASSERT_EQ(r.pages.size(), 2u);
+  EXPECT_EQ(r.pages[0].code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s->stats().capacity_refusals, 2u);
+  EXPECT_EQ(seg_files(*s).bytes, 0u);
+  EXPECT_EQ(s->stats().used_bytes, 0u);
+}
+
+// A store that opens alone reclaims segments their writers left unsealed (killed).
+TEST_F(StoreSegmentsCapacity, SegmentsOfKilledWritersAreReclaimedAfterALoneOpen) {
+  if (testing::under_thread_sanitizer()) {
+    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process";
+  }
+  constexpr uint64_t kCapacity = 8 << 20;
+  const pid_t pid = spawn([&]() -> int {
+    auto s = open_capped(kCapacity);
+    if (s == nullptr) return 2;
+    PagePool pool(*s, 8, kPage);
+    const auto keys = testing::keys_for("dead-", 8);
+    if (!put(*s, pool, keys).all_ok()) return 3;
+    ::raise(SIGKILL);  // its active segment is never sealed
+    return 4;
+  });
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(wait_exit(pid), 128 + SIGKILL);
+  const std::string abandoned = seg_files(*open()).segments.front();
+  auto s = open_capped(kCapacity);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  EXPECT_EQ(s->stats().used_bytes, seg_files(*s).bytes);
+  const auto keys = testing::keys_for("live-", 240);  // two capacities
+  for (size_t i = 0; i < keys.size(); i += 8) {
+    ASSERT_TRUE(put(*s, pool, {keys.begin() + i, keys.begin() + i + 8}).all_ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(abandoned));
+  EXPECT_LE(seg_files(*s).bytes, kCapacity);
+}
+
+}  // namespace
+}  // namespace kvtier
