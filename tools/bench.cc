@@ -412,6 +412,7 @@ int run_bench(const BenchOptions& o) {
     cfg.backend = o.backend;
     cfg.layout = o.layout;
     cfg.fsync = o.fsync;
+    cfg.segment_lanes = o.segment_lanes;
     cfg.verify_payload = !o.skip_payload_checksum;
     cfg.capacity_bytes = o.capacity;
     // Every submitted batch runs at once rather than queueing behind the others.
@@ -505,6 +506,7 @@ int run_bench(const BenchOptions& o) {
          {"backend_selection", selection},
          {"uri", uri},
          {"fsync", o.fsync},
+         {"segment_lanes", o.segment_lanes},
          {"payload_checksum", !o.skip_payload_checksum},
          {"backend_description", backend_description},
          {"layout", layout},

@@ -25,7 +25,8 @@ struct BenchOptions {
   std::string backend;
   uint64_t io_threads = 0;
   std::string direct_io = "off";
-  std::string layout;  // --layout: files or segments (empty: the URI's, files by default)
+  std::string layout;          // --layout: files or segments (empty: the URI's, files by default)
+  uint64_t segment_lanes = 0;  // --segment-lanes (0: the store's default)
   bool fsync = false;
   bool skip_payload_checksum = false;
   bool keep = false;

@@ -78,6 +78,11 @@ int main(int argc, char** argv) {
                 "segment files) or auto (segments below 1 MiB pages); default: the URI's, else "
                 "files")
       ->check(CLI::IsMember({"files", "segments", "auto"}));
+  b->add_option("--segment-lanes", bench.segment_lanes,
+                "Segments: segment files each base is appended to side by side, windows over "
+                "1 MiB dealt to them in 1 MiB runs (0: one per hardware thread, at most 4)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{64}))
+      ->capture_default_str();
   b->add_flag("--fsync", bench.fsync, "Make every page durable before a put returns");
   b->add_flag("--skip-payload-checksum", bench.skip_payload_checksum,
               "Read without checking payload checksums (headers are still checked): only to "

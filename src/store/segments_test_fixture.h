@@ -51,12 +51,14 @@ inline SegFiles seg_files(const Store& s) {
 
 class SegmentStoreTest : public ::testing::Test {
  protected:
+  // `lanes` 0: the store's default (one per hardware thread, at most 4).
   std::unique_ptr<Store> open(std::string query = "?backend=posix&layout=segments",
-                              uint64_t segment_bytes = 1 << 20) {
+                              uint64_t segment_bytes = 1 << 20, size_t lanes = 0) {
     StoreConfig cfg;
     cfg.location = *parse_store_uri("file://" + dir_.file("store") + query);
     cfg.ns = test_namespace("segments");
     cfg.segment_bytes = segment_bytes;
+    cfg.segment_lanes = lanes;
     return open_store(std::move(cfg));
   }
 

@@ -91,6 +91,10 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
     if (config.fsync) {
       return unsupported_error("fsync is not implemented for the segment layout yet");
     }
+    if (config.segment_lanes > 64) {
+      return invalid_argument_error(
+          fmt::format("segment_lanes {} is more than 64", config.segment_lanes));
+    }
     if (config.segment_bytes < (uint64_t{1} << 20)) {
       return invalid_argument_error(fmt::format(
           "segment_bytes {} is below the smallest segment (1 MiB)", config.segment_bytes));

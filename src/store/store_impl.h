@@ -166,7 +166,11 @@ struct Segments {
   uint32_t next_seq KVTIER_GUARDED_BY(mu) = 0;
   std::vector<SegmentFile> files KVTIER_GUARDED_BY(mu);  // index = the store's segment number
   std::unordered_map<std::string, uint32_t> by_name KVTIER_GUARDED_BY(mu);
-  std::vector<std::optional<uint32_t>> active KVTIER_GUARDED_BY(mu);  // per base
+  // The segment each lane appends to, per base: index base * lanes + lane.
+  std::vector<std::optional<uint32_t>> active KVTIER_GUARDED_BY(mu);
+  size_t lanes = 1;
+  // Writes a window's lanes side by side (lanes - 1 threads and the caller); null: one lane.
+  std::unique_ptr<WorkerPool> lane_pool;
   // Reclaimable segments, oldest first (in the order they were last written, as this store
   // learnt of them); the clock hand is the front.
   std::deque<uint32_t> clock KVTIER_GUARDED_BY(mu);
@@ -487,8 +491,9 @@ struct Store::Impl {
   size_t forget_gone_segments();
   // The capacity limit given the usage now (min_free_bytes leaves room on the first base).
   uint64_t capacity_limit(uint64_t used);
-  // REQUIRES seg->mu: starts a new segment on base `b` (retiring the active one).
-  Status roll_segment(size_t b) KVTIER_REQUIRES(seg->mu);
+  // REQUIRES seg->mu: starts a new segment for active slot `slot` (base slot / lanes),
+  // retiring the one there.
+  Status roll_segment(size_t slot) KVTIER_REQUIRES(seg->mu);
   Status append_entries(uint32_t id, std::span<const segment::Entry> entries)
       KVTIER_REQUIRES(seg->mu);
   void retire_segment(uint32_t id) KVTIER_REQUIRES(seg->mu);

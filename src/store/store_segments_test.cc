@@ -94,22 +94,36 @@ TEST_F(StoreSegments, AutoPicksSegmentsForSmallFixedPagesOnly) {
 }
 
 TEST_F(StoreSegments, NoFileIsCreatedPerPageAndSpaceIsNearThePayload) {
-  auto s = open("?backend=posix&layout=segments", 256 << 20);
-  ASSERT_NE(s, nullptr);
-  PagePool pool(*s, 128, kPage);
-  const auto keys = testing::keys_for("space-", 128);
-  for (int round = 0; round < 4; ++round) {
-    std::vector<std::string> batch;
-    for (size_t i = 0; i < 32; ++i) batch.push_back(keys[round * 32 + i]);
-    ASSERT_TRUE(put(*s, pool, batch).all_ok());
+  // One lane: every window goes to one segment. Three: a window over 1 MiB is dealt to three
+  // segments, each lane's runs one after another in its own; never a file per page either way.
+  for (const size_t lanes : {size_t{1}, size_t{3}}) {
+    SCOPED_TRACE(lanes);
+    std::filesystem::remove_all(dir_.file("store"));
+    const auto keys = testing::keys_for("space-", 128);
+    {
+      auto s = open("?backend=posix&layout=segments", 256 << 20, lanes);
+      ASSERT_NE(s, nullptr);
+      PagePool pool(*s, 32, kPage);
+      for (int round = 0; round < 4; ++round) {
+        std::vector<std::string> batch;
+        for (size_t i = 0; i < 32; ++i) batch.push_back(keys[round * 32 + i]);
+        ASSERT_TRUE(put(*s, pool, batch).all_ok());  // 32 pages: 2.1 MiB, three runs
+      }
+      const SegFiles f = seg_files(*s);
+      EXPECT_EQ(f.segments.size(), lanes);
+      EXPECT_EQ(f.summaries.size(), lanes);
+      const double payload = 128.0 * kPage;
+      EXPECT_LE(static_cast<double>(f.bytes), 1.03 * payload) << f.bytes;
+      EXPECT_EQ(s->stats().pages, 128u);
+      EXPECT_EQ(read_all(*s, pool, keys), 128u);
+    }
+    // Another store finds every page of every lane's segment from the summaries.
+    auto again = open("?backend=posix&layout=segments", 256 << 20, 1);
+    ASSERT_NE(again, nullptr);
+    PagePool pool(*again, 1, kPage);
+    EXPECT_EQ(again->stats().pages, 128u);
+    EXPECT_EQ(read_all(*again, pool, keys), 128u);
   }
-  const SegFiles f = seg_files(*s);
-  EXPECT_EQ(f.segments.size(), 1u);
-  EXPECT_EQ(f.summaries.size(), 1u);
-  const double payload = 128.0 * kPage;
-  EXPECT_LE(static_cast<double>(f.bytes), 1.03 * payload) << f.bytes;
-  EXPECT_EQ(s->stats().pages, 128u);
-  EXPECT_EQ(read_all(*s, pool, keys), 128u);
 }
 
 TEST_F(StoreSegments, SegmentsRollSealAndEveryPageSurvivesARestartExactly) {

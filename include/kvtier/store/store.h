@@ -106,6 +106,11 @@ struct StoreConfig {
   std::string layout;
   // kSegments: a writer starts a new segment file once its current one holds this many bytes.
   uint64_t segment_bytes = uint64_t{256} << 20;
+  // kSegments: segment files a writer appends to side by side on each base. A put window of
+  // more than about 1 MiB is cut in 1 MiB runs dealt to them in turn and written on as many
+  // threads (buffered writes into one file wait on its lock; into several they run side by
+  // side). 0: one per hardware thread, at most 4.
+  size_t segment_lanes = 0;
   // fsync each page (and its directory entry) before a put reports success.
   bool fsync = false;
   DirectIo direct_io = DirectIo::kOff;
