@@ -6,7 +6,11 @@ For each page size (512 MiB of pages each, --reps rounds after --warmup discarde
   fio psync, 1 job, one big file of the same size, --bs = the page   -> write, hot read
   kvtier bench --layout files (same pages)                    -> buffered write, hot read
 and for 64 KiB and 256 KiB pages the same with direct I/O (kvtier --direct-io on against
-fio --direct=1 on one big file). Each pair runs back to back, in alternating order by round;
+fio --direct=1 on one big file). Beside the hot reads, what verification costs: the same
+segment bench with --skip-payload-checksum, and the machine's own cost of a CRC-64 of every
+byte right after its pread, without kvtier (kvtier_verify_floor, 1 thread, chunks of the
+page size); the verified read is then also given against fio less that cost (the floor a
+checked read can reach). Each pair runs back to back, in alternating order by round;
 a ratio is the median (min-max) of the rounds' ratios, GB/s medians (min-max). Every
 measured buffered write follows the same unmeasured buffered write of the same volume (on
 this VM a write's speed depends on what memory did just before). Then once: the space the
@@ -26,6 +30,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KVTIER = os.path.join(ROOT, "build", "bin", "kvtier")
+FLOOR = os.path.join(ROOT, "build", "bin", "kvtier_verify_floor")
 TOTAL = 512 << 20
 BATCH = 128
 UNITS = {"K": 1 << 10, "M": 1 << 20}
@@ -38,11 +43,13 @@ def run(cmd):
     return proc.stdout
 
 
-def kvtier(directory, layout, page, direct=False, keep=False):
+def kvtier(directory, layout, page, direct=False, keep=False, verify=True):
     cmd = [KVTIER, "bench", "--dir", directory, "--layout", layout, "--page-bytes", str(page),
            "--pages", str(TOTAL // page), "--batch", str(BATCH), "--json", "--quiet"]
     if direct:
         cmd += ["--direct-io", "on"]
+    if not verify:
+        cmd += ["--skip-payload-checksum"]
     if keep:
         cmd += ["--keep"]
     j = json.loads(run(cmd))
@@ -61,6 +68,16 @@ def fio(directory, rw, page, direct=False):
     j = json.loads(out[out.index("{"):])
     side = j["jobs"][0]["read" if rw == "read" else "write"]
     return side["bw_bytes"] / 1e9
+
+
+def crc_floor(directory, page):
+    """The cost of a CRC-64 of each chunk of `page` bytes right after its pread (no kvtier)."""
+    chunk_kib = page >> 10
+    if page % 4096 or (8 << 20) % page:
+        return None
+    j = json.loads(run([FLOOR, "--dir", directory, "--threads", "1", "--files", "64",
+                        "--pool-mib", "512", "--reps", "3", "--chunk-kib", str(chunk_kib)]))
+    return j["crc64_cost"]
 
 
 def condition(directory, page):
@@ -93,7 +110,9 @@ def main():
     for page in sizes:
         r = {k: [] for k in ("seg_w", "seg_r", "fio_w", "fio_r", "files_w", "files_r",
                              "w_ratio", "r_ratio", "files_w_ratio", "files_r_ratio",
-                             "seg_dw", "seg_dr", "fio_dw", "fio_dr", "dw_ratio", "dr_ratio")}
+                             "seg_dw", "seg_dr", "fio_dw", "fio_dr", "dw_ratio", "dr_ratio",
+                             "seg_r_nv", "nv_ratio", "check_cost", "floor_cost",
+                             "floor_ratio")}
         direct = page <= (256 << 10)
         for rnd in range(args.warmup + args.reps):
             measured = rnd >= args.warmup
@@ -115,6 +134,8 @@ def main():
             else:
                 fw, fr = big()
                 s = seg()
+            nv = kvtier(args.dir, "segments", page, verify=False)
+            cost = crc_floor(args.dir, page)
             condition(args.dir, page)
             f = kvtier(args.dir, "files", page)
             sd = fdw = fdr = None
@@ -146,6 +167,12 @@ def main():
             r["r_ratio"].append(s["read_gbps"] / fr)
             r["files_w_ratio"].append(s["write_gbps"] / f["write_gbps"])
             r["files_r_ratio"].append(s["read_gbps"] / f["read_gbps"])
+            r["seg_r_nv"].append(nv["read_gbps"])
+            r["nv_ratio"].append(nv["read_gbps"] / fr)
+            r["check_cost"].append(1 - s["read_gbps"] / nv["read_gbps"])
+            if cost is not None:
+                r["floor_cost"].append(cost)
+                r["floor_ratio"].append(s["read_gbps"] / (fr * (1 - cost)))
             if direct:
                 r["seg_dw"].append(sd["write_gbps"])
                 r["seg_dr"].append(sd["read_gbps"])
@@ -154,7 +181,9 @@ def main():
                 r["dw_ratio"].append(sd["write_gbps"] / fdw)
                 r["dr_ratio"].append(sd["read_gbps"] / fdr)
             print(f"  {page >> 10} KiB round {rnd - args.warmup + 1}: seg w {s['write_gbps']:.2f} "
-                  f"r {s['read_gbps']:.2f} | fio w {fw:.2f} r {fr:.2f} | files w "
+                  f"r {s['read_gbps']:.2f} (unverified {nv['read_gbps']:.2f}) | fio w {fw:.2f} "
+                  f"r {fr:.2f}" + (f" (bare CRC-64 cost {cost:.3f})" if cost is not None else "") +
+                  " | files w "
                   f"{f['write_gbps']:.2f} r {f['read_gbps']:.2f}" +
                   (f" | direct seg w {sd['write_gbps']:.2f} r {sd['read_gbps']:.2f} fio w "
                    f"{fdw:.2f} r {fdr:.2f}" if direct else ""), file=sys.stderr)
@@ -182,6 +211,16 @@ def main():
         print(f"| {page >> 10} KiB | {fmt(s['seg_w'])} | {fmt(s['fio_w'])} | {fmt(s['w_ratio'])} | "
               f"{fmt(s['seg_r'])} | {fmt(s['fio_r'])} | {fmt(s['r_ratio'])} | {fmt(s['files_w'])} | "
               f"{fmt(s['files_r'])} | {fmt(s['files_w_ratio'])} | {fmt(s['files_r_ratio'])} |")
+    print()
+    print("| page | segments hot read | unverified | fio read, one big file | verified / fio | "
+          "unverified / fio | what kvtier's check costs | a bare CRC-64 after pread costs | "
+          "verified / (fio less that) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for page, s in results.items():
+        floor = (f"{fmt(s['floor_cost'], 3)} | {fmt(s['floor_ratio'])}" if "floor_cost" in s
+                 else "| ")
+        print(f"| {page >> 10} KiB | {fmt(s['seg_r'])} | {fmt(s['seg_r_nv'])} | {fmt(s['fio_r'])} | "
+              f"{fmt(s['r_ratio'])} | {fmt(s['nv_ratio'])} | {fmt(s['check_cost'], 3)} | {floor} |")
     print()
     print("| page | segments direct write | fio --direct=1 write | ratio | segments direct read | "
           "fio --direct=1 read | ratio |")

@@ -1,9 +1,11 @@
 // What verifying a page-cache read costs without kvtier around it: each thread reads its own
-// files (page cache hot) in 256 KiB chunks with pread into its part of a pool, and in every
-// other round computes the chunk's CRC-64 (kvtier's payload check) right after each read.
+// files (page cache hot) in chunks (256 KiB unless --chunk-kib) with pread into its part of a
+// pool, and in every other round computes the chunk's CRC-64 (kvtier's payload check) right
+// after each read.
 // Prints, as JSON, the median GB/s of the rounds with and without the hash and the median
 // of the rounds' costs (1 - hashed/plain, each hashed round against the plain round after it).
 //   kvtier_verify_floor --dir DIR [--threads 2] [--files 128] [--pool-mib 512] [--reps 5]
+//                       [--chunk-kib 256]
 // Files are 8 MiB each (a Llama-3-8B page) and are removed at the end.
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -27,7 +29,6 @@
 namespace {
 
 constexpr uint64_t kFileBytes = 8 << 20;
-constexpr uint64_t kChunkBytes = 256 << 10;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -38,7 +39,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::string dir;
-  uint64_t threads = 2, files = 128, pool_mib = 512, reps = 5;
+  uint64_t threads = 2, files = 128, pool_mib = 512, reps = 5, chunk_kib = 256;
   CLI::App app{
       "What a CRC-64 of each 256 KiB chunk right after its pread costs, without kvtier: "
       "threads read their own hot 8 MiB files into a pool, hashing in alternate rounds. "
@@ -56,8 +57,16 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "Rounds with and without the hash")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  app.add_option("--chunk-kib", chunk_kib, "Bytes per read and hash, KiB (a divisor of 8 MiB)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}));
   CLI11_PARSE(app, argc, argv);
   const uint64_t pool_bytes = pool_mib << 20;
+  const uint64_t kChunkBytes = chunk_kib << 10;
+  if (pool_bytes < 2 * kChunkBytes) {
+    fmt::print(stderr, "--pool-mib must hold two chunks\n");
+    return 1;
+  }
 
   std::vector<kvtier::UniqueFd> fds;
   std::vector<std::string> paths;
@@ -130,9 +139,10 @@ int main(int argc, char** argv) {
     cost.push_back(1 - hashed.back() / plain.back());
   }
   fmt::print(
-      "{{\"threads\": {}, \"files\": {}, \"pool_mib\": {}, \"reps\": {}, \"read_gbps\": {:.3f}, "
-      "\"read_crc64_gbps\": {:.3f}, \"crc64_cost\": {:.4f}, \"sink\": {}}}\n",
-      threads, files, pool_mib, plain.size(), median(plain), median(hashed), median(cost),
-      sink.load() & 1);
+      "{{\"threads\": {}, \"files\": {}, \"pool_mib\": {}, \"chunk_kib\": {}, \"reps\": {}, "
+      "\"read_gbps\": {:.3f}, \"read_crc64_gbps\": {:.3f}, \"crc64_cost\": {:.4f}, "
+      "\"sink\": {}}}\n",
+      threads, files, pool_mib, chunk_kib, plain.size(), median(plain), median(hashed),
+      median(cost), sink.load() & 1);
   return 0;
 }
