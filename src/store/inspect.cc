@@ -185,6 +185,48 @@ Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<
   return ok_status();
 }
 
+// The namespace and key hash a page's header names against where it was found (`stored`:
+// how the listing named it, "stored under" a page file, "its summary says" for a record).
+Status check_identity(const page::Header& h, const PageEntry& p, std::string_view stored) {
+  if (h.namespace_id.hex() != p.namespace_id) {
+    return corrupt_error(
+        fmt::format("belongs to namespace {}, found in {}", h.namespace_id.hex(), p.namespace_id));
+  }
+  if (h.key_hash.hex() != p.name) {
+    return corrupt_error(fmt::format("holds key hash {}, {} {}", h.key_hash.hex(), stored, p.name));
+  }
+  return ok_status();
+}
+
+// Reads the header of the page starting at `at` in `t` (its first `header_bytes`).
+Result<page::Header> read_header(Agent& agent, Target& t, AlignedBuffer& buf, uint64_t at,
+                                 uint64_t header_bytes) {
+  KVTIER_RETURN_IF_ERROR(
+      object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(), at, header_bytes));
+  return page::decode(
+      std::span<const std::byte, page::kHeaderBytes>(buf.data(), page::kHeaderBytes));
+}
+
+// The payload's chunk checksums, the payload starting at `at` in `t`: read in units of whole
+// checksum chunks, each chunk hashed as it arrives.
+Result<std::vector<uint64_t>> payload_checksums(Agent& agent, Target& t, AlignedBuffer& buf,
+                                                uint64_t at, uint64_t payload_bytes) {
+  static_assert(kVerifyChunk % page::kChecksumChunkBytes == 0);
+  std::vector<uint64_t> sums;
+  sums.reserve(page::chunk_count(payload_bytes));
+  for (uint64_t off = 0; off < payload_bytes; off += kVerifyChunk) {
+    const uint64_t n = std::min(kVerifyChunk, payload_bytes - off);
+    KVTIER_RETURN_IF_ERROR(
+        object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(), at + off, n));
+    // The window starts on a chunk boundary, so its chunks are the page's.
+    const ConstBuffer window{buf.data(), n};
+    for (size_t c = 0; c < page::chunk_count(n); ++c) {
+      sums.push_back(page::chunk_checksum(std::span<const ConstBuffer>(&window, 1), n, c));
+    }
+  }
+  return sums;
+}
+
 // Checks a record of the segment layout as a get would: header, namespace, key hash, the
 // summary's sizes, payload checksum.
 Status verify_record(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
@@ -195,37 +237,17 @@ Status verify_record(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
     return corrupt_error(fmt::format("record [{}, +{}) lies beyond the end of the segment ({})",
                                      p.offset, p.bytes, t.size()));
   }
-  KVTIER_RETURN_IF_ERROR(
-      object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(), p.offset, p.header_bytes));
-  KVTIER_ASSIGN_OR_RETURN(
-      page::Header h,
-      page::decode(std::span<const std::byte, page::kHeaderBytes>(buf.data(), page::kHeaderBytes)));
-  if (h.namespace_id.hex() != p.namespace_id) {
-    return corrupt_error(
-        fmt::format("belongs to namespace {}, found in {}", h.namespace_id.hex(), p.namespace_id));
-  }
-  if (h.key_hash.hex() != p.name) {
-    return corrupt_error(
-        fmt::format("holds key hash {}, its summary says {}", h.key_hash.hex(), p.name));
-  }
+  KVTIER_ASSIGN_OR_RETURN(page::Header h, read_header(agent, t, buf, p.offset, p.header_bytes));
+  KVTIER_RETURN_IF_ERROR(check_identity(h, p, "its summary says"));
   if (h.header_bytes != p.header_bytes || h.payload_bytes != p.payload_bytes) {
     return corrupt_error(
-        fmt::format("header of {} bytes and payload of {}; its summary says {} "
-                    "and {}",
+        fmt::format("header of {} bytes and payload of {}; its summary says {} and {}",
                     h.header_bytes, h.payload_bytes, p.header_bytes, p.payload_bytes));
   }
   KVTIER_RETURN_IF_ERROR(page::verify_record(h, p.bytes, std::nullopt));
-  std::vector<uint64_t> sums;
-  sums.reserve(page::chunk_count(h.payload_bytes));
-  for (uint64_t off = 0; off < h.payload_bytes; off += kVerifyChunk) {
-    const uint64_t n = std::min(kVerifyChunk, h.payload_bytes - off);
-    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(),
-                                                     p.offset + h.header_bytes + off, n));
-    const ConstBuffer window{buf.data(), n};
-    for (size_t c = 0; c < page::chunk_count(n); ++c) {
-      sums.push_back(page::chunk_checksum(std::span<const ConstBuffer>(&window, 1), n, c));
-    }
-  }
+  KVTIER_ASSIGN_OR_RETURN(
+      std::vector<uint64_t> sums,
+      payload_checksums(agent, t, buf, p.offset + h.header_bytes, h.payload_bytes));
   return page::verify_record(h, p.bytes, sums);
 }
 
@@ -261,35 +283,12 @@ Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
   if (t.size() < page::kHeaderBytes) {
     return corrupt_error(fmt::format("{} bytes, shorter than a page header", t.size()));
   }
-  KVTIER_RETURN_IF_ERROR(
-      object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(), 0, page::kHeaderBytes));
-  KVTIER_ASSIGN_OR_RETURN(
-      page::Header h,
-      page::decode(std::span<const std::byte, page::kHeaderBytes>(buf.data(), page::kHeaderBytes)));
-  if (h.namespace_id.hex() != p.namespace_id) {
-    return corrupt_error(
-        fmt::format("belongs to namespace {}, found in {}", h.namespace_id.hex(), p.namespace_id));
-  }
-  if (h.key_hash.hex() != p.name) {
-    return corrupt_error(
-        fmt::format("holds key hash {}, stored under {}", h.key_hash.hex(), p.name));
-  }
+  KVTIER_ASSIGN_OR_RETURN(page::Header h, read_header(agent, t, buf, 0, page::kHeaderBytes));
+  KVTIER_RETURN_IF_ERROR(check_identity(h, p, "stored under"));
   // The size first: the payload is read by the header's length.
   KVTIER_RETURN_IF_ERROR(page::verify_object(h, t.size(), std::nullopt));
-  // Read in units of whole checksum chunks; hash each chunk as it arrives.
-  static_assert(kVerifyChunk % page::kChecksumChunkBytes == 0);
-  std::vector<uint64_t> sums;
-  sums.reserve(page::chunk_count(h.payload_bytes));
-  for (uint64_t off = 0; off < h.payload_bytes; off += kVerifyChunk) {
-    const uint64_t n = std::min(kVerifyChunk, h.payload_bytes - off);
-    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(),
-                                                     page::kHeaderBytes + off, n));
-    // The window starts on a chunk boundary, so its chunks are the page's.
-    const ConstBuffer window{buf.data(), n};
-    for (size_t c = 0; c < page::chunk_count(n); ++c) {
-      sums.push_back(page::chunk_checksum(std::span<const ConstBuffer>(&window, 1), n, c));
-    }
-  }
+  KVTIER_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
+                          payload_checksums(agent, t, buf, page::kHeaderBytes, h.payload_bytes));
   return page::verify_object(h, t.size(), sums);
 }
 
