@@ -415,9 +415,24 @@ struct Store::Impl {
     if (w.io == PageIo::kStaged) bump(counters.staged_pages);
   }
 
+  // What a layout evicts to make room, for reserve_capacity().
+  struct Evictor {
+    // Under the ledger's lock: chooses victims worth at least `short_by` bytes (fewer if it
+    // knows of no more); false when it chose none.
+    std::function<bool(uint64_t short_by)> choose;
+    // With the lock released: removes what choose() chose, adding the bytes removed to
+    // `*freed` (given back to the ledger even when some removal failed, which it returns).
+    std::function<Status(uint64_t* freed)> evict;
+    // Learns what other processes wrote since this store last looked: true when that gave
+    // choose() anything to choose from.
+    std::function<Result<bool>()> relearn;
+    std::string_view none_left;  // how a refusal says that nothing is left to evict
+  };
+  // The protocol both layouts share: charges `need` bytes to the ledger, evicting what
+  // `evictor` chooses until they fit. kResourceExhausted when they cannot (larger than the
+  // capacity, or nothing is left to evict after relearning what others wrote).
+  Status reserve_capacity(uint64_t need, const Evictor& evictor);
   // The bytes `need` fit the capacity: least recently used pages are evicted until they do.
-  // kResourceExhausted when they cannot (a page larger than the capacity, or every page this
-  // process knows of is gone and a rescan finds no more).
   Status reserve(uint64_t need);
   // Lists the namespace's pages into the index: `as_recent` puts them in their modification
   // order as used; otherwise they go in as least recently used (found later).

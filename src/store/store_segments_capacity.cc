@@ -65,77 +65,50 @@ void Store::Impl::settle_segments(uint64_t reserved, uint64_t grown) {
   }
 }
 
-// Under the ledger lock only the figure changes and victims are chosen (whole reclaimable
-// segments from the clock's hand; one read since the hand last passed it goes to the back
-// instead, once); the files are removed with the lock released, and the usage lowered by
-// what this store removed, so it never reads below what is on storage. Two stores choosing
-// the same segment both try; the one whose remove succeeds gives the bytes back.
+// The protocol is reserve_capacity()'s (store_write.cc). The victims are whole reclaimable
+// segments from the clock's hand (one read since the hand last passed it goes to the back
+// instead, once), removed with the ledger's lock released; the usage is lowered by what this
+// store removed, so it never reads below what is on storage. Two stores choosing the same
+// segment both try; the one whose remove succeeds gives the bytes back.
 //
 // A reader never loses a record under it: a get window opens the segment before it reads,
 // and an unlinked file stays readable through descriptors already open; a window that opens
 // after the unlink gets kNotFound, a miss, and drops the index entry.
 Status Store::Impl::reserve_segments(uint64_t need) {
-  constexpr int kMaxRefreshes = 8;
-  int refreshes = 0;
-  bool refresh_found = true;
   // Second chances for segments other stores read (their access time), at most one pass of
   // the clock per call: readers that touch every segment cannot stall a writer.
   std::optional<size_t> chances_left;
-  for (;;) {
-    bool reserved = false;
-    bool refresh = false;
-    std::vector<uint32_t> victims;
-    KVTIER_RETURN_IF_ERROR(ledger->update([&](uint64_t& used) -> Status {
-      const uint64_t limit = capacity_limit(used);
-      if (used + need <= limit) {
-        used += need;
-        reserved = true;
-        return ok_status();
+  std::vector<uint32_t> victims;
+  Evictor e;
+  e.choose = [&](uint64_t short_by) {
+    victims.clear();
+    uint64_t freeing = 0;
+    MutexLock lock(seg->mu);
+    // Every segment gets at most one second chance per call.
+    size_t steps = 2 * seg->clock.size();
+    if (!chances_left) chances_left = seg->clock.size();
+    while (freeing < short_by && !seg->clock.empty() && steps-- > 0) {
+      const uint32_t id = seg->clock.front();
+      seg->clock.pop_front();
+      SegmentFile& f = seg->files[id];
+      if (f.gone) {
+        f.in_clock = false;
+        continue;
       }
-      uint64_t freeing = 0;
-      {
-        MutexLock lock(seg->mu);
-        // Every segment gets at most one second chance per call.
-        size_t steps = 2 * seg->clock.size();
-        if (!chances_left) chances_left = seg->clock.size();
-        while (used + need > limit + freeing && !seg->clock.empty() && steps-- > 0) {
-          const uint32_t id = seg->clock.front();
-          seg->clock.pop_front();
-          SegmentFile& f = seg->files[id];
-          if (f.gone) {
-            f.in_clock = false;
-            continue;
-          }
-          if (f.referenced) {
-            f.referenced = false;
-            f.clock_ns = wall_ns();
-            seg->clock.push_back(id);
-            continue;
-          }
-          f.in_clock = false;
-          freeing += f.ours ? f.end + f.summary_end : f.record_end + f.summary_read;
-          victims.push_back(id);
-        }
+      if (f.referenced) {
+        f.referenced = false;
+        f.clock_ns = wall_ns();
+        seg->clock.push_back(id);
+        continue;
       }
-      if (!victims.empty()) return ok_status();
-      if (refreshes < kMaxRefreshes && refresh_found) {
-        refresh = true;  // learn the segments others sealed since this store last looked
-        return ok_status();
-      }
-      return resource_exhausted_error(fmt::format(
-          "capacity: {} more bytes do not fit ({} of {} used{}), and no sealed segment is "
-          "left to reclaim",
-          need, used, limit, config.min_free_bytes ? ", keeping min_free_bytes free" : ""));
-    }));
-    if (reserved) return ok_status();
-    if (refresh) {
-      ++refreshes;
-      segments_refresh();
-      MutexLock lock(seg->mu);
-      refresh_found = !seg->clock.empty();
-      continue;
+      f.in_clock = false;
+      freeing += f.ours ? f.end + f.summary_end : f.record_end + f.summary_read;
+      victims.push_back(id);
     }
-    uint64_t freed = 0;
+    return !victims.empty();
+  };
+  e.evict = [&](uint64_t* freed) {
+    const uint64_t freed_before = *freed;
     Status failed;
     for (const uint32_t id : victims) {
       std::string paths[2];
@@ -160,12 +133,12 @@ Status Store::Impl::reserve_segments(uint64_t need) {
       for (const std::string& path : paths) {
         // Reclaimable segments never grow, so the size now is the size removed.
         Result<ObjectInfo> info = agent.stat(path);
-        Status st = agent.remove(path);
-        if (st.ok()) {
-          freed += info.ok() ? info->size : 0;
-        } else if (st.code() != StatusCode::kNotFound) {
+        Status removed = agent.remove(path);
+        if (removed.ok()) {
+          *freed += info.ok() ? info->size : 0;
+        } else if (removed.code() != StatusCode::kNotFound) {
           removed_all = false;
-          if (failed.ok()) failed = st.with_context("reclaiming a segment");
+          if (failed.ok()) failed = removed.with_context("reclaiming a segment");
         }
         // kNotFound: another store reclaimed it and gave its bytes back.
       }
@@ -177,10 +150,16 @@ Status Store::Impl::reserve_segments(uint64_t need) {
       }
     }
     bump(counters.evicted_pages, forget_gone_segments());
-    bump(counters.evicted_bytes, freed);
-    if (freed != 0) KVTIER_RETURN_IF_ERROR(ledger->release(freed));
-    KVTIER_RETURN_IF_ERROR(failed);
-  }
+    bump(counters.evicted_bytes, *freed - freed_before);
+    return failed;
+  };
+  e.relearn = [&]() -> Result<bool> {
+    segments_refresh();  // the segments others sealed since this store last looked
+    MutexLock lock(seg->mu);
+    return !seg->clock.empty();
+  };
+  e.none_left = "no sealed segment is left to reclaim";
+  return reserve_capacity(need, e);
 }
 
 }  // namespace kvtier

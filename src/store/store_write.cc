@@ -178,64 +178,75 @@ uint64_t Store::Impl::capacity_limit(uint64_t used) {
   return limit;
 }
 
-// Under the ledger lock only the figure changes and victims are chosen; the unlinks and a
-// rescan of the namespace happen with the lock released, so other writers (threads and
-// processes) never wait behind file-system work. The usage is lowered only after the unlinks
-// succeed, so it never reads below what is on storage.
+// Under the ledger lock only the figure changes and victims are chosen; the removals and a
+// relearning of what others wrote happen with the lock released, so other writers (threads
+// and processes) never wait behind file-system work. The usage is lowered only after the
+// removals succeed, so it never reads below what is on storage.
 //
-// Pages other processes wrote are learnt by listing the namespace again. Under contention
-// (several writers, processes or hosts, sharing a full budget) the pages one listing found
-// may be evicted by their owners first; so the namespace is listed again while listings find
-// pages, at most kMaxRescans times, and a window is refused only when a listing finds nothing
-// left to evict.
-Status Store::Impl::reserve(uint64_t need) {
-  constexpr int kMaxRescans = 8;
-  int rescans = 0;
-  bool listing_found_pages = true;
+// What other processes wrote is learnt again (the files layout lists the namespace, the
+// segment layout reads new summaries). Under contention (several writers, processes or hosts,
+// sharing a full budget) what one look found may be evicted by its owners first; so the store
+// looks again while looks find something, at most kMaxRelearns times, and a window is refused
+// only when a look finds nothing left to evict.
+Status Store::Impl::reserve_capacity(uint64_t need, const Evictor& evictor) {
+  constexpr int kMaxRelearns = 8;
+  int relearns = 0;
+  bool relearn_found = true;
   for (;;) {
-    bool reserved = false;
-    bool rescan = false;
-    std::vector<PageIndex::Page> victims;
+    enum class Next { kDone, kEvict, kRelearn } next = Next::kEvict;
     KVTIER_RETURN_IF_ERROR(ledger->update([&](uint64_t& used) -> Status {
       const uint64_t limit = capacity_limit(used);
       if (used + need <= limit) {
         used += need;
-        reserved = true;
+        next = Next::kDone;
         return ok_status();
       }
-      // The least recently used pages that make room; removed once the lock is released.
-      uint64_t freeing = 0;
-      while (used + need > limit + freeing) {
-        std::optional<PageIndex::Page> victim = index.pop_oldest();
-        if (!victim) break;
-        freeing += victim->bytes;
-        victims.push_back(*victim);
-      }
-      if (!victims.empty()) return ok_status();
-      if (rescans < kMaxRescans && listing_found_pages) {
-        // Every page this process knew of is gone: learn the ones others wrote.
-        rescan = true;
+      if (evictor.choose(used + need - limit)) return ok_status();
+      if (relearns < kMaxRelearns && relearn_found) {
+        next = Next::kRelearn;
         return ok_status();
       }
       return resource_exhausted_error(fmt::format(
-          "capacity: {} more bytes do not fit ({} of {} used{}), and there is nothing left "
-          "to evict",
-          need, used, limit, config.min_free_bytes ? ", keeping min_free_bytes free" : ""));
+          "capacity: {} more bytes do not fit ({} of {} used{}), and {}", need, used, limit,
+          config.min_free_bytes ? ", keeping min_free_bytes free" : "", evictor.none_left));
     }));
-    if (reserved) return ok_status();
-    if (rescan) {
-      ++rescans;
-      KVTIER_RETURN_IF_ERROR(scan_index(/*as_recent=*/false));
-      listing_found_pages = index.pages() != 0;
+    if (next == Next::kDone) return ok_status();
+    if (next == Next::kRelearn) {
+      ++relearns;
+      KVTIER_ASSIGN_OR_RETURN(relearn_found, evictor.relearn());
       continue;
     }
     uint64_t freed = 0;
+    Status failed = evictor.evict(&freed);
+    // A fresh statvfs next round sees the space the removals freed.
+    if (freed != 0) KVTIER_RETURN_IF_ERROR(ledger->release(freed));
+    KVTIER_RETURN_IF_ERROR(failed);
+  }
+}
+
+// The files layout evicts the least recently used pages this process knows of, and learns
+// others' pages by listing the namespace.
+Status Store::Impl::reserve(uint64_t need) {
+  std::vector<PageIndex::Page> victims;
+  Evictor e;
+  e.choose = [&](uint64_t short_by) {
+    victims.clear();
+    uint64_t freeing = 0;
+    while (freeing < short_by) {
+      std::optional<PageIndex::Page> victim = index.pop_oldest();
+      if (!victim) break;
+      freeing += victim->bytes;
+      victims.push_back(*victim);
+    }
+    return !victims.empty();
+  };
+  e.evict = [&](uint64_t* freed) {
     Status failed;
     for (const PageIndex::Page& victim : victims) {
       // Readers holding the object open keep reading it: unlinking never tears a read.
       Status st = agent.remove(router.page_path(victim.base, victim.hash));
       if (st.ok()) {
-        freed += victim.bytes;
+        *freed += victim.bytes;
         bump(counters.evicted_pages);
         bump(counters.evicted_bytes, victim.bytes);
       } else if (st.code() != StatusCode::kNotFound && failed.ok()) {
@@ -243,10 +254,15 @@ Status Store::Impl::reserve(uint64_t need) {
       }
       // kNotFound: another process removed it and gave its bytes back.
     }
-    // A fresh statvfs next round sees the space the unlinks freed.
-    if (freed != 0) KVTIER_RETURN_IF_ERROR(ledger->release(freed));
-    KVTIER_RETURN_IF_ERROR(failed);
-  }
+    return failed;
+  };
+  e.relearn = [&]() -> Result<bool> {
+    // Every page this process knew of is gone: learn the ones others wrote.
+    KVTIER_RETURN_IF_ERROR(scan_index(/*as_recent=*/false));
+    return index.pages() != 0;
+  };
+  e.none_left = "there is nothing left to evict";
+  return reserve_capacity(need, e);
 }
 
 }  // namespace kvtier
