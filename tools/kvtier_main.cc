@@ -78,7 +78,9 @@ int main(int argc, char** argv) {
                 "segment files) or auto (segments below 1 MiB pages); default: the URI's, else "
                 "files")
       ->check(CLI::IsMember({"files", "segments", "auto"}));
-  b->add_flag("--fsync", bench.fsync, "Make every page durable before a put returns");
+  b->add_flag("--fsync", bench.fsync,
+              "Make every page durable before a put returns (files: each page file and its "
+              "directory entry; segments: a batch's records, then their summary entries)");
   b->add_flag("--skip-payload-checksum", bench.skip_payload_checksum,
               "Read without checking payload checksums (headers are still checked): only to "
               "measure what verification costs; the bench still compares every byte");
