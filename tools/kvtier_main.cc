@@ -83,7 +83,9 @@ int main(int argc, char** argv) {
                 "1 MiB dealt to them in 1 MiB runs (0: one per hardware thread, at most 4)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{64}))
       ->capture_default_str();
-  b->add_flag("--fsync", bench.fsync, "Make every page durable before a put returns");
+  b->add_flag("--fsync", bench.fsync,
+              "Make every page durable before a put returns (files: each page file and its "
+              "directory entry; segments: a batch's records, then their summary entries)");
   b->add_flag("--skip-payload-checksum", bench.skip_payload_checksum,
               "Read without checking payload checksums (headers are still checked): only to "
               "measure what verification costs; the bench still compares every byte");

@@ -107,6 +107,55 @@ TEST_P(BackendBehaviour, RoundTripOfManySizes) {
   }
 }
 
+TEST_P(BackendBehaviour, AppendedBytesSyncOnFileBackendsAppendsAreRefusedElsewhere) {
+  testing::fill_pattern(buf_.data(), 8192, 3);
+  KVTIER_ASSERT_OK(write(path("log"), buf_.data(), 4096));
+  Result<Target> t = agent_->open_target({path("log"), TargetMode::kAppend, 0, {}});
+  if (!GetParam().is_file) {
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), StatusCode::kUnsupported) << t.status().to_string();
+    EXPECT_NE(t.status().message().find("append"), std::string::npos) << t.status().message();
+  } else {
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    KVTIER_EXPECT_OK(t->sync());  // nothing appended yet: harmless
+    MemDesc m{buf_.data() + 4096, 4096};
+    StorageDesc s{&*t, 4096, 4096};
+    KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x,
+                                agent_->make_request(TransferOp::kWrite, {&m, 1}, {&s, 1}));
+    KVTIER_ASSERT_OK(x.post());
+    x.wait();
+    KVTIER_ASSERT_OK(x.first_error());
+    KVTIER_ASSERT_OK(t->sync());
+    std::byte* dst = buf_.data() + (1 << 20);
+    uint64_t size = 0;
+    KVTIER_ASSERT_OK(read(path("log"), dst, 8192, &size));
+    EXPECT_EQ(size, 8192u);
+    EXPECT_EQ(testing::find_pattern_mismatch(dst, 8192, 3), SIZE_MAX);
+  }
+  // Only append targets sync: read targets have nothing to, create targets publish durably.
+  KVTIER_ASSERT_OK_AND_ASSIGN(Target r,
+                              agent_->open_target({path("log"), TargetMode::kRead, 0, {}}));
+  EXPECT_EQ(r.sync().code(), StatusCode::kInvalidArgument);
+  KVTIER_ASSERT_OK_AND_ASSIGN(Target c,
+                              agent_->open_target({path("new"), TargetMode::kCreate, 4096, {}}));
+  Status st = c.sync();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("publish durably"), std::string::npos) << st.message();
+  EXPECT_EQ(Target().sync().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(BackendSync, BackendsWithoutAppendsRefuseItClearly) {
+  // The default of Backend::sync, which dram and s3 keep: they never open kAppend targets.
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Backend> dram,
+                              create_dram_backend({{"instance", "backend-sync"}}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<BackendTarget> t,
+                              dram->open({"obj", TargetMode::kCreate, 4096, {}}));
+  Status st = dram->sync(*t);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("dram"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("does not append"), std::string::npos) << st.message();
+}
+
 TEST_P(BackendBehaviour, MissingObjectIsNotFound) {
   Result<Target> t = agent_->open_target({path("nope"), TargetMode::kRead, 0, {}});
   ASSERT_FALSE(t.ok());

@@ -19,7 +19,7 @@ Status transfer_range(Agent& agent, TransferOp op, const Target& target, std::by
 }
 
 Status write_object(Agent& agent, const std::string& path, const std::string& temp_dir,
-                    std::string_view bytes) {
+                    std::string_view bytes, const PublishOptions& options) {
   if (bytes.empty()) return invalid_argument_error("write_object: empty object");
   KVTIER_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(bytes.size()));
   std::memcpy(buf.data(), bytes.data(), bytes.size());
@@ -28,7 +28,7 @@ Status write_object(Agent& agent, const std::string& path, const std::string& te
                                                                       bytes.size(), temp_dir}));
   KVTIER_RETURN_IF_ERROR(
       transfer_range(agent, TransferOp::kWrite, target, buf.data(), 0, bytes.size()));
-  return target.publish();
+  return target.publish(options);
 }
 
 Result<std::string> read_object(Agent& agent, const std::string& path, uint64_t max_bytes) {

@@ -17,9 +17,10 @@ namespace kvtier::object_io {
 Status transfer_range(Agent& agent, TransferOp op, const Target& target, std::byte* mem,
                       uint64_t offset, uint64_t length);
 
-// Writes `bytes` as the object at `path` (atomically replacing it).
+// Writes `bytes` as the object at `path` (atomically replacing it), published with `options`
+// (durable: the data and the directory entry are on stable storage when it returns).
 Status write_object(Agent& agent, const std::string& path, const std::string& temp_dir,
-                    std::string_view bytes);
+                    std::string_view bytes, const PublishOptions& options = {});
 
 // Reads the whole object at `path`; kInvalidArgument when it exceeds `max_bytes`.
 Result<std::string> read_object(Agent& agent, const std::string& path, uint64_t max_bytes);

@@ -75,7 +75,7 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   if (layout_name == "auto") {
     const uint64_t page = config.ns.piece_bytes * config.ns.pieces_per_page;
     if (config.location.storage_class == StorageClass::kFile && page != 0 &&
-        page < kAutoSegmentsBelow && !config.fsync) {
+        page < kAutoSegmentsBelow) {
       layout = StoreLayout::kSegments;
     }
   } else {
@@ -87,9 +87,6 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
           "{}: the segment layout needs a FILE store (directories); objects and memory keep "
           "one object per page",
           config.location.uri()));
-    }
-    if (config.fsync) {
-      return unsupported_error("fsync is not implemented for the segment layout yet");
     }
     if (config.segment_lanes > 64) {
       return invalid_argument_error(

@@ -39,7 +39,8 @@ class StoreBehaviour : public ::testing::TestWithParam<StoreCase> {
   }
 
   std::unique_ptr<Store> open_other(NamespaceSpec ns) {
-    return testing::open_store(loc_, std::move(ns), nullptr, GetParam().direct_io);
+    return testing::open_store(loc_, std::move(ns), nullptr, GetParam().direct_io,
+                               GetParam().fsync);
   }
 
   testing::TempDir dir_;
@@ -300,6 +301,8 @@ INSTANTIATE_TEST_SUITE_P(
         StoreCase{"uring_segments", "uring", "&layout=segments", 1},
         StoreCase{"uring_segments_rings_only", "uring", "&layout=segments&inline_bytes=0", 1},
         StoreCase{"uring_segments_direct_on", "uring", "&layout=segments", 1, DirectIo::kOn},
+        StoreCase{"posix_segments_fsync", "posix", "&layout=segments", 1, DirectIo::kOff, true},
+        StoreCase{"uring_segments_fsync", "uring", "&layout=segments", 1, DirectIo::kOff, true},
         StoreCase{"dram", "dram", "", 1}, StoreCase{"s3", "s3", "", 1},
         StoreCase{"s3_multipart", "s3", "&multipart_bytes=6000000&part_bytes=5242880", 1}),
     testing::case_name);

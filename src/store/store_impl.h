@@ -484,6 +484,12 @@ struct Store::Impl {
   // Appends records and their summary entries to this store's segments.
   void put_window_segments(std::span<const std::string_view> keys,
                            std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out);
+  // fsync: makes the records of a window durable, one sync per segment target written
+  // (`by_target`: the pages written through each, indexes into `work`), before their summary
+  // entries are appended. The pages of a target whose sync failed get its error and leave
+  // `by_target`.
+  void sync_records(std::span<const PageWork<ConstBuffer>> work,
+                    std::span<std::vector<size_t>> by_target, std::span<Status> out);
   // Opens the segment targets of a read window's pages (the read path's open step).
   void open_records(ReadWindow& rw, std::span<Status> out);
   // Records that `key_hash` is gone (a summary remove entry) so no store finds it again.

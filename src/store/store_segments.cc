@@ -307,6 +307,8 @@ Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> 
     f.summary_end += n * segment::kEntryBytes;
     seg->grown += n * segment::kEntryBytes;
   }
+  // fsync: the entries (puts, removes, a seal) are durable before anyone acts on them.
+  if (config.fsync) KVTIER_RETURN_IF_ERROR(t.sync());
   return ok_status();
 }
 
@@ -344,17 +346,21 @@ Status Store::Impl::roll_segment(size_t slot) {
   f.sum_path = segment_dir(router, b) + "/" + f.name + std::string(segment::kSummarySuffix);
   f.ours = true;
   const uint64_t now = wall_ns();
-  // The segment first (a header naming it), then its summary, which makes it known.
+  // The segment first (a header naming it), then its summary, which makes it known. With
+  // fsync each is published durably: its data and its directory entry.
+  const PublishOptions publish{.durable = config.fsync};
   std::string header(segment::kSegmentHeaderBytes, '\0');
   segment::encode_segment_header(
       {ns_id, seg->writer, seq, now},
       std::span<std::byte>(reinterpret_cast<std::byte*>(header.data()), header.size()));
-  KVTIER_RETURN_IF_ERROR(object_io::write_object(agent, f.seg_path, router.temp_dir(b), header));
+  KVTIER_RETURN_IF_ERROR(
+      object_io::write_object(agent, f.seg_path, router.temp_dir(b), header, publish));
   std::string begin(segment::kEntryBytes, '\0');
   segment::encode_entry({segment::EntryType::kBegin, 0, ns_id, seg->writer, seq, 0, now},
                         std::span<std::byte, segment::kEntryBytes>(
                             reinterpret_cast<std::byte*>(begin.data()), segment::kEntryBytes));
-  KVTIER_RETURN_IF_ERROR(object_io::write_object(agent, f.sum_path, router.temp_dir(b), begin));
+  KVTIER_RETURN_IF_ERROR(
+      object_io::write_object(agent, f.sum_path, router.temp_dir(b), begin, publish));
   f.end = segment::kSegmentHeaderBytes;
   f.summary_end = segment::kEntryBytes;
   seg->grown += segment::kSegmentHeaderBytes + segment::kEntryBytes;
@@ -565,6 +571,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     out[w.page] = std::move(st);
     if (out[w.page].ok()) by_seg[seg_of[i]].push_back(i);
   }
+  if (config.fsync) sync_records(work, by_seg, out);
   {
     MutexLock lock(seg->mu);
     const uint64_t grown_before = seg->grown;
@@ -604,6 +611,18 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   }
   for (const Status& s : out) {
     if (!s.ok()) bump(counters.put_failures);
+  }
+}
+
+void Store::Impl::sync_records(std::span<const PageWork<ConstBuffer>> work,
+                               std::span<std::vector<size_t>> by_target, std::span<Status> out) {
+  for (std::vector<size_t>& pages : by_target) {
+    if (pages.empty()) continue;
+    // Every page of a group was written through the same target.
+    Status st = work[pages.front()].io_target->sync();
+    if (st.ok()) continue;
+    for (size_t i : pages) out[work[i].page] = st;
+    pages.clear();  // no entries for them: they stay out of the index
   }
 }
 

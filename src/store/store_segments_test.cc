@@ -80,7 +80,9 @@ TEST_F(StoreSegments, AutoPicksSegmentsForSmallFixedPagesOnly) {
   EXPECT_EQ(layout_for("?layout=auto", 512 << 10, 2), StoreLayout::kFiles);  // 1 MiB pages
   EXPECT_EQ(layout_for("?layout=auto", 4 << 20, 1), StoreLayout::kFiles);
   EXPECT_EQ(layout_for("?layout=auto", 0, 1), StoreLayout::kFiles);  // any page size
-  EXPECT_EQ(layout_for("?layout=auto", 70272, 1, /*fsync=*/true), StoreLayout::kFiles);
+  // fsync too: a window syncs its segment and summary once, a page file syncs per page.
+  EXPECT_EQ(layout_for("?layout=auto", 70272, 1, /*fsync=*/true), StoreLayout::kSegments);
+  EXPECT_EQ(layout_for("?layout=auto", 4 << 20, 1, /*fsync=*/true), StoreLayout::kFiles);
   // A capacity is kept by both layouts (reclaiming whole segments here).
   EXPECT_EQ(layout_for("?layout=auto", 70272, 1, false, 64 << 20), StoreLayout::kSegments);
   EXPECT_EQ(layout_for("", 70272, 1), StoreLayout::kFiles);  // the default stays files

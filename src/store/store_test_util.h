@@ -34,6 +34,7 @@ struct StoreCase {
   std::string query;    // extra URI parameters
   int bases = 1;        // base directories
   DirectIo direct_io = DirectIo::kOff;
+  bool fsync = false;  // StoreConfig::fsync
 };
 
 inline void PrintTo(const StoreCase& c, std::ostream* os) {
@@ -82,11 +83,12 @@ inline std::unique_ptr<Store> open_store(StoreConfig cfg) {
 
 inline std::unique_ptr<Store> open_store(const StoreLocation& loc, NamespaceSpec ns,
                                          std::shared_ptr<FaultInjector> faults = nullptr,
-                                         DirectIo direct_io = DirectIo::kOff) {
+                                         DirectIo direct_io = DirectIo::kOff, bool fsync = false) {
   StoreConfig cfg;
   cfg.location = loc;
   cfg.ns = std::move(ns);
   cfg.direct_io = direct_io;
+  cfg.fsync = fsync;
   if (faults) {
     cfg.decorate = [faults](std::unique_ptr<Backend> b) {
       return make_fault_backend(std::move(b), faults);

@@ -255,6 +255,21 @@ Status Target::publish(const PublishOptions& options) {
   return st;
 }
 
+Status Target::sync() const {
+  if (!state_) return invalid_argument_error("sync on an empty Target");
+  if (state_->impl->mode() != TargetMode::kAppend) {
+    return invalid_argument_error(fmt::format(
+        "target '{}' was not opened with kAppend; only kAppend targets sync (kCreate targets "
+        "publish durably)",
+        path()));
+  }
+  if (state_->writes_inflight.load() != 0) {
+    return invalid_argument_error(
+        fmt::format("target '{}' has a write in flight; wait for it before syncing", path()));
+  }
+  return core_->backend->sync(*state_->impl);
+}
+
 // ---- Transfer ----
 
 Transfer::Transfer() noexcept = default;

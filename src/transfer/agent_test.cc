@@ -625,6 +625,31 @@ TEST_F(AgentInFlight, DeregistrationWaitsForTransfersUsingTheMemory) {
   KVTIER_EXPECT_OK(x.first_error());
 }
 
+TEST_F(AgentInFlight, SyncWaitsForNoWriteAndItsFailureIsReported) {
+  KVTIER_ASSERT_OK_AND_ASSIGN(Target t,
+                              agent_->open_target({dir_.file("obj"), TargetMode::kAppend, 0, {}}));
+  faults_->hold_batches();
+  MemDesc m{buf_.data(), 4096};
+  StorageDesc s{&t, 4096, 4096};
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer x,
+                              agent_->make_request(TransferOp::kWrite, {&m, 1}, {&s, 1}));
+  KVTIER_ASSERT_OK(x.post());
+  Status early = t.sync();
+  EXPECT_EQ(early.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(early.message().find("in flight"), std::string::npos) << early.message();
+  faults_->release_batches();
+  x.wait();
+  KVTIER_EXPECT_OK(x.first_error());
+  const uint64_t before = faults_->calls(FaultOp::kSync);
+  KVTIER_EXPECT_OK(t.sync());
+  EXPECT_EQ(faults_->calls(FaultOp::kSync), before + 1);
+  faults_->add(FaultRule{.op = FaultOp::kSync, .error = EIO, .count = 1});
+  Status failed = t.sync();
+  EXPECT_FALSE(failed.ok());
+  EXPECT_NE(failed.message().find("fdatasync"), std::string::npos) << failed.to_string();
+  KVTIER_EXPECT_OK(t.sync());  // the rule is spent
+}
+
 TEST_F(AgentInFlight, PublishWhileAWriteIsInFlightIsRejected) {
   KVTIER_ASSERT_OK_AND_ASSIGN(
       Target t, agent_->open_target({dir_.file("new"), TargetMode::kCreate, 4096, {}}));

@@ -67,6 +67,12 @@ Result<size_t> Backend::count_temporaries(std::string_view /*temp_dir*/) {
   return size_t{0};
 }
 
+Status Backend::sync(BackendTarget& target) {
+  return unsupported_error(fmt::format(
+      "'{}': the {} backend has no appended bytes to sync (it does not append to objects)",
+      target.path(), name()));
+}
+
 Result<DirectIoAlignment> Backend::probe_direct_io(std::string_view /*dir*/) {
   return unsupported_error(fmt::format("the {} backend has no direct I/O", name()));
 }

@@ -88,9 +88,9 @@ Result<DirectIo> parse_direct_io(std::string_view text);
 //   kSegments  pages appended as records to large segment files, each writer process to its
 //              own; an index of summaries finds them. No file is created per page.
 // "auto" (StoreConfig::layout, the URI) picks kSegments for FILE stores whose namespace fixes
-// a page size below kAutoSegmentsBelow (piece_bytes x pieces_per_page) and that use nothing
-// the segment layout lacks (fsync); kFiles otherwise (docs/benchmarks.md: below
-// 1 MiB segments write 5-20x and read 1.2x faster; from 1 MiB on the two are even).
+// a page size below kAutoSegmentsBelow (piece_bytes x pieces_per_page), with or without
+// fsync; kFiles otherwise (docs/benchmarks.md: below 1 MiB segments write 5-20x and read
+// 1.2x faster, with fsync about 24x at 64 KiB; from 1 MiB on the two are even).
 enum class StoreLayout : uint8_t { kFiles, kSegments };
 inline constexpr uint64_t kAutoSegmentsBelow = uint64_t{1} << 20;
 std::string_view store_layout_name(StoreLayout layout);
@@ -111,7 +111,9 @@ struct StoreConfig {
   // threads (buffered writes into one file wait on its lock; into several they run side by
   // side). 0: one per hardware thread, at most 4.
   size_t segment_lanes = 0;
-  // fsync each page (and its directory entry) before a put reports success.
+  // Make each page durable before a put reports success. kFiles: fdatasync each page file,
+  // then fsync its directory. kSegments: fdatasync the segments a batch wrote, then its
+  // summaries once the entries are appended (docs/format.md, "With fsync").
   bool fsync = false;
   DirectIo direct_io = DirectIo::kOff;
   // Most memory held in staging buffers for direct I/O (kOn).

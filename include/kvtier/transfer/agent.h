@@ -110,6 +110,11 @@ class Target {
   // kCreate targets: make the written object visible at path(). kInvalidArgument while a
   // transfer writing it is in flight, or when already published.
   Status publish(const PublishOptions& options = {});
+  // kAppend targets: makes every byte written through the target so far durable, with the
+  // object's size (an fdatasync on FILE backends); returns once it is on stable storage.
+  // kInvalidArgument for other modes and while a transfer writing it is in flight.
+  // Appends stay visible to readers before it; sync() only adds durability.
+  Status sync() const;
   // Releases the target now (an unpublished kCreate target leaves nothing behind).
   void reset() noexcept;
 

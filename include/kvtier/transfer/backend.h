@@ -65,8 +65,9 @@ enum class TargetMode : uint8_t {
   // An existing object opened to add bytes after its end (the segment layout's appends);
   // kNotFound when absent. Writes go only at or past the size the object had when it was
   // opened, so bytes already there are never changed through it; reads stay below that size.
-  // Nothing to publish: the bytes are in the object as soon as they are written. Backends
-  // that cannot (object stores, memory) refuse it with kUnsupported.
+  // Nothing to publish: the bytes are in the object as soon as they are written, and
+  // sync() makes them durable. Backends that cannot (object stores, memory) refuse it with
+  // kUnsupported.
   kAppend,
 };
 
@@ -184,6 +185,11 @@ class Backend {
   // Makes a kCreate target visible at its path in one step (atomically replacing any object
   // there). A reader never sees a partially written object. At most once per target.
   virtual Status publish(BackendTarget& target, const PublishOptions& options) = 0;
+  // Makes the bytes written to a kAppend target so far durable, with the object's size
+  // (FILE backends: fdatasync). The writes must have completed. A new object's directory
+  // entry is not part of it: that is published (durably) when the object is created. The
+  // default, for backends without kAppend targets, is kUnsupported.
+  virtual Status sync(BackendTarget& target);
 
   virtual Status make_dirs(std::string_view path) = 0;
   virtual Result<ObjectInfo> stat(std::string_view path) = 0;
@@ -242,6 +248,7 @@ class BackendWrapper : public Backend {
   Status publish(BackendTarget& target, const PublishOptions& options) override {
     return inner_->publish(target, options);
   }
+  Status sync(BackendTarget& target) override { return inner_->sync(target); }
   Status make_dirs(std::string_view path) override { return inner_->make_dirs(path); }
   Result<ObjectInfo> stat(std::string_view path) override { return inner_->stat(path); }
   std::vector<Result<ObjectInfo>> stat_many(std::span<const std::string> paths,

@@ -85,8 +85,14 @@ void FaultInjector::note_held(bool entering) {
   held_cv_.notify_all();
 }
 
+uint64_t FaultInjector::calls(FaultOp op) const {
+  MutexLock lock(mu_);
+  return calls_[static_cast<size_t>(op)];
+}
+
 int FaultInjector::check(FaultOp op, std::string_view path) {
   MutexLock lock(mu_);
+  ++calls_[static_cast<size_t>(op)];
   for (Armed& a : rules_) {
     if (a.rule.op != op) continue;
     if (!a.rule.path_contains.empty() &&
@@ -175,6 +181,13 @@ class FaultBackend final : public BackendWrapper {
       return errno_status(e, "publish", target.path());
     }
     return BackendWrapper::publish(target, options);
+  }
+
+  Status sync(BackendTarget& target) override {
+    if (int e = injector_->check(FaultOp::kSync, target.path())) {
+      return errno_status(e, "fdatasync", target.path());
+    }
+    return BackendWrapper::sync(target);
   }
 
   Status make_dirs(std::string_view path) override {

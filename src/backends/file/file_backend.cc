@@ -266,6 +266,17 @@ Status FileBackend::publish(BackendTarget& base, const PublishOptions& options) 
   return ok_status();
 }
 
+Status FileBackend::sync(BackendTarget& base) {
+  auto& t = static_cast<FileTarget&>(base);
+  if (t.mode() != TargetMode::kAppend) return invalid_argument_error("sync: not a kAppend target");
+  int rc;
+  do {
+    rc = ::fdatasync(t.fd());
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return errno_status(errno, "fdatasync", t.path());
+  return ok_status();
+}
+
 Status FileBackend::make_dirs(std::string_view path) {
   const std::string p(path);
   if (p.empty()) return invalid_argument_error("make_dirs: empty path");

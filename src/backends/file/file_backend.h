@@ -89,6 +89,8 @@ class FileBackend : public Backend {
   std::vector<Result<std::unique_ptr<BackendTarget>>> open_batch(
       std::span<const TargetSpec> specs) override;
   Status publish(BackendTarget& target, const PublishOptions& options) override;
+  // fdatasync of the target's descriptor (posix and uring alike: one call, no ring needed).
+  Status sync(BackendTarget& target) override;
   Status make_dirs(std::string_view path) override;
   Result<ObjectInfo> stat(std::string_view path) override;
   Status remove(std::string_view path, const ObjectIdentity* if_identity) override;

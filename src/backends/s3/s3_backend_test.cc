@@ -356,6 +356,24 @@ TEST_F(S3Backend, DescribeNamesTheEndpointNotTheSecret) {
   EXPECT_EQ(d.find(std::getenv("AWS_SECRET_ACCESS_KEY")), std::string::npos);
 }
 
+TEST_F(S3Backend, AppendsAreRefusedSoThereIsNothingToSync) {
+  const StoreLocation loc = location();
+  AgentConfig ac;
+  ac.backend = "s3";
+  ac.storage_class = StorageClass::kObject;
+  ac.params = loc.params;
+  ac.registry = &builtin_backends();
+  KVTIER_ASSERT_OK_AND_ASSIGN(Agent agent, Agent::create(ac));
+  const std::string key = loc.bases.front() + "/log";
+  Result<Target> t = agent.open_target({key, TargetMode::kAppend, 0, {}});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kUnsupported) << t.status().to_string();
+  EXPECT_NE(t.status().message().find("does not append"), std::string::npos)
+      << t.status().message();
+  KVTIER_ASSERT_OK_AND_ASSIGN(Target c, agent.open_target({key, TargetMode::kCreate, 4096, {}}));
+  EXPECT_EQ(c.sync().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(S3Backend, CorruptOrForeignObjectIsAMiss) {
   const StoreLocation loc = location();
   auto store = testing::open_store(loc, testing::test_namespace());

@@ -1,5 +1,5 @@
 // A decorator that injects failures into any backend: errors on open, read, write, publish,
-// remove, stat, list and registration (ENOSPC, EACCES, EIO, EMFILE... whatever errno a rule
+// sync, remove, stat, list and registration (ENOSPC, EACCES, EIO, EMFILE... whatever errno a rule
 // names), and delays before a batch reaches the inner backend (slow storage, cancel while in
 // flight). Storage rarely fails on cue; the paths that handle failures are tested through this.
 //
@@ -17,6 +17,7 @@
 // Thread-safety: safe for concurrent use; rules may change while the backend is in use.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -43,6 +44,7 @@ enum class FaultOp : uint8_t {
   kList,
   kMakeDirs,
   kRegister,
+  kSync,  // Target::sync() of an append target (keep last: it sizes FaultInjector's counts)
 };
 
 struct FaultRule {
@@ -67,6 +69,9 @@ class FaultInjector {
   std::chrono::milliseconds batch_delay() const;
   // Injected failures so far.
   uint64_t injected() const;
+  // Calls of `op` that reached the decorator so far, failed or not (kRead/kWrite: one per
+  // descriptor). Tests count syncs and publishes with it.
+  uint64_t calls(FaultOp op) const;
 
   // From now on kRead/kWrite batches stop before the inner backend, in flight, until
   // release_batches() (or until cancelled: they then complete as kCancelled).
@@ -97,6 +102,7 @@ class FaultInjector {
   std::vector<Armed> rules_ KVTIER_GUARDED_BY(mu_);
   std::chrono::milliseconds delay_ KVTIER_GUARDED_BY(mu_){0};
   uint64_t injected_ KVTIER_GUARDED_BY(mu_) = 0;
+  std::array<uint64_t, static_cast<size_t>(FaultOp::kSync) + 1> calls_ KVTIER_GUARDED_BY(mu_){};
   // Read without mu_: the delayer reads it under its backend's lock, and release_batches()
   // takes that lock (through the waker) while holding mu_.
   std::atomic<bool> holding_{false};
