@@ -5,7 +5,11 @@ path's skip-if-present and stop-at-first-miss save.
   hybrid   backup and prefetch of a hybrid model (KV + Mamba state + SWA window) through the
            controller's order (batch_set_v2 then KV v1; batch_exists_v2, KV v1, batch_get_v2),
            against the KV-only path on the same KV pages. Reports the side pools' time and
-           bytes, and the time they would take at the KV path's GB/s.
+           bytes, the time they would take at the KV path's GB/s, and the floor: the same
+           side-pool pages read right after the same KV read through the bare store bindings
+           (one batch_get_pieces per pool, into the same host memory, no adapter). With
+           --hybrid-baseline REV the adapter of that git revision runs beside this one, the
+           two taking turns round by round.
   v1       this adapter against the previous one (git revision --baseline, loaded from git):
            a rewrite of 128 pages already stored, and a read of 128 pages with a hole at 8.
 
@@ -13,7 +17,7 @@ Pages land in --dir (page-cache hot: the numbers are the adapter's and the store
 not a disk's). Medians over --reps rounds.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_adapter.py [--dir DIR] [--reps 5]
-      [--baseline ff074c2] [--only hybrid|v1]
+      [--baseline ff074c2] [--hybrid-baseline REV] [--only hybrid|v1]
       [--file-layout files|segments|auto]
 """
 
@@ -36,7 +40,7 @@ import torch  # noqa: E402
 import kvtier.sglang as current  # noqa: E402
 from fakes import HostPool, host_indices  # noqa: E402
 from sglang_fakes import (  # noqa: E402
-    Driver, HostPoolGroup, MambaPoolHost, PoolEntry, PoolHitPolicy, PoolName, PoolTransfer,
+    HostPoolGroup, MambaPoolHost, PoolEntry, PoolHitPolicy, PoolName, PoolTransfer,
     placeholder_keys, storage_config)
 
 PAGES = 128
@@ -89,51 +93,40 @@ def timed(fn):
     return time.perf_counter() - t, out
 
 
-FILE_LAYOUT = ""  # --file-layout: the adapter's file_layout option ("" = its default)
+class HybridRun:
+    """One adapter (a module: this one or a baseline) with its own pools and directory, run
+    through SGLang's order one round at a time, so that adapters can take turns."""
 
+    def __init__(self, label, module, directory, floor=False):
+        self.label = label
+        self.kv = kv_pool()
+        self.mamba, self.swa = side_pools()
+        group = HostPoolGroup([PoolEntry(PoolName.KV, self.kv, True),
+                               PoolEntry(PoolName.MAMBA, self.mamba),
+                               PoolEntry(PoolName.SWA, self.swa)])
+        self.b = make(module, directory, group,
+                      [(PoolName.MAMBA, self.mamba), (PoolName.SWA, self.swa)], FILE_LAYOUT)
+        self.floor = floor
+        self.rows = {k: [] for k in ("kv_set", "side_set", "kv_get", "side_exists", "side_get",
+                                     "kv_exists", "kv_get_again", "side_get_again",
+                                     "kv_get_floor", "side_floor")}
 
-def make(module, directory, group, pools, file_layout=""):
-    config = storage_config(layout="page_first_direct")
-    config.extra_config = {"uri": f"file://{directory}", "backend": "posix"}
-    if file_layout:
-        config.extra_config["file_layout"] = file_layout
-    b = module.HiCacheKvtier(config, {})
-    b.register_mem_pool_host(group)
-    if hasattr(b, "register_mem_host_pool_v2"):
-        for name, pool in pools:
-            b.register_mem_host_pool_v2(pool, name)
-    return b
+    def floor_read(self, keys):
+        """The side pools' pages of a request read through the bare store bindings into the
+        same host memory: one batch_get_pieces per pool's namespace, no adapter."""
+        calls = []
+        for name, pool, slots, page_keys in (
+                ("mamba", self.mamba, torch.tensor([5]), keys[-1:]),
+                ("swa", self.swa, host_indices([8, 9, 10, 11], PS), keys[-4:])):
+            ptrs, sizes = pool.get_page_buffer_meta(slots)
+            calls.append((self.b._pools[name].stores[0], page_keys, list(ptrs), list(sizes)))
 
+        def read():
+            return [store.batch_get_pieces(k, p, z).pages for store, k, p, z in calls]
+        return read
 
-def timed(fn):
-    t = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t, out
-
-
-def one_pool_after_another():
-    """Makes batch_get_v2/batch_set_v2 run each pool's batch to completion before the next
-    (as before their batches overlapped), for the comparison."""
-    def start_io(self, write, keys, host_indices, starts):
-        statuses = self.io(write, keys, host_indices, starts)
-        return lambda: statuses
-    current._Pool.start_io = start_io
-
-
-def bench_hybrid(directory, reps):
-    kv = kv_pool()
-    mamba, swa = side_pools()
-    group = HostPoolGroup([PoolEntry(PoolName.KV, kv, True), PoolEntry(PoolName.MAMBA, mamba),
-                           PoolEntry(PoolName.SWA, swa)])
-    b = make(current, directory, group, [(PoolName.MAMBA, mamba), (PoolName.SWA, swa)],
-             FILE_LAYOUT)
-    d = Driver(b, PS)
-    kv_bytes = PAGES * kv.page_bytes(0).size
-    mamba_bytes = mamba.page_bytes(0).size
-    swa_bytes = 4 * swa.page_bytes(0).size
-    rows = {k: [] for k in ("kv_set", "side_set", "kv_get", "side_exists", "side_get",
-                            "kv_exists", "kv_get_again", "side_get_again")}
-    for r in range(reps):
+    def round(self, r):
+        b, rows = self.b, self.rows
         keys = keys_for(f"hyb{r}", PAGES)
         side = [PoolTransfer(PoolName.MAMBA, host_indices=torch.tensor([1]), keys=keys[-1:],
                              hit_policy=PoolHitPolicy.TRAILING_PAGES),
@@ -164,31 +157,89 @@ def bench_hybrid(directory, reps):
             t, res = timed(lambda: b.batch_get_v2(ph))
             assert all(all(v) for v in res.values())
             rows["side_get" + again].append(t)
-    b.close()
-    med = {k: statistics.median(v) for k, v in rows.items()}
+        if self.floor:
+            read = self.floor_read(keys)
+            t, ok = timed(lambda: b.batch_get_v1(keys, dst))
+            assert all(ok)
+            rows["kv_get_floor"].append(t)
+            t, pages = timed(read)
+            assert all(all(p) for p in pages)
+            rows["side_floor"].append(t)
+
+    def close(self):
+        self.b.close()
+
+
+def spread(values, scale=1e3):
+    return f"{statistics.median(values) * scale:.2f} ({min(values) * scale:.2f}-" \
+           f"{max(values) * scale:.2f})"
+
+
+def bench_hybrid(directory, reps, baseline=None):
+    runs = [HybridRun("current", current, os.path.join(directory, "current"), floor=True)]
+    if baseline is not None:
+        runs.append(HybridRun("previous", baseline, os.path.join(directory, "previous")))
+    load = [os.getloadavg()[0]]
+    for r in range(reps):  # the adapters take turns, in alternating order
+        for run in (runs if r % 2 == 0 else runs[::-1]):
+            run.round(r)
+        load.append(os.getloadavg()[0])
+    for run in runs:
+        run.close()
+    kv = runs[0].kv
+    kv_bytes = PAGES * kv.page_bytes(0).size
+    mamba_bytes = runs[0].mamba.page_bytes(0).size
+    swa_bytes = 4 * runs[0].swa.page_bytes(0).size
     side = mamba_bytes + swa_bytes
     print(f"hybrid: {PAGES} KV pages of {kv_bytes // PAGES} B; side pools per request: Mamba "
           f"{mamba_bytes} B (1 slot, 2 unequal pieces) + SWA {swa_bytes} B (4 pages): "
-          f"{100 * side / kv_bytes:.2f}% of the KV bytes")
-    for op, kvk, sk in (("backup", "kv_set", "side_set"), ("prefetch", "kv_get", "side_get"),
-                        ("again", "kv_get_again", "side_get_again")):
-        gbs = kv_bytes / med[kvk] / 1e9
-        at_kv_rate = side / (kv_bytes / med[kvk])
-        print(f"  {op:8}: KV {med[kvk] * 1e3:7.2f} ms ({gbs:5.2f} GB/s); side pools "
-              f"{med[sk] * 1e3:6.2f} ms ({side / med[sk] / 1e9:5.2f} GB/s), "
-              f"{at_kv_rate * 1e3:5.2f} ms at the KV rate; hybrid/KV-only "
-              f"{(med[kvk] + med[sk]) / med[kvk]:.3f}x")
-    print(f"  exists  : batch_exists {med['kv_exists'] * 1e6:6.0f} us, batch_exists_v2 with "
-          f"both pools {med['side_exists'] * 1e6:6.0f} us")
+          f"{100 * side / kv_bytes:.2f}% of the KV bytes; {reps} rounds, "
+          f"file layout {FILE_LAYOUT or 'default'}; load average (1 min) "
+          f"{min(load):.2f}-{max(load):.2f}")
+    print("  times in ms: median (min-max) over rounds; ratios: of the medians (min-max of "
+          "the rounds')")
+
+    def ratio(kv_times, side_times):
+        per_round = [(k + s) / k for k, s in zip(kv_times, side_times)]
+        med = (statistics.median(kv_times) + statistics.median(side_times)) / \
+            statistics.median(kv_times)
+        return f"{med:.3f}x ({min(per_round):.3f}-{max(per_round):.3f})"
+
+    steps = [("backup", "kv_set", "side_set"), ("prefetch", "kv_get", "side_get"),
+             ("again", "kv_get_again", "side_get_again")]
+    for run in runs:
+        rows = run.rows
+        print(f"  [{run.label}]")
+        for op, kvk, sk in steps + ([("floor", "kv_get_floor", "side_floor")]
+                                    if run.floor else []):
+            kv_med = statistics.median(rows[kvk])
+            side_med = statistics.median(rows[sk])
+            what = "bare store" if op == "floor" else "side pools"
+            print(f"    {op:8}: KV {spread(rows[kvk])} ms ({kv_bytes / kv_med / 1e9:5.2f} GB/s); "
+                  f"{what} {spread(rows[sk])} ms ({side / side_med / 1e9:5.2f} GB/s), "
+                  f"{side / (kv_bytes / kv_med) * 1e3:.2f} ms at the KV rate; hybrid/KV-only "
+                  f"{ratio(rows[kvk], rows[sk])}")
+        print(f"    exists  : batch_exists {statistics.median(rows['kv_exists']) * 1e6:.0f} us, "
+              f"batch_exists_v2 with both pools "
+              f"{statistics.median(rows['side_exists']) * 1e6:.0f} us")
+    floor = runs[0].rows["side_floor"]
+    fm = statistics.median(floor)
+    print(f"  byte share: {(kv_bytes + side) / kv_bytes:.3f}x")
+    for run in runs:
+        for op in ("side_get", "side_get_again"):
+            med = statistics.median(run.rows[op])
+            print(f"  {run.label} {op}: adapter / bare store {med / fm:.2f}x (above the "
+                  f"floor by {(med - fm) * 1e6:.0f} us)")
 
 
 def load_baseline(rev):
     text = subprocess.run(["git", "-C", HERE, "show", f"{rev}:python/kvtier/sglang.py"],
                           check=True, capture_output=True, text=True).stdout
-    path = os.path.join(tempfile.mkdtemp(), "kvtier_sglang_baseline.py")
+    name = "kvtier_sglang_" + "".join(c if c.isalnum() else "_" for c in rev)
+    path = os.path.join(tempfile.mkdtemp(), name + ".py")
     with open(path, "w") as f:
         f.write(text)
-    spec = importlib.util.spec_from_file_location("kvtier_sglang_baseline", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -229,6 +280,8 @@ def main():
     ap.add_argument("--dir", default=None)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--baseline", default="ff074c2")
+    ap.add_argument("--hybrid-baseline", default=None, metavar="REV",
+                    help="also run the hybrid rounds with the adapter of this git revision")
     ap.add_argument("--only", choices=("hybrid", "v1"), default=None)
     ap.add_argument("--file-layout", choices=("files", "segments", "auto"), default=None,
                     help="the adapter's file_layout (hybrid only; the v1 baseline predates it)")
@@ -238,7 +291,8 @@ def main():
     directory = args.dir or tempfile.mkdtemp(prefix="kvtier-sglang-bench-")
     try:
         if args.only in (None, "hybrid"):
-            bench_hybrid(os.path.join(directory, "hybrid"), args.reps)
+            baseline = load_baseline(args.hybrid_baseline) if args.hybrid_baseline else None
+            bench_hybrid(os.path.join(directory, "hybrid"), args.reps, baseline)
         if args.only in (None, "v1"):
             bench_v1(os.path.join(directory, "v1"), args.reps, load_baseline(args.baseline))
     finally:

@@ -271,12 +271,47 @@ def _name_key(name: Any) -> str:
     return str(value)
 
 
-def _indices_list(host_indices: Any) -> List[int]:
-    if host_indices is None:
-        raise kvtier.InvalidArgumentError("host_indices is None")
-    if hasattr(host_indices, "tolist"):
-        return [int(i) for i in host_indices.tolist()]
-    return [int(i) for i in host_indices]
+class _Indices:
+    """The host indices of one call: SGLang's tensor (or array, or list) and its values,
+    converted to a list once (torch calls are the costly part of a small call), and the
+    token range [lo, hi) of it that a step works on."""
+
+    __slots__ = ("source", "values", "lo", "hi")
+
+    def __init__(self, source: Any, values: List[Any], lo: int = 0,
+                 hi: Optional[int] = None):
+        self.source = source
+        self.values = values
+        self.lo = lo
+        self.hi = len(values) if hi is None else hi
+
+    @classmethod
+    def of(cls, host_indices: Any) -> "_Indices":
+        if host_indices is None:
+            raise kvtier.InvalidArgumentError("host_indices is None")
+        values = host_indices.tolist() if hasattr(host_indices, "tolist") else \
+            list(host_indices)
+        if values and isinstance(values[0], list):
+            raise kvtier.InvalidArgumentError("host_indices has more than one dimension")
+        return cls(host_indices, values)
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def span(self, lo: int, hi: int) -> "_Indices":
+        """Tokens [lo, hi) of this range."""
+        return _Indices(self.source, self.values, self.lo + lo, self.lo + hi)
+
+    def tokens(self) -> List[Any]:
+        if self.lo == 0 and self.hi == len(self.values):
+            return self.values
+        return self.values[self.lo:self.hi]
+
+    def tensor(self) -> Any:
+        """The range as SGLang passed it (what the pool's own methods take)."""
+        if self.lo == 0 and self.hi == len(self.values):
+            return self.source
+        return self.source[self.lo:self.hi]
 
 
 def _pool_tensors(host: Any) -> List[Any]:
@@ -352,7 +387,11 @@ class _Pool:
         self.zero_copy = False
         self.sizes: List[int] = []
         self.order: List[int] = []  # pieces in address (flat page) order
+        # (first page's piece addresses, stride per piece, pages): see _fit_geometry.
+        self.geometry: Optional[tuple] = None
         self.split = 1
+        # The keys the last batch_exists_v2 found in this pool (see _get_pages).
+        self.confirmed: Optional[frozenset] = None
         # MLA-style models hold the same KV on every TP rank: their pools are one namespace,
         # written by rank 0. Mamba state is sharded by heads: every rank writes its own.
         self.replicated = adapter.is_mla and name not in ("mamba", "draft_mamba")
@@ -430,6 +469,7 @@ class _Pool:
                 self.zero_copy = True
                 self.sizes = sizes
                 self.order = sorted(range(len(ptrs)), key=lambda i: ptrs[i])
+                self._fit_geometry(meta, tensors, ranges, ptrs)
                 return
         flat = self._flat_like()
         if flat is None:
@@ -439,6 +479,57 @@ class _Pool:
                 "(get_data_page)")
         self.sizes = [_address_size(flat)[1]]
         self.order = [0]
+
+    def _fit_geometry(self, meta: Any, tensors: List[Any], ranges: List[tuple],
+                      first: List[int]) -> None:
+        """Learns where any page's pieces are, once: piece i of page p at first[i] +
+        p * stride[i]. It holds for every host pool SGLang has (a page's pieces are rows of
+        tensors allocated at startup), and is checked here against the pool's own
+        get_page_buffer_meta at the second, a middle and the last page; a pool it does not
+        fit keeps being asked on every call."""
+        pages = int(getattr(self.host, "size", 0) or 0) // self.page_size
+        if pages < 3:
+            return
+        like = tensors[0] if tensors else None
+
+        def pieces(page: int):
+            lo = page * self.page_size
+            ptrs, sizes = meta(_arange_like(like, lo, lo + self.page_size))
+            return [int(p) for p in ptrs], [int(z) for z in sizes]
+
+        try:
+            second, sizes = pieces(1)
+            if sizes != self.sizes:
+                return
+            stride = [b - a for a, b in zip(first, second)]
+            for page in (pages // 2, pages - 1):
+                ptrs, sizes = pieces(page)
+                if sizes != self.sizes or \
+                        ptrs != [a + page * d for a, d in zip(first, stride)]:
+                    return
+        except Exception:  # noqa: BLE001 - the pool answers per call, as before
+            return
+        # Every page between the first and the last inside the same registered tensor.
+        last = [a + (pages - 1) * d for a, d in zip(first, stride)]
+        for a, b, z in zip(first, last, self.sizes):
+            if not any(lo <= min(a, b) and max(a, b) + z <= lo + n for lo, n in ranges):
+                return
+        self.geometry = (first, stride, pages)
+
+    def page_meta(self, indices: _Indices) -> tuple:
+        """(ptrs, sizes) of the pages at `indices` in the pool's memory: from the geometry
+        learnt at registration for page-aligned indices inside the pool, else from the
+        pool's get_page_buffer_meta."""
+        if self.geometry is not None:
+            first, stride, pages = self.geometry
+            ps = self.page_size
+            starts = indices.tokens()[::ps] if ps > 1 else indices.tokens()
+            if all(type(i) is int and 0 <= i < pages * ps and not i % ps for i in starts):
+                geometry = list(zip(first, stride))
+                ptrs = [a + (i // ps) * d for i in starts for a, d in geometry]
+                return ptrs, self.sizes * len(starts)
+        ptrs, sizes = self.host.get_page_buffer_meta(indices.tensor())
+        return list(map(int, ptrs)), list(map(int, sizes))
 
     def _flat_like(self) -> Any:
         host = self.host
@@ -502,13 +593,19 @@ class _Pool:
 
     # ---- pages -------------------------------------------------------------------------
 
-    def starts(self, keys: List[str], host_indices: Any) -> List[int]:
-        indices = _indices_list(host_indices)
+    def indices(self, keys: List[str], host_indices: Any) -> _Indices:
+        """`host_indices` converted once, or raises unless it holds a page's token indices
+        for each key."""
+        indices = _Indices.of(host_indices)
         if len(indices) != len(keys) * self.page_size:
             raise kvtier.InvalidArgumentError(
                 f"pool '{self.name}': {len(keys)} keys need {len(keys) * self.page_size} "
                 f"host indices (page size {self.page_size}), got {len(indices)}")
-        return [indices[i * self.page_size] for i in range(len(keys))]
+        return indices
+
+    def starts(self, indices: _Indices) -> List[int]:
+        """Each page's first token index (what get_data_page takes)."""
+        return [int(i) for i in indices.tokens()[::self.page_size]]
 
     def exists_prefix(self, keys: List[str]) -> int:
         n = len(keys)
@@ -521,23 +618,21 @@ class _Pool:
     def exists(self, key: str) -> bool:
         return all(store.exists(key) for store in self.stores)
 
-    def _slice(self, host_indices: Any, first_page: int, pages: int) -> Any:
-        lo, hi = first_page * self.page_size, (first_page + pages) * self.page_size
-        return host_indices[lo:hi]
+    def pages(self, indices: _Indices, first_page: int, pages: int) -> _Indices:
+        return indices.span(first_page * self.page_size, (first_page + pages) * self.page_size)
 
-    def io(self, write: bool, keys: List[str], host_indices: Any, starts: List[int]):
+    def io(self, write: bool, keys: List[str], indices: _Indices):
         """Reads or writes pages (all of them); returns the per-page Statuses."""
         if self.logical:
             ptrs, sizes = [_address_size(self.marker)[0]] * len(keys), [1] * len(keys)
             return self._pieces_io(write, keys, [(ptrs, sizes)])
         if self.zero_copy:
-            return self._pieces_io(write, keys, self._pool_pieces(keys, host_indices))
-        return self._staged_io(write, keys, starts)
+            return self._pieces_io(write, keys, self._pool_pieces(keys, indices))
+        return self._staged_io(write, keys, self.starts(indices))
 
-    def _pool_pieces(self, keys: List[str], host_indices: Any):
+    def _pool_pieces(self, keys: List[str], indices: _Indices):
         """The pool's own memory of the pages (get_page_buffer_meta), per store."""
-        ptrs, sizes = self.host.get_page_buffer_meta(host_indices)
-        ptrs, sizes = [int(p) for p in ptrs], [int(s) for s in sizes]
+        ptrs, sizes = self.page_meta(indices)
         if len(ptrs) != len(keys) * len(self.sizes) or len(sizes) != len(ptrs):
             raise kvtier.InvalidArgumentError(
                 f"pool '{self.name}' described {len(ptrs)} pieces for {len(keys)} pages "
@@ -548,7 +643,7 @@ class _Pool:
         results = []
         for store, (ptrs, sizes) in zip(self.stores, per_store):
             call = store.batch_put_pieces if write else store.batch_get_pieces
-            results.append(call(list(keys), ptrs, sizes).pages)
+            results.append(call(keys, ptrs, sizes).pages)
         return _all_pages(results)
 
     def _staged_io(self, write: bool, keys: List[str], starts: List[int]) -> List[Any]:
@@ -862,32 +957,44 @@ class HiCacheKvtier(_HiCacheStorage):
         keys = list(keys)
         if not keys:
             return []
-        starts = pool.starts(keys, host_indices)
+        indices = pool.indices(keys, host_indices)
         start = time.perf_counter()
         present = pool.exists_prefix(keys)
         if present:
             self._count(set_present=present)
         if present == len(keys):
             return [True] * len(keys)
-        rest = pool._slice(host_indices, present, len(keys) - present)
-        statuses = pool.io(True, keys[present:], rest, starts[present:])
+        rest = pool.pages(indices, present, len(keys) - present)
+        statuses = pool.io(True, keys[present:], rest)
         return [True] * present + self._tally("set", pool, statuses,
                                               time.perf_counter() - start)
 
-    def _get_pages(self, pool: _Pool, keys: List[str], host_indices: Any) -> List[bool]:
+    def _get_pages(self, pool: _Pool, keys: List[str], host_indices: Any,
+                   confirmed: bool = False) -> List[bool]:
         """Reads the leading run of stored pages; the pages after the first absent one are
-        False without any I/O (SGLang uses the leading run only)."""
+        False without any I/O (SGLang uses the leading run only).
+
+        `confirmed`: batch_exists_v2 has just found every one of these pages, so they are
+        read without asking the index again. A page removed since then reads as a miss
+        (never as other bytes), and the pages after it, read too, are answered False."""
         keys = list(keys)
         if not keys:
             return []
-        starts = pool.starts(keys, host_indices)
+        indices = pool.indices(keys, host_indices)
         start = time.perf_counter()
+        if confirmed:
+            ok = self._tally("get", pool, pool.io(False, keys, indices),
+                             time.perf_counter() - start)
+            if all(ok):
+                return ok
+            first = ok.index(False)
+            return ok[:first] + [False] * (len(ok) - first)
         n = pool.exists_prefix(keys)
         if n < len(keys):
             self._count(get_not_read=len(keys) - n, get_misses=1, get_pages=1)
         if n == 0:
             return [False] * len(keys)
-        statuses = pool.io(False, keys[:n], pool._slice(host_indices, 0, n), starts[:n])
+        statuses = pool.io(False, keys[:n], pool.pages(indices, 0, n))
         ok = self._tally("get", pool, statuses, time.perf_counter() - start)
         return ok + [False] * (len(keys) - n)
 
@@ -982,6 +1089,7 @@ class HiCacheKvtier(_HiCacheStorage):
             self._count(exists_calls=1)
             limit = kv.exists_prefix(keys)
             trailing = []
+            leading = []
             names = []
             for t in pool_transfers or []:
                 name, tkeys, policy = self._transfer_fields(t)
@@ -991,9 +1099,17 @@ class HiCacheKvtier(_HiCacheStorage):
                     limit = 0
                 elif policy == "trailing_pages":
                     trailing.append((pool, max(1, len(tkeys) if tkeys else 1)))
-                elif limit:
-                    limit = min(limit, pool.exists_prefix(keys[:limit]))
+                else:
+                    leading.append(pool)
+                    if limit:
+                        limit = min(limit, pool.exists_prefix(keys[:limit]))
             length = self._trailing_prefix(keys, limit, trailing)
+            # What was found, for the batch_get_v2 that follows (SGLang's order): its pages
+            # are read without a second look at the index.
+            for pool in leading:
+                pool.confirmed = frozenset(keys[:length]) if length else None
+            for pool, n in trailing:
+                pool.confirmed = frozenset(keys[max(0, length - n):length]) if length else None
             counts = {self._kv_name(): length}
             for name in names:
                 counts[name] = length
@@ -1054,7 +1170,9 @@ class HiCacheKvtier(_HiCacheStorage):
                 elif write:
                     out[name] = self._set_pages(pool, keys, t.host_indices)
                 else:
-                    out[name] = self._get_pages(pool, keys, t.host_indices)
+                    found = pool.confirmed
+                    confirmed = found is not None and all(k in found for k in keys)
+                    out[name] = self._get_pages(pool, keys, t.host_indices, confirmed)
             except Exception as exc:  # noqa: BLE001 - never raise into SGLang's threads
                 self._fail(what, exc)
                 out[name] = [False] * len(keys)

@@ -530,6 +530,81 @@ def test_pages_already_present_are_not_rewritten(sglang, store_dir):
     b.close()
 
 
+def test_pages_batch_exists_v2_found_are_read_without_asking_the_index_again(
+        sglang, store_dir):
+    src = Hybrid(sglang, store_dir, seed=95)
+    keys = keys_for("found", 8)
+    src.driver.backup(keys, src.kv_idx(range(8)), src.side(keys, 2, [0, 1]))
+    dst = Hybrid(sglang, store_dir)
+    pools = dst.backend._pools
+
+    def exists_queries():
+        return sum(pools[n].stores[0].stats()["exists_queries"] for n in ("mamba", "swa"))
+
+    side = dst.side(keys, 7, [4, 5], placeholder=True)
+    assert dst.backend.batch_exists_v2(keys, side).kv_hit_pages == 8
+    asked = exists_queries()
+    side[0].keys, side[1].keys = keys[-1:], keys[-2:]
+    assert dst.backend.batch_get_v2(side) == {PoolName.MAMBA: [True], PoolName.SWA: [True, True]}
+    assert exists_queries() == asked
+    assert np.array_equal(dst.mamba.page_bytes(7), src.mamba.page_bytes(2))
+    for s_, d in ((0, 4), (1, 5)):
+        assert np.array_equal(dst.swa.page_bytes(d * 4), src.swa.page_bytes(s_ * 4))
+    # A page removed between the two calls reads as a miss, never as other bytes; the
+    # pages after it are False too (the leading run).
+    side = dst.side(keys, 8, [6, 7], placeholder=True)
+    assert dst.backend.batch_exists_v2(keys, side).kv_hit_pages == 8
+    src.backend._pools["swa"].stores[0].remove(keys[-2])
+    side[0].keys, side[1].keys = keys[-1:], keys[-2:]
+    assert dst.backend.batch_get_v2(side) == \
+        {PoolName.MAMBA: [True], PoolName.SWA: [False, False]}
+    assert not dst.swa.page_bytes(6 * 4).any()
+    # Keys batch_exists_v2 did not find are looked up first, as before.
+    other = [PoolTransfer(name=PoolName.SWA, host_indices=dst.swa_idx([8, 9]),
+                          keys=keys_for("never", 2))]
+    assert dst.backend.batch_get_v2(other) == {PoolName.SWA: [False, False]}
+    assert dst.backend.counters()["get_not_read"] >= 2
+    src.close()
+    dst.close()
+
+
+class ScatteredPool(HostPool):
+    """A pool whose page p lives in slot 5p mod pages: its pages are not at one stride, so
+    the adapter asks the pool where they are on every call."""
+
+    def slot(self, start):
+        pages = self.size // self.page_size
+        return (start // self.page_size * 5) % pages * self.page_size
+
+    def get_page_buffer_meta(self, indices):
+        ps = self.page_size
+        moved = [self.slot(i - i % ps) + i % ps for i in indices.tolist()]
+        return super().get_page_buffer_meta(torch.tensor(moved, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("scattered", [False, True], ids=["one-stride", "scattered"])
+def test_page_addresses_learnt_at_registration_or_asked_per_call(sglang, store_dir, scattered):
+    cls = ScatteredPool if scattered else HostPool
+    src = cls(layout="page_first_direct", backing="torch")
+    src.fill_random(seed=97)
+    a = make(sglang, store_dir, src)
+    assert (a._kv.geometry is None) == scattered
+    keys = keys_for(f"geometry-{scattered}", 4)
+    assert a.batch_set_v1(keys, host_indices(range(4), 4)) == [True] * 4
+    dst = cls(layout="page_first_direct", backing="torch")
+    b = make(sglang, store_dir, dst)
+    assert b.batch_get_v1(keys, host_indices(range(8, 12), 4)) == [True] * 4
+    move = dst.slot if scattered else (lambda start: start)
+    for i in range(4):
+        assert np.array_equal(dst.page_bytes(move((8 + i) * 4)), src.page_bytes(move(i * 4)))
+    if not scattered:
+        # Indices past the pool are not turned into addresses: the pool is asked (and this
+        # one points past its memory, which the store refuses to read into).
+        assert b.batch_get_v1(keys[:1], host_indices([16], 4)) == [False]
+    a.close()
+    b.close()
+
+
 # -- clear ----------------------------------------------------------------------------------
 
 def _clear_in_child(store_dir, done):
