@@ -1,5 +1,7 @@
 // 20,000 mixed operations with batches of up to 128 pages under RLIMIT_NOFILE = 64: the store
-// keeps its open objects within budget, so nothing fails for lack of descriptors.
+// keeps its open objects within budget, so nothing fails for lack of descriptors. Both FILE
+// layouts: a file per page, and segments (small segments so that they roll often, and three
+// lanes, so that a full batch of 16 KiB pages is written into three segments at once).
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -13,7 +15,15 @@ namespace {
 
 using testing::PagePool;
 
-TEST(StoreRlimit, TwentyThousandMixedOperationsWithSixtyFourDescriptors) {
+struct RlimitCase {
+  const char* name;
+  const char* query;
+  size_t page;
+};
+
+class StoreRlimit : public ::testing::TestWithParam<RlimitCase> {};
+
+TEST_P(StoreRlimit, TwentyThousandMixedOperationsWithSixtyFourDescriptors) {
   testing::TempDir dir;
   struct rlimit old;
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
@@ -25,9 +35,14 @@ TEST(StoreRlimit, TwentyThousandMixedOperationsWithSixtyFourDescriptors) {
     ~Restore() { ::setrlimit(RLIMIT_NOFILE, &r); }
   } restore{old};
 
-  constexpr size_t kPage = 4096, kKeys = 400, kMaxBatch = 128;
-  auto store = testing::open_store(*parse_store_uri(dir.file("s") + "?backend=posix"),
-                                   testing::test_namespace());
+  const size_t kPage = GetParam().page;
+  constexpr size_t kKeys = 400, kMaxBatch = 128;
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri(dir.file("s") + GetParam().query);
+  cfg.ns = testing::test_namespace();
+  cfg.segment_bytes = 4 << 20;
+  cfg.segment_lanes = 3;
+  auto store = testing::open_store(std::move(cfg));
   ASSERT_NE(store, nullptr);
   PagePool pool(*store, 2 * kMaxBatch, kPage);
   const auto keys = testing::keys_for("rl", kKeys);
@@ -100,6 +115,12 @@ TEST(StoreRlimit, TwentyThousandMixedOperationsWithSixtyFourDescriptors) {
   EXPECT_EQ(failures, 0u) << "first failure: " << first_failure;
   EXPECT_EQ(testing::open_fds(), fds_at_start);
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, StoreRlimit,
+                         ::testing::Values(RlimitCase{"files", "?backend=posix", 4096},
+                                           RlimitCase{"segments", "?backend=posix&layout=segments",
+                                                      16384}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kvtier
