@@ -14,10 +14,15 @@ cores the daemons share them with the clients, so this is per-operation cost, no
 
 With --visibility N it measures instead how long after a put returns on host A the page is
 seen on host B: B's store is open before A writes, and B asks `exists` in a loop until it
-answers yes (N pages, one at a time; median and max).
+answers yes, then gets the page (N pages, one at a time; median, max and how many took over
+100 ms, and how many `exists` calls it took).
+
+--layout segments opens the local and CephFS stores with the segment layout
+(file://DIR?layout=segments) instead of a file per page.
 
   bench/multihost.py [--pages 256] [--batch 16] [--page-bytes 262144] [--reps 1]
-                     [--locations local,cephfs,rgw] [--visibility N] [--json]
+                     [--locations local,cephfs,rgw] [--layout files|segments]
+                     [--visibility N] [--json]
 The cluster's settings come from tests/ceph/cluster.sh's environment variables
 (KVTIER_CEPH_MDS_EARLY_REPLY, ...).
 """
@@ -104,12 +109,14 @@ def visibility_worker(args):
             continue
         t0 = time.monotonic()
         deadline = t0 + 30
+        asks = 1
         while not (ok := store.exists(key)) and time.monotonic() < deadline:
-            pass
+            asks += 1
         t1 = time.monotonic()
         ok = ok and store.get(key, dst).ok
         t2 = time.monotonic()
-        print(f"{'ok' if ok else 'failed'} {(t1 - t0) * 1e3} {(t2 - t1) * 1e3}", flush=True)
+        print(f"{'ok' if ok else 'failed'} {(t1 - t0) * 1e3} {(t2 - t1) * 1e3} {asks}",
+              flush=True)
     del reg
     store.close()
 
@@ -147,13 +154,16 @@ def ceph_cpu_s(state):
     return total
 
 
-def location_uri(env, kind, host, name, local_dir):
-    if kind == "local":
-        return os.path.join(local_dir, name)
-    if kind == "cephfs":
-        return os.path.join(env[f"KVTIER_CEPH_MNT_{host}"], name)
+def location_uri(env, kind, host, name, local_dir, layout="files"):
+    if kind in ("local", "cephfs"):
+        d = os.path.join(local_dir if kind == "local" else env[f"KVTIER_CEPH_MNT_{host}"], name)
+        return d if layout == "files" else f"file://{d}?layout={layout}"
     return (f"s3://{env['KVTIER_CEPH_S3_BUCKET']}/{name}?endpoint="
             f"{env['KVTIER_CEPH_S3_ENDPOINT']}&region={env['KVTIER_CEPH_S3_REGION']}")
+
+
+def location_label(kind, args):
+    return kind if args.layout == "files" or kind == "rgw" else f"{kind} ({args.layout})"
 
 
 def start_worker(state, env, host, mode_args):
@@ -168,28 +178,32 @@ def run_visibility(state, env, kind, hosts, args, local_dir):
     name = f"vis-{time.time_ns()}"
     procs = [start_worker(state, env, h,
                           ["--worker-visibility", "--uri",
-                           location_uri(env, kind, h, name, local_dir),
+                           location_uri(env, kind, h, name, local_dir, args.layout),
                            "--page-bytes", str(args.page_bytes)]) for h in hosts[:2]]
     for p in procs:
         assert p.stdout.readline().strip() == "ready"
     writer, reader = procs
-    seen, read = [], []
+    seen, read, asks = [], [], []
     for i in range(args.visibility):
         writer.stdin.write(f"put v{i}\n")
         writer.stdin.flush()
         assert writer.stdout.readline().strip() == "ok"
         reader.stdin.write(f"poll v{i}\n")
         reader.stdin.flush()
-        ok, exists_ms, get_ms = reader.stdout.readline().split()
+        ok, exists_ms, get_ms, n = reader.stdout.readline().split()
         assert ok == "ok", f"v{i} never seen or not read"
         seen.append(float(exists_ms))
         read.append(float(get_ms))
+        asks.append(int(n))
     for p in procs:
         p.stdin.close()
         p.wait(timeout=60)
-    return {"location": kind, "pages": len(seen),
-            "exists_yes_after_ms": {"median": statistics.median(seen), "max": max(seen)},
-            "then_get_ms": {"median": statistics.median(read), "max": max(read)}}
+    return {"location": location_label(kind, args), "pages": len(seen),
+            "exists_yes_after_ms": {"median": statistics.median(seen), "max": max(seen),
+                                    "over_100ms": sum(t > 100 for t in seen)},
+            "then_get_ms": {"median": statistics.median(read), "max": max(read),
+                            "over_100ms": sum(t > 100 for t in read)},
+            "exists_calls": {"median": statistics.median(asks), "max": max(asks)}}
 
 
 def run_round(state, env, kind, hosts, args, local_dir):
@@ -198,7 +212,8 @@ def run_round(state, env, kind, hosts, args, local_dir):
     for h in hosts:
         procs.append(start_worker(
             state, env, h,
-            ["--worker", "--uri", location_uri(env, kind, h, name, local_dir), "--host", h,
+            ["--worker", "--uri", location_uri(env, kind, h, name, local_dir, args.layout),
+             "--host", h,
              "--pages", str(args.pages), "--batch", str(args.batch),
              "--page-bytes", str(args.page_bytes)]))
     for p in procs:
@@ -217,7 +232,7 @@ def run_round(state, env, kind, hosts, args, local_dir):
         n = args.pages * len(hosts)
         assert all(r["failed"] == 0 for r in res), res
         rows.append({
-            "location": kind, "hosts": len(hosts), "op": op,
+            "location": location_label(kind, args), "hosts": len(hosts), "op": op,
             "pages_per_s": n / wall,
             "mb_per_s": n * args.page_bytes / wall / 1e6 if op != "exists" else None,
             "us_per_page_one_host": statistics.median(r["seconds"] for r in res) / args.pages * 1e6,
@@ -241,6 +256,7 @@ def main():
     ap.add_argument("--page-bytes", type=int, default=256 << 10)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--locations", default="local,cephfs,rgw")
+    ap.add_argument("--layout", choices=("files", "segments"), default="files")
     ap.add_argument("--visibility", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

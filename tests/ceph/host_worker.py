@@ -36,9 +36,10 @@ def page_bytes(key, writer):
 class HostStore:
     """A store and the registered memory its batches use."""
 
-    def __init__(self, uri, capacity_bytes, model):
+    def __init__(self, uri, capacity_bytes, model, segment_bytes=0):
         self.store = kvtier.Store(uri, model=model, dtype="uint8", layout="flat", page_tokens=1,
-                                  piece_bytes=PAGE_BYTES, capacity_bytes=capacity_bytes)
+                                  piece_bytes=PAGE_BYTES, capacity_bytes=capacity_bytes,
+                                  segment_bytes=segment_bytes)
         self.pool = np.zeros(2 * MAX_BATCH * PAGE_BYTES, dtype=np.uint8)
         self.reg = self.store.register_memory(self.pool)
         self.lock = threading.Lock()  # one batch at a time uses the pool
@@ -122,7 +123,7 @@ class SglangHost:
     """kvtier.sglang.HiCacheKvtier as one SGLang server uses it: a host pool of 16 pages,
     registered once; pages move by the v1 calls."""
 
-    def __init__(self, uri, seed):
+    def __init__(self, uri, seed, options=None):
         from fakes import HostPool, StorageConfig, host_indices
         from kvtier.sglang import HiCacheKvtier
 
@@ -132,7 +133,7 @@ class SglangHost:
         self.ref = HostPool(tokens=64, page_size=4)  # what every writer's pages hold
         self.ref.fill_random(seed=seed)
         self.ps = self.pool.page_size
-        self.adapter = HiCacheKvtier(StorageConfig(), {"uri": uri})
+        self.adapter = HiCacheKvtier(StorageConfig(), {"uri": uri, **(options or {})})
         self.adapter.register_mem_pool_host(self.pool)
         self.loop = None
 
@@ -186,7 +187,7 @@ def main():
         try:
             if op == "open":
                 stores[req["name"]] = HostStore(req["uri"], req.get("capacity_bytes", 0),
-                                                req["model"])
+                                                req["model"], req.get("segment_bytes", 0))
                 res = {}
             elif op == "put":
                 res = {"codes": stores[req["name"]].put(req["keys"], req["writer"])}
@@ -221,7 +222,7 @@ def main():
                 res = {"outcomes": lp.outcomes, "batches": lp.batches,
                        "max_batch_s": lp.max_batch_s, "error": lp.error}
             elif op == "sg_open":
-                stores[req["name"]] = SglangHost(req["uri"], req["seed"])
+                stores[req["name"]] = SglangHost(req["uri"], req["seed"], req.get("options"))
                 res = {}
             elif op == "sg_set":
                 res = {"stored": stores[req["name"]].set(req["keys"])}

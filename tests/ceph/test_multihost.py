@@ -1,4 +1,5 @@
-"""Several hosts share one store: FILE on CephFS, S3 on radosgw (tests/ceph/cluster.sh).
+"""Several hosts share one store: FILE on CephFS (a file per page, or segments), S3 on radosgw
+(tests/ceph/cluster.sh).
 
 Each host is a network namespace with its own ceph-fuse mount and its own kvtier process
 (host_worker.py); the tests drive them and check bytes, counts and budgets. Run by
@@ -129,9 +130,19 @@ class Location:
         self.name = f"{name}-{os.getpid()}-{time.time_ns()}"
         self.query = query
 
+    @property
+    def segments(self):
+        return self.kind == "file-segments"
+
+    def path(self, host):
+        """The store's directory on `host`'s mount (FILE kinds)."""
+        return os.path.join(self.cluster[f"KVTIER_CEPH_MNT_{host}"], self.name)
+
     def uri(self, host):
         if self.kind == "file":
-            return os.path.join(self.cluster[f"KVTIER_CEPH_MNT_{host}"], self.name)
+            return self.path(host)
+        if self.kind == "file-segments":
+            return f"file://{self.path(host)}?layout=segments"
         c = self.cluster
         q = f"endpoint={c['KVTIER_CEPH_S3_ENDPOINT']}&region={c['KVTIER_CEPH_S3_REGION']}"
         if self.query:
@@ -171,7 +182,29 @@ def file_pages(root):
     return pages, size, temps
 
 
-KINDS = ["file", "s3"]
+def segment_files(root):
+    """What a segment store's directory holds, counted from storage: segments, summaries, their
+    bytes, and the writers (a segment's name is <writer>-<seq>)."""
+    out = {"segments": 0, "summaries": 0, "bytes": 0, "writers": set()}
+    for d, _, files in os.walk(root):
+        if os.path.basename(d) != "seg":
+            continue
+        for f in files:
+            stem, ext = os.path.splitext(f)
+            if ext not in (".seg", ".sum"):
+                continue
+            try:
+                out["bytes"] += os.stat(os.path.join(d, f)).st_size
+            except FileNotFoundError:
+                continue
+            out["segments" if ext == ".seg" else "summaries"] += 1
+            out["writers"].add(stem.split("-")[0])
+    return out
+
+
+# "file-segments": the segment layout (file://DIR?layout=segments) on the same CephFS.
+KINDS = ["file", "file-segments", "s3"]
+FILE_KINDS = ("file", "file-segments")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -180,9 +213,16 @@ def test_a_prefix_written_on_one_host_is_a_hit_on_the_others(cluster, hosts, kin
     ks = keys("p", 32)
     a, b, c = hosts["a"], hosts["b"], hosts["c"]
     # B and C open first: their indexes are empty, and they are never reopened.
+    asked = {}
     for h in (b, c):
         h.call("open", name="s", uri=loc.uri(h.name), model=MODEL)
         assert h.call("exists", name="s", keys=ks)["batch_exists"] == 0
+    # And once more when their directories have settled: a segment store then lists its
+    # seg/ directory again only when a stat shows a new modification time (A's creates).
+    time.sleep(0.5)
+    for h in (b, c):
+        assert h.call("exists", name="s", keys=ks)["batch_exists"] == 0
+        asked[h.name] = h.call("stats", name="s")["stats"]["index_stats"]
     a.call("open", name="s", uri=loc.uri("a"), model=MODEL)
     assert a.call("put", name="s", keys=ks, writer="a")["codes"] == ["OK"] * 32
     for h in (b, c):
@@ -190,8 +230,63 @@ def test_a_prefix_written_on_one_host_is_a_hit_on_the_others(cluster, hosts, kin
         assert e["batch_exists"] == 32 and e["exists"] == [True] * 32
         assert h.call("get", name="s", keys=ks, writers=["a"])["got"] == ["a"] * 32
         stats = h.call("stats", name="s")["stats"]
-        assert stats["index_stats"] >= 32, stats  # answered by a stat/HEAD, not the index
+        if loc.segments:
+            # Found through A's summary by one refresh, the batch_exists call's; every later
+            # exists and get is answered by the index.
+            assert stats["index_stats"] - asked[h.name] == 1 and stats["pages"] == 32, stats
+        else:
+            assert stats["index_stats"] >= 32, stats  # answered by a stat/HEAD, not the index
         assert stats["get_hits"] == 32 and stats["get_corrupt"] == 0
+    if loc.segments:
+        # No page files: A's records are in segments of A's writer alone, each with its
+        # summary; the readers wrote nothing (no remove entries).
+        assert file_pages(loc.path("a")) == (0, 0, 0)
+        seg = segment_files(loc.path("a"))
+        assert seg["segments"] >= 1 and seg["summaries"] == seg["segments"], seg
+        assert len(seg["writers"]) == 1 and seg["bytes"] > 32 * PAGE_BYTES, seg
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pages_are_found_on_other_hosts_while_they_are_being_written(cluster, hosts, kind):
+    """B reads A's and C's keys in a loop while they write them: each read is the writer's
+    page or a miss, never bytes that fail verification; with segments, B's summary refreshes
+    read summaries that grow (and segments of 1 MiB that roll every 16 pages) through B's own
+    ceph-fuse while A and C append to them."""
+    loc = Location(cluster, kind, "follow")
+    a, b, c = hosts["a"], hosts["b"], hosts["c"]
+    ka, kc = keys("fa", 256), keys("fc", 256)
+    for h in hosts.values():
+        h.call("open", name="s", uri=loc.uri(h.name), model=MODEL,
+               segment_bytes=(1 << 20) if loc.segments else 0)
+    b.call("loop_start", name="s", loop="r", kind="get", keys=[k for pair in zip(ka, kc)
+                                                               for k in pair],
+           writers=["a", "c"], batch=16)
+    a.call("loop_start", name="s", loop="w", kind="put", keys=ka, writer="a", batch=8)
+    c.call("loop_start", name="s", loop="w", kind="put", keys=kc, writer="c", batch=8)
+    # Every key written twice over (64 batches of 8), and B reads meanwhile.
+    wait_batches(a, "w", 64, timeout=120)
+    wait_batches(c, "w", 64, timeout=120)
+    for h in (a, c):
+        out = h.call("loop_stop", loop="w", timeout=120)
+        assert out["error"] is None and set(out["outcomes"]) == {"OK"}, out
+    out = b.call("loop_stop", loop="r", timeout=120)
+    assert out["error"] is None, out["error"]
+    assert set(out["outcomes"]) <= {"a", "c", "MISS"} and out["batches"] >= 8, out
+    print(f"{kind}: B read {out['outcomes']} while A and C wrote")
+    # Afterwards B, never reopened, finds and reads every page.
+    assert b.call("exists", name="s", keys=ka)["batch_exists"] == 256
+    assert b.call("exists", name="s", keys=kc)["batch_exists"] == 256
+    for i in range(0, 256, 64):
+        assert b.call("get", name="s", keys=ka[i:i + 64], writers=["a"])["got"] == ["a"] * 64
+        assert b.call("get", name="s", keys=kc[i:i + 64], writers=["c"])["got"] == ["c"] * 64
+    stats = b.call("stats", name="s")["stats"]
+    assert stats["get_corrupt"] == 0 and stats["get_failures"] == 0, stats
+    if loc.segments:
+        seg = segment_files(loc.path("b"))
+        assert seg["writers"] == segment_files(loc.path("a"))["writers"], seg
+        assert len(seg["writers"]) == 2 and seg["segments"] >= 2 * 32, seg
+        verify = b.kvtier("verify", "--json", "--quiet", loc.uri("b"))
+        assert verify["pages"] == 512 and verify["intact"] == 512, verify
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -214,7 +309,11 @@ def test_three_hosts_writing_the_same_keys_leave_intact_pages_and_no_temporaries
     got = hosts["b"].call("get", name="s", keys=ks, writers=list(HOSTS))["got"]
     assert all(g in HOSTS for g in got), got
     # What the killed writer left behind (temporaries of a dead process) goes with gc.
+    # Segment writers append in place: a killed one leaves records without summary entries,
+    # never a temporary.
     left = hosts["a"].kvtier("stat", "--json", loc.uri("a"))["temp_files"]
+    if loc.segments:
+        assert left == 0
     report = hosts["a"].kvtier("gc", "--to", "1T", "--temp-age", "3600", "--json", "--quiet",
                                loc.uri("a"))
     assert report["removed_pages"] == 0 and report["removed_temporaries"] == left, (left, report)
@@ -224,7 +323,20 @@ def test_three_hosts_writing_the_same_keys_leave_intact_pages_and_no_temporaries
     verify = hosts["b"].kvtier("verify", "--json", "--quiet", loc.uri("b"))
     assert verify["pages"] == 48 and verify["intact"] == 48 and verify["corrupt"] == [], verify
     if kind == "file":
-        assert file_pages(loc.uri("a"))[::2] == (48, 0)
+        assert file_pages(loc.path("a"))[::2] == (48, 0)
+    if loc.segments:
+        assert file_pages(loc.path("a")) == (0, 0, 0)
+        seg = segment_files(loc.path("a"))
+        assert len(seg["writers"]) == 3 and seg["summaries"] == seg["segments"], seg
+        # A store opened now (its index from every summary, the killed writer's unsealed one
+        # included) reads every key whole.
+        fresh = Host(cluster, "c")
+        try:
+            fresh.call("open", name="s", uri=loc.uri("c"), model=MODEL)
+            got = fresh.call("get", name="s", keys=ks, writers=list(HOSTS))["got"]
+        finally:
+            fresh.close()
+        assert all(g in HOSTS for g in got), got
 
 
 def test_flock_is_coherent_across_hosts(cluster, hosts):
@@ -262,17 +374,26 @@ def test_flock_is_coherent_across_hosts(cluster, hosts):
         os.unlink(path)
 
 
-def test_one_capacity_budget_for_the_whole_cluster(cluster, hosts):
-    loc = Location(cluster, "file", "budget")
-    # Objects are the 64 KiB payload plus a header, padded to 4 KiB blocks: measure one.
+@pytest.mark.parametrize("kind", FILE_KINDS)
+def test_one_capacity_budget_for_the_whole_cluster(cluster, hosts, kind):
+    loc = Location(cluster, kind, "budget")
     a = hosts["a"]
-    probe = Location(cluster, "file", "budget-probe")
-    a.call("open", name="probe", uri=probe.uri("a"), model=MODEL, capacity_bytes=1 << 30)
-    assert a.call("put", name="probe", keys=["x"], writer="a")["codes"] == ["OK"]
-    object_bytes = a.call("stats", name="probe")["stats"]["used_bytes"]
-    a.call("close", name="probe")
-    assert PAGE_BYTES < object_bytes <= PAGE_BYTES + 8192, object_bytes
-    capacity = 40 * object_bytes
+    if loc.segments:
+        # Segments of 1 MiB (capacity / 64, at least 1 MiB), evicted whole: room for 10 of
+        # them, 3 of which are the writers' active ones (windows of 512 KiB use one lane).
+        object_bytes = 0
+        capacity = 10 << 20
+        min_batches = 30  # 3 x 30 x 8 pages of 64 KiB: over 4 times the capacity
+    else:
+        # Objects are the 64 KiB payload plus a header, padded to 4 KiB blocks: measure one.
+        probe = Location(cluster, "file", "budget-probe")
+        a.call("open", name="probe", uri=probe.uri("a"), model=MODEL, capacity_bytes=1 << 30)
+        assert a.call("put", name="probe", keys=["x"], writer="a")["codes"] == ["OK"]
+        object_bytes = a.call("stats", name="probe")["stats"]["used_bytes"]
+        a.call("close", name="probe")
+        assert PAGE_BYTES < object_bytes <= PAGE_BYTES + 8192, object_bytes
+        capacity = 40 * object_bytes
+        min_batches = 15
     for h in hosts.values():
         h.call("open", name="s", uri=loc.uri(h.name), model=MODEL, capacity_bytes=capacity)
     # Each host writes 60 pages of its own, over and over: 180 pages for room for 40.
@@ -282,8 +403,8 @@ def test_one_capacity_budget_for_the_whole_cluster(cluster, hosts):
     # While they write, the shared figure, as every host reads it, never exceeds the budget.
     samples = 0
     deadline = time.monotonic() + 180
-    while min(h.call("loop_batches", loop="w")["batches"] for h in hosts.values()) < 15:
-        assert time.monotonic() < deadline, "the writers did not get through 15 batches"
+    while min(h.call("loop_batches", loop="w")["batches"] for h in hosts.values()) < min_batches:
+        assert time.monotonic() < deadline, f"the writers did not get through {min_batches} batches"
         for h in hosts.values():
             used = h.call("stats", name="s")["stats"]["used_bytes"]
             assert used <= capacity, (h.name, used, capacity)
@@ -297,13 +418,23 @@ def test_one_capacity_budget_for_the_whole_cluster(cluster, hosts):
         for k, v in out["outcomes"].items():
             outcomes[k] = outcomes.get(k, 0) + v
     # Every window found room: when a writer's own pages are gone it learns the others' (a
-    # listing), and lists again while others evict what it found first.
-    assert set(outcomes) == {"OK"} and outcomes["OK"] >= 3 * 15 * 8, outcomes
-    ns_dir = loc.uri("a")
-    pages, size, temps = file_pages(ns_dir)
+    # listing; with segments, a refresh of the others' summaries), and looks again while
+    # others evict what it found first.
+    assert set(outcomes) == {"OK"} and outcomes["OK"] >= 3 * min_batches * 8, outcomes
+    pages, size, temps = file_pages(loc.path("a"))
     assert temps == 0
+    if loc.segments:
+        # What is charged is every segment and summary file; whole segments were evicted.
+        assert pages == 0 and size == 0
+        seg = segment_files(loc.path("a"))
+        size = seg["bytes"]
+        assert outcomes["OK"] * PAGE_BYTES > 4 * capacity, outcomes
+        evicted = sum(h.call("stats", name="s")["stats"]["evicted_pages"] for h in hosts.values())
+        assert evicted > 0, evicted
+        print(f"segments: {seg['segments']} of {size} bytes left, {evicted} pages evicted")
+    else:
+        assert size == pages * object_bytes
     assert size <= capacity, (size, capacity)
-    assert size == pages * object_bytes
     for h in hosts.values():
         used = h.call("stats", name="s")["stats"]["used_bytes"]
         assert size <= used <= capacity, (h.name, size, used, capacity)  # drift: safe side only
@@ -319,8 +450,7 @@ def test_one_capacity_budget_for_the_whole_cluster(cluster, hosts):
         assert set(got) <= {h.name, "MISS"}, got
 
 
-@pytest.mark.parametrize("kind,how", [("file", "clear"), ("file", "gc"), ("s3", "clear"),
-                                      ("s3", "gc")])
+@pytest.mark.parametrize("kind,how", [(k, h) for k in KINDS for h in ("clear", "gc")])
 def test_a_clear_or_gc_on_one_host_gives_the_others_misses_never_wrong_data(
         cluster, hosts, kind, how):
     loc = Location(cluster, kind, "clear")
@@ -349,6 +479,10 @@ def test_a_clear_or_gc_on_one_host_gives_the_others_misses_never_wrong_data(
         e = h.call("exists", name="s", keys=ks)
         assert e["batch_exists"] == 0 and e["exists"] == [False] * 48
     assert a.kvtier("stat", "--json", loc.uri("a"))["pages"] == 0
+    if loc.segments:
+        # Every segment went whole, with its summary; no reader wrote a remove entry since.
+        seg = segment_files(loc.path("a"))
+        assert seg["segments"] == 0 and seg["summaries"] == 0, seg
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -360,8 +494,14 @@ def test_sglang_servers_on_other_hosts_see_a_clear_as_misses_never_exceptions(cl
     ks = [hashlib.sha256(f"sglang/{i}".encode()).hexdigest() for i in range(16)]
     a, b, c = hosts["a"], hosts["b"], hosts["c"]
     for h in hosts.values():
-        h.call("sg_open", name="sg", uri=loc.uri(h.name), seed=7, timeout=120)
+        if loc.segments:  # the adapter's own option, as a deployment would set it
+            h.call("sg_open", name="sg", uri=loc.path(h.name), seed=7, timeout=120,
+                   options={"file_layout": "segments"})
+        else:
+            h.call("sg_open", name="sg", uri=loc.uri(h.name), seed=7, timeout=120)
     assert a.call("sg_set", name="sg", keys=ks)["stored"] == [True] * 16
+    if loc.segments:
+        assert file_pages(loc.path("a"))[0] == 0 and segment_files(loc.path("a"))["segments"] >= 1
     for h in (b, c):
         assert h.call("sg_exists", name="sg", keys=ks)["batch_exists"] == 16
         h.call("sg_loop_start", name="sg", loop="r", keys=ks)
@@ -397,10 +537,28 @@ def test_stat_gc_oldest_first_and_verify_on_a_shared_location(cluster, hosts, ki
     assert stat["pages"] == 24 and len(stat["namespaces"]) == 1, stat
     page = stat["bytes"] // 24
     assert stat["bytes"] == 24 * page and page > PAGE_BYTES, stat
+    # Every host counts the same.
+    for h in ("a", "b"):
+        other = hosts[h].kvtier("stat", "--json", loc.uri(h))
+        assert (other["pages"], other["bytes"]) == (24, stat["bytes"]), (h, other)
+    if loc.segments:
+        ns = stat["namespaces"][0]
+        seg = segment_files(loc.path("c"))
+        assert file_pages(loc.path("c"))[0] == 0 and len(seg["writers"]) == 3, seg
+        assert ns["segments"] == seg["segments"] and page < PAGE_BYTES + 4096, (ns, seg)
     verify = hosts["b"].kvtier("verify", "--json", "--quiet", loc.uri("b"))
     assert verify["pages"] == 24 and verify["intact"] == 24 and verify["corrupt"] == [], verify
     report = hosts["b"].kvtier("gc", "--to", str(16 * page), "--json", "--quiet", loc.uri("b"))
     assert report["removed_pages"] == 8 and report["remaining_bytes"] == 16 * page, report
+    for h in HOSTS:
+        other = hosts[h].kvtier("stat", "--json", loc.uri(h))
+        assert (other["pages"], other["bytes"]) == (16, 16 * page), (h, other)
+    if loc.segments:
+        # A's records made up its segments alone, so they went whole.
+        assert len(segment_files(loc.path("c"))["writers"]) == 2
+    # The stores open since before the gc: A's pages are misses there too.
+    for h in hosts.values():
+        assert h.call("get", name="s", keys=written["a"], writers=["a"])["got"] == ["MISS"] * 8
     fresh = Host(cluster, "c")
     try:
         fresh.call("open", name="s", uri=loc.uri("c"), model=MODEL)
@@ -416,7 +574,8 @@ def test_stat_gc_oldest_first_and_verify_on_a_shared_location(cluster, hosts, ki
 # directory the dead host held waits; kvtier's own deadline does not cover a blocked system
 # call. S3 requests are independent: the others do not notice.
 CAP_REVOKE_TIMEOUT = float(os.environ.get("KVTIER_CEPH_CAP_REVOKE_TIMEOUT", "5"))
-STALL_LIMIT = {"s3": 5.0, "file": CAP_REVOKE_TIMEOUT + 5.0}
+STALL_LIMIT = {"s3": 5.0, "file": CAP_REVOKE_TIMEOUT + 5.0,
+               "file-segments": CAP_REVOKE_TIMEOUT + 5.0}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -466,6 +625,9 @@ def test_a_host_that_dies_mid_batch_stalls_no_one_and_leaves_nothing_readable(
         verify = c.kvtier("verify", "--json", "--quiet", loc.uri("c"),
                           timeout=STALL_LIMIT[kind] + 30)
         assert verify["corrupt"] == [] and verify["intact"] == stat["pages"], verify
+        if loc.segments:
+            assert file_pages(loc.path("b"))[0] == 0
+            assert segment_files(loc.path("b"))["segments"] >= 3
     finally:
         subprocess.run([script, "up", state, "a"], timeout=30)
         subprocess.run([script, "remount", state, "a"], timeout=120)
