@@ -56,6 +56,11 @@ class FileLock {
 
 }  // namespace
 
+bool on_fuse_filesystem(const std::string& path) {
+  struct statfs fs {};
+  return ::statfs(path.c_str(), &fs) == 0 && fs.f_type == kFuseSuperMagic;
+}
+
 Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& dir, uint64_t scanned_bytes) {
   const std::string usage_path = dir + "/" + std::string(routing::kUsageFile);
   const std::string members_path = dir + "/" + std::string(routing::kMembersFile);

@@ -32,6 +32,10 @@
 
 namespace kvtier {
 
+// Whether `path` lies on a FUSE filesystem (ceph-fuse, by default): its page cache is not kept
+// coherent across hosts the way a local or NFS one is, so the store works around it.
+bool on_fuse_filesystem(const std::string& path);
+
 class Ledger {
  public:
   // Opens (creating) the ledger in `dir`. `scanned_bytes` is the namespace's size as this

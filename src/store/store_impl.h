@@ -171,6 +171,9 @@ struct Segments {
   size_t lanes = 1;
   // Writes a window's lanes side by side (lanes - 1 threads and the caller); null: one lane.
   std::unique_ptr<WorkerPool> lane_pool;
+  // Records and summary entries are synced after each window (fsync, or a base on FUSE:
+  // see segments_open).
+  bool sync_appends = false;
   // Reclaimable segments, oldest first (in the order they were last written, as this store
   // learnt of them); the clock hand is the front.
   std::deque<uint32_t> clock KVTIER_GUARDED_BY(mu);
@@ -484,7 +487,7 @@ struct Store::Impl {
   // Appends records and their summary entries to this store's segments.
   void put_window_segments(std::span<const std::string_view> keys,
                            std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out);
-  // fsync: makes the records of a window durable, one sync per segment target written
+  // sync_appends: makes the records of a window durable, one sync per segment target written
   // (`by_target`: the pages written through each, indexes into `work`), before their summary
   // entries are appended. The pages of a target whose sync failed get its error and leave
   // `by_target`.
