@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   b->add_option("--layout", bench.layout,
                 "FILE layout: files (one file per page), segments (pages appended to large "
-                "segment files) or auto (segments below 1 MiB pages); default: the URI's, else "
+                "segment files) or auto (segments below 4 MiB pages); default: the URI's, else "
                 "files")
       ->check(CLI::IsMember({"files", "segments", "auto"}));
   b->add_option("--segment-lanes", bench.segment_lanes,

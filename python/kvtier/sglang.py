@@ -15,7 +15,7 @@ Options (keys of the extra config; the environment variable is the fallback):
     direct_io     KVTIER_DIRECT_IO  off | auto | on (default off)
     file_layout   KVTIER_FILE_LAYOUT  files | segments | auto: a file per page, or pages
                                     appended to large segment files (no file created per
-                                    page; FILE stores), or segments for pages below 1 MiB
+                                    page; FILE stores), or segments for pages below 4 MiB
                                     (default: the URI's layout=, else files)
     fsync         KVTIER_FSYNC      true: a page is durable before batch_set reports it
     salt          KVTIER_SALT       tenant/deployment salt: different salts never share pages

@@ -77,7 +77,8 @@ TEST_F(StoreSegments, AutoPicksSegmentsForSmallFixedPagesOnly) {
   };
   EXPECT_EQ(layout_for("?layout=auto", 70272, 1), StoreLayout::kSegments);
   EXPECT_EQ(layout_for("?layout=auto", 256 << 10, 2), StoreLayout::kSegments);
-  EXPECT_EQ(layout_for("?layout=auto", 512 << 10, 2), StoreLayout::kFiles);  // 1 MiB pages
+  EXPECT_EQ(layout_for("?layout=auto", 1 << 20, 2), StoreLayout::kSegments);  // 2 MiB pages
+  EXPECT_EQ(layout_for("?layout=auto", 2 << 20, 2), StoreLayout::kFiles);     // 4 MiB pages
   EXPECT_EQ(layout_for("?layout=auto", 4 << 20, 1), StoreLayout::kFiles);
   EXPECT_EQ(layout_for("?layout=auto", 0, 1), StoreLayout::kFiles);  // any page size
   // fsync too: a window syncs its segment and summary once, a page file syncs per page.

@@ -89,10 +89,11 @@ Result<DirectIo> parse_direct_io(std::string_view text);
 //              own; an index of summaries finds them. No file is created per page.
 // "auto" (StoreConfig::layout, the URI) picks kSegments for FILE stores whose namespace fixes
 // a page size below kAutoSegmentsBelow (piece_bytes x pieces_per_page), with or without
-// fsync; kFiles otherwise (docs/benchmarks.md: below 1 MiB segments write 5-20x and read
-// 1.2x faster, with fsync about 24x at 64 KiB; from 1 MiB on the two are even).
+// fsync; kFiles otherwise (docs/benchmarks.md: segments write 27x faster than page files at
+// 64 KiB, 4.6-5x at 1 MiB, 1.7x at 2 MiB, and read as fast or faster; from 4 MiB on the two
+// are even, within this VM's noise).
 enum class StoreLayout : uint8_t { kFiles, kSegments };
-inline constexpr uint64_t kAutoSegmentsBelow = uint64_t{1} << 20;
+inline constexpr uint64_t kAutoSegmentsBelow = uint64_t{4} << 20;
 std::string_view store_layout_name(StoreLayout layout);
 // "files" or "segments" ("auto" is resolved by Store::open).
 Result<StoreLayout> parse_store_layout(std::string_view text);
