@@ -7,7 +7,9 @@ path's skip-if-present and stop-at-first-miss save.
            against the KV-only path on the same KV pages. Reports the side pools' time and
            bytes, the time they would take at the KV path's GB/s, and the floor: the same
            side-pool pages read right after the same KV read through the bare store bindings
-           (one batch_get_pieces per pool, into the same host memory, no adapter). With
+           (one batch_get_pieces per pool, into the same host memory, no adapter); and the
+           machine's floor: the same bytes read right after the same KV read with one plain
+           preadv per page object from files in the page cache (no kvtier, no checksum). With
            --hybrid-baseline REV the adapter of that git revision runs beside this one, the
            two taking turns round by round.
   v1       this adapter against the previous one (git revision --baseline, loaded from git):
@@ -22,6 +24,7 @@ not a disk's). Medians over --reps rounds.
 """
 
 import argparse
+import ctypes
 import hashlib
 import importlib.util
 import os
@@ -109,7 +112,10 @@ class HybridRun:
         self.floor = floor
         self.rows = {k: [] for k in ("kv_set", "side_set", "kv_get", "side_exists", "side_get",
                                      "kv_exists", "kv_get_again", "side_get_again",
-                                     "kv_get_floor", "side_floor")}
+                                     "kv_get_floor", "side_floor", "kv_get_machine",
+                                     "side_machine")}
+        self.directory = directory
+        self.fds = []
 
     def floor_read(self, keys):
         """The side pools' pages of a request read through the bare store bindings into the
@@ -123,6 +129,31 @@ class HybridRun:
 
         def read():
             return [store.batch_get_pieces(k, p, z).pages for store, k, p, z in calls]
+        return read
+
+    def machine_read(self):
+        """The same side-pool bytes without kvtier: each page object a plain file (written
+        once, page cache hot), read with one os.preadv into the page's pieces in the same
+        host memory. What copying those bytes costs this machine on one thread."""
+        if not self.fds:
+            os.makedirs(os.path.join(self.directory, "machine"), exist_ok=True)
+        views = []
+        pages = [(self.mamba, [5])] + [(self.swa, [8 + i]) for i in range(4)]
+        for n, (pool, slots) in enumerate(pages):
+            idx = torch.tensor(slots) if pool is self.mamba else host_indices(slots, PS)
+            ptrs, sizes = pool.get_page_buffer_meta(idx)
+            bufs = [memoryview((ctypes.c_char * z).from_address(p)).cast("B")
+                    for p, z in zip(ptrs, sizes)]
+            if len(self.fds) <= n:
+                path = os.path.join(self.directory, "machine", f"page{n}")
+                with open(path, "wb") as f:
+                    for b in bufs:
+                        f.write(b)
+                self.fds.append(os.open(path, os.O_RDONLY))
+            views.append((self.fds[n], bufs, sum(sizes)))
+
+        def read():
+            return [os.preadv(fd, bufs, 0) == total for fd, bufs, total in views]
         return read
 
     def round(self, r):
@@ -165,8 +196,17 @@ class HybridRun:
             t, pages = timed(read)
             assert all(all(p) for p in pages)
             rows["side_floor"].append(t)
+            read = self.machine_read()
+            t, ok = timed(lambda: b.batch_get_v1(keys, dst))
+            assert all(ok)
+            rows["kv_get_machine"].append(t)
+            t, ok = timed(read)
+            assert all(ok)
+            rows["side_machine"].append(t)
 
     def close(self):
+        for fd in self.fds:
+            os.close(fd)
         self.b.close()
 
 
@@ -210,11 +250,12 @@ def bench_hybrid(directory, reps, baseline=None):
     for run in runs:
         rows = run.rows
         print(f"  [{run.label}]")
-        for op, kvk, sk in steps + ([("floor", "kv_get_floor", "side_floor")]
+        for op, kvk, sk in steps + ([("floor", "kv_get_floor", "side_floor"),
+                                     ("machine", "kv_get_machine", "side_machine")]
                                     if run.floor else []):
             kv_med = statistics.median(rows[kvk])
             side_med = statistics.median(rows[sk])
-            what = "bare store" if op == "floor" else "side pools"
+            what = {"floor": "bare store", "machine": "plain preadv"}.get(op, "side pools")
             print(f"    {op:8}: KV {spread(rows[kvk])} ms ({kv_bytes / kv_med / 1e9:5.2f} GB/s); "
                   f"{what} {spread(rows[sk])} ms ({side / side_med / 1e9:5.2f} GB/s), "
                   f"{side / (kv_bytes / kv_med) * 1e3:.2f} ms at the KV rate; hybrid/KV-only "
@@ -224,7 +265,10 @@ def bench_hybrid(directory, reps, baseline=None):
               f"{statistics.median(rows['side_exists']) * 1e6:.0f} us")
     floor = runs[0].rows["side_floor"]
     fm = statistics.median(floor)
+    mm = statistics.median(runs[0].rows["side_machine"])
     print(f"  byte share: {(kv_bytes + side) / kv_bytes:.3f}x")
+    print(f"  bare store / plain preadv {fm / mm:.2f}x (above the machine's floor by "
+          f"{(fm - mm) * 1e6:.0f} us)")
     for run in runs:
         for op in ("side_get", "side_get_again"):
             med = statistics.median(run.rows[op])
