@@ -16,7 +16,7 @@ measured buffered write follows the same unmeasured buffered write of the same v
 this VM a write's speed depends on what memory did just before). Then once: the space the
 segment layout takes for 70,272-byte pages against their payload.
 
-  bench/segments_compare.py [--dir DIR] [--reps 3] [--warmup 1] [--sizes 64K,256K,1M,4M]
+  bench/segments_compare.py [--dir DIR] [--reps 3] [--warmup 1] [--sizes 64K,256K,1M,4M,8M]
                             [--json-out FILE]
 """
 
@@ -98,7 +98,7 @@ def main():
     ap.add_argument("--dir", default="/var/tmp/kvtier-segments-bench")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--sizes", default="64K,256K,1M,4M")
+    ap.add_argument("--sizes", default="64K,256K,1M,4M,8M")
     ap.add_argument("--json-out")
     args = ap.parse_args()
     if not shutil.which("fio"):
