@@ -45,9 +45,25 @@
 # host then stalls the others' writes for 5 s instead of the 30-60 s session timeout).
 set -uo pipefail
 
+# read by tests/lib/ceph-common.sh
+# shellcheck disable=SC2034
+{
+  CL_TAG=kvtier-ceph
+  CL_WHAT="Ceph cluster"
+  CL_BINS=(ceph-mon ceph-osd ceph-mds ceph-fuse radosgw radosgw-admin ceph monmaptool ceph-authtool
+    curl nsenter ip timeout)
+  CL_PKGS=(ceph-mon ceph-osd ceph-mds ceph-fuse radosgw ceph-common curl iproute2 util-linux coreutils)
+  CL_NO_INSTALL_VAR=KVTIER_CEPH_NO_INSTALL
+  CL_NOT_ROOT="not root"
+  CL_APT_NOTE=""
+  CL_LOG_INSTALLED=0
+  WAIT_POLL=0.1
+}
+# shellcheck source-path=SCRIPTDIR source=../lib/ceph-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/ceph-common.sh"
+
 readonly MARKER=.kvtier-ceph
 readonly BUCKET=kvtier-multihost
-readonly REGION=us-east-1
 readonly FSNAME=kvtierfs
 readonly MON_PORT=3300 RGW_PORT=7480
 
@@ -59,16 +75,6 @@ usage() {
 CMD=$1
 shift
 
-T0=$EPOCHREALTIME
-log() {
-  local ms=$(((${EPOCHREALTIME//[.,]/} - ${T0//[.,]/}) / 10000))
-  printf '[kvtier-ceph %d.%02ds] %s\n' $((ms / 100)) $((ms % 100)) "$*" >&2
-}
-unavailable() {
-  echo "Ceph cluster unavailable: $*" >&2
-  exit 77
-}
-
 set_state_dir() {
   STATE_DIR=${1:-${TMPDIR:-/tmp}/kvtier-ceph}
   [[ $STATE_DIR == /* ]] || STATE_DIR=$PWD/$STATE_DIR
@@ -77,44 +83,7 @@ set_state_dir() {
   RUN=$STATE_DIR/run
 }
 
-alive() {
-  local st
-  read -r st 2>/dev/null <"/proc/$1/stat" || return 1
-  st=${st##*) }
-  [[ ${st%% *} != Z ]]
-}
 is_mounted() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
-
-# ------------------------------------------------------------------ install
-
-BINS=(ceph-mon ceph-osd ceph-mds ceph-fuse radosgw radosgw-admin ceph monmaptool ceph-authtool
-  curl nsenter ip timeout)
-
-ensure_ceph() {
-  local b missing=()
-  for b in "${BINS[@]}"; do command -v "$b" >/dev/null 2>&1 || missing+=("$b"); done
-  ((${#missing[@]})) || return 0
-  [[ ${KVTIER_CEPH_NO_INSTALL:-0} != 1 ]] || unavailable "missing ${missing[*]} (KVTIER_CEPH_NO_INSTALL=1)"
-  [[ $(id -u) == 0 ]] || unavailable "missing ${missing[*]} and not root"
-  command -v apt-get >/dev/null 2>&1 || unavailable "missing ${missing[*]} and no apt-get"
-  local pkgs=(ceph-mon ceph-osd ceph-mds ceph-fuse radosgw ceph-common curl iproute2 util-linux coreutils)
-  local aptlog
-  aptlog=$(mktemp -t kvtier-ceph-apt.XXXXXX)
-  log "installing ${pkgs[*]} with apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  local apt=(apt-get -y -q -o DPkg::Lock::Timeout=120 install --no-install-recommends "${pkgs[@]}")
-  if ! "${apt[@]}" >"$aptlog" 2>&1; then
-    if ! { apt-get -q -o DPkg::Lock::Timeout=120 update && "${apt[@]}"; } >>"$aptlog" 2>&1; then
-      tail -n 15 "$aptlog" >&2
-      rm -f "$aptlog"
-      unavailable "apt-get install ${pkgs[*]} failed"
-    fi
-  fi
-  rm -f "$aptlog"
-  for b in "${BINS[@]}"; do
-    command -v "$b" >/dev/null 2>&1 || unavailable "$b still missing after apt-get install"
-  done
-}
 
 # ------------------------------------------------------------------ hosts
 
@@ -207,17 +176,8 @@ stop_daemons() {
       rm -f "$pf"
     done
   done
-  local d args a
-  for d in /proc/[0-9]*; do
-    pid=${d#/proc/}
-    [[ $pid == "$$" ]] && continue
-    mapfile -d '' args 2>/dev/null <"$d/cmdline" || continue
-    for a in "${args[@]}"; do
-      if [[ $a == "$CONF" ]]; then
-        alive "$pid" && kill -KILL "$pid" 2>/dev/null
-        break
-      fi
-    done
+  for pid in $(our_pids); do
+    alive "$pid" && kill -KILL "$pid" 2>/dev/null
   done
 }
 
@@ -258,12 +218,7 @@ start_failed() {
   local rc=$?
   trap - EXIT
   ((rc != 0)) || return 0
-  local f
-  for f in "$STATE_DIR"/log/*.log; do
-    [[ -s $f ]] || continue
-    echo "----- tail of $f" >&2
-    tail -n 15 "$f" >&2
-  done
+  log_tails 15
   # keep the logs: move them aside before the state directory goes
   local keep=${STATE_DIR}.failed-log
   rm -rf "$keep"
@@ -272,26 +227,6 @@ start_failed() {
   echo "[kvtier-ceph] start failed; logs in $keep" >&2
   exit "$rc"
 }
-die() {
-  log "ERROR: $*"
-  exit 1
-}
-wait_for() { # what command...
-  local what=$1
-  shift
-  local deadline=$((SECONDS + STEP_TIMEOUT))
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || die "timed out waiting for $what"
-    sleep 0.1
-  done
-}
-ceph_cli() { timeout 30 ceph -c "$CONF" --connect-timeout 10 "$@"; }
-rand_str() { # length alphabet
-  local out="" b
-  for b in $(od -An -vtu1 -N"$1" /dev/urandom); do out+=${2:b % ${#2}:1}; done
-  printf '%s' "$out"
-}
-
 # A bridge name and a /24 no one in this network namespace uses: kvtceph<N> with
 # 169.254.(100+N).0/24 (link-local, so never routed off this machine). The hosts' namespace
 # names (one list for the whole machine) carry this script's pid, so that clusters started at
@@ -310,52 +245,14 @@ pick_network() {
 }
 
 write_conf() {
-  cat >"$CONF" <<EOF
-[global]
-fsid = $FSID
-mon host = [v2:$BIND:$MON_PORT,v1:$BIND:$((MON_PORT + 1))]
-public network = $SUBNET.0/24
-ms bind ipv6 = false
-auth cluster required = none
-auth service required = none
-auth client required = none
-ms mon client mode = crc secure
-keyring = $STATE_DIR/keyring
-run dir = $RUN
-pid file = $RUN/\$name.pid
-admin socket = $RUN/\$name.asok
-log file = $STATE_DIR/log/\$name.log
-crash dir = $STATE_DIR/crash
-log to stderr = false
-err to stderr = false
-mon cluster log file = $STATE_DIR/log/cluster.log
-osd pool default size = 1
-osd pool default min size = 1
-osd pool default pg num = 8
-osd pool default pgp num = 8
-osd pool default pg autoscale mode = off
-osd crush chooseleaf type = 0
-mon allow pool size one = true
-mon warn on pool no redundancy = false
-mon osd down out interval = 0
-mon data avail warn = 2
-mon data avail crit = 1
-
-[mon]
-public addr = $BIND
-mon data = $STATE_DIR/mon/\$cluster-\$id
-paxos propose interval = 0.05
-paxos min wait = 0.01
-
-[osd]
-public addr = $BIND
-cluster addr = $BIND
-osd data = $STATE_DIR/osd/\$cluster-\$id
-osd objectstore = memstore
-memstore device bytes = 3221225472
-osd fast shutdown = true
-osd op num shards = 2
-osd op num threads per shard = 2
+  {
+    conf_global "$BIND" "$SUBNET.0/24"
+    echo
+    conf_mon "public addr = $BIND"
+    echo
+    conf_osd 3221225472 "public addr = $BIND
+cluster addr = $BIND"
+    cat <<EOF
 
 [mds]
 public addr = $BIND
@@ -376,23 +273,12 @@ mds cap revoke eviction timeout = $CAP_REVOKE
 fuse disable pagecache = $NO_PAGECACHE
 admin socket =
 
-[client.rgw.kvtier]
-admin socket = $RUN/\$name.asok
-rgw frontends = beast endpoint=$BIND:$RGW_PORT
-rgw data = $STATE_DIR/rgw
-rgw thread pool size = 32
-rgw enable usage log = false
-rgw enable lc threads = false
-rgw gc obj min wait = 30
-rgw gc processor period = 30
 EOF
+    conf_rgw "$BIND:$RGW_PORT" 32
+  } >"$CONF"
 }
 
-rgw_answers() {
-  local code
-  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "http://$BIND:$RGW_PORT/") || true
-  [[ $code =~ ^[1-5][0-9][0-9]$ ]]
-}
+rgw_answers() { endpoint_answers "http://$BIND:$RGW_PORT"; }
 
 mds_active() {
   local s
@@ -413,6 +299,7 @@ cmd_start() {
   local probe=kvtceph-probe-$$
   ip netns add "$probe" 2>/dev/null || unavailable "ip netns add is not permitted here"
   ip netns del "$probe"
+  # shellcheck disable=SC2034 # read by log()
   T0=$EPOCHREALTIME
   STEP_TIMEOUT=${KVTIER_CEPH_TIMEOUT:-60}
   local hosts=${KVTIER_CEPH_HOSTS-a b c} h i
@@ -483,7 +370,7 @@ cmd_start() {
   }
   wait_for "osd.$osd_id up and in" osd_up_in
   log "osd.$osd_id up"
-  radosgw -c "$CONF" -n client.rgw.kvtier </dev/null >>"$STATE_DIR/log/daemons.out" 2>&1 ||
+  radosgw -c "$CONF" -n "$RGW_NAME" </dev/null >>"$STATE_DIR/log/daemons.out" 2>&1 ||
     die "radosgw did not start"
 
   # --- CephFS (without a manager, so the pools and the file system by hand)

@@ -28,13 +28,25 @@
 #   KVTIER_S3_NO_INSTALL=1       never run apt-get (exit 77 if Ceph is missing)
 set -euo pipefail
 
+# read by tests/lib/ceph-common.sh
+# shellcheck disable=SC2034
+{
+  CL_TAG=kvtier-s3
+  CL_WHAT="S3 server"
+  CL_BINS=(ceph-mon ceph-osd radosgw radosgw-admin ceph monmaptool ceph-authtool curl od timeout)
+  CL_PKGS=(ceph-mon ceph-osd radosgw ceph-common curl coreutils)
+  CL_NO_INSTALL_VAR=KVTIER_S3_NO_INSTALL
+  CL_NOT_ROOT="not root, cannot apt-get install"
+  CL_APT_NOTE=" (about a minute)"
+  CL_LOG_INSTALLED=1
+  STEP_TIMEOUT=${KVTIER_S3_TIMEOUT:-60}
+  WAIT_POLL=0.2
+}
+# shellcheck source-path=SCRIPTDIR source=../lib/ceph-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/ceph-common.sh"
+
 readonly BUCKET=kvtier-test
-# radosgw verifies a SigV4 signature with whatever region the request's
-# credential scope names (its zonegroup is "default"; "default", "us-east-1"
-# and any other name all verify). us-east-1 is what S3 clients assume.
-readonly REGION=us-east-1
 readonly MARKER=.kvtier-s3          # marks a directory as ours (safe to rm)
-readonly RGW_NAME=client.rgw.kvtier
 
 usage() {
   echo "usage: $0 {start|stop|status|install} [STATE_DIR]" >&2
@@ -50,14 +62,6 @@ STATE_DIR=${2:-${KVTIER_S3_STATE:-${TMPDIR:-/tmp}/kvtier-s3}}
 STATE_DIR=${STATE_DIR%/}
 CONF=$STATE_DIR/ceph.conf
 ENV_FILE=$STATE_DIR/env
-
-T0=$EPOCHREALTIME
-log() {
-  local now=$EPOCHREALTIME
-  # elapsed seconds with two decimals, computed without forking
-  local ms=$(( (${now//[.,]/} - ${T0//[.,]/}) / 10000 ))
-  printf '[kvtier-s3 %d.%02ds] %s\n' $((ms / 100)) $((ms % 100)) "$*" >&2
-}
 
 # ------------------------------------------------------------------ helpers
 
@@ -75,42 +79,6 @@ free_port() {
     if ((ok)); then echo "$p"; return 0; fi
   done
   return 1
-}
-
-# $1 random characters from the alphabet $2 (no pipes, so pipefail-safe).
-rand_str() {
-  local out="" b alpha=$2
-  for b in $(od -An -vtu1 -N"$1" /dev/urandom); do
-    out+=${alpha:b % ${#alpha}:1}
-  done
-  printf '%s' "$out"
-}
-
-# PIDs of live processes started with our ceph.conf on their command line
-# (daemons, plus any ceph / radosgw-admin client still running). Matching the
-# exact config path means processes of other clusters are never touched.
-our_pids() {
-  local d pid st args a
-  for d in /proc/[0-9]*; do
-    pid=${d#/proc/}
-    [[ $pid == "$$" ]] && continue
-    mapfile -d '' args 2>/dev/null <"$d/cmdline" || continue
-    for a in "${args[@]}"; do
-      [[ $a == "$CONF" ]] || continue
-      # skip zombies: an orphan stays one until PID 1 reaps it
-      read -r st 2>/dev/null <"$d/stat" || break
-      st=${st##*) }
-      [[ ${st%% *} == Z ]] || echo "$pid"
-      break
-    done
-  done
-}
-
-alive() {
-  local st
-  read -r st 2>/dev/null <"/proc/$1/stat" || return 1
-  st=${st##*) }
-  [[ ${st%% *} != Z ]]
 }
 
 # SIGTERM the given PIDs, wait up to KVTIER_S3_STOP_TIMEOUT s, then SIGKILL.
@@ -176,12 +144,6 @@ remove_state_dir() {
   fi
 }
 
-endpoint_answers() { # endpoint
-  local code
-  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "$1/" 2>/dev/null) || true
-  [[ $code =~ ^[1-5][0-9][0-9]$ ]]
-}
-
 env_value() { # name -> value from STATE_DIR/env
   local line
   [[ -f $ENV_FILE ]] || return 1
@@ -203,42 +165,6 @@ is_running() {
 
 # ------------------------------------------------------------------ install
 
-unavailable() {
-  echo "S3 server unavailable: $*" >&2
-  exit 77
-}
-
-ensure_ceph() {
-  local bins=(ceph-mon ceph-osd radosgw radosgw-admin ceph monmaptool ceph-authtool curl od timeout)
-  local b missing=()
-  for b in "${bins[@]}"; do command -v "$b" >/dev/null 2>&1 || missing+=("$b"); done
-  ((${#missing[@]})) || return 0
-
-  [[ ${KVTIER_S3_NO_INSTALL:-0} != 1 ]] || unavailable "missing ${missing[*]} (KVTIER_S3_NO_INSTALL=1)"
-  [[ $(id -u) == 0 ]] || unavailable "missing ${missing[*]} and not root, cannot apt-get install"
-  command -v apt-get >/dev/null 2>&1 || unavailable "missing ${missing[*]} and no apt-get"
-
-  local pkgs=(ceph-mon ceph-osd radosgw ceph-common curl coreutils)
-  local aptlog
-  aptlog=$(mktemp -t kvtier-s3-apt.XXXXXX)
-  log "installing ${pkgs[*]} with apt-get (about a minute)"
-  export DEBIAN_FRONTEND=noninteractive
-  local apt=(apt-get -y -q -o DPkg::Lock::Timeout=120 install --no-install-recommends "${pkgs[@]}")
-  # Try with the package lists at hand first; refresh them only if needed.
-  if ! "${apt[@]}" >"$aptlog" 2>&1; then
-    if ! { apt-get -q -o DPkg::Lock::Timeout=120 update && "${apt[@]}"; } >>"$aptlog" 2>&1; then
-      tail -n 15 "$aptlog" >&2
-      rm -f "$aptlog"
-      unavailable "apt-get install ${pkgs[*]} failed"
-    fi
-  fi
-  rm -f "$aptlog"
-  for b in "${bins[@]}"; do
-    command -v "$b" >/dev/null 2>&1 || unavailable "$b still missing after apt-get install"
-  done
-  log "installed"
-}
-
 # ------------------------------------------------------------------ start
 
 # Called on any exit from start before it finished: show the logs, stop
@@ -247,35 +173,12 @@ start_failed() {
   local rc=$?
   trap - EXIT
   ((rc != 0)) || return 0
-  local f
-  for f in "$STATE_DIR"/log/*.log; do
-    [[ -s $f ]] || continue
-    echo "----- tail of $f" >&2
-    tail -n 20 "$f" >&2
-  done
+  log_tails 20
   stop_daemons || true
   rm -f "$ENV_FILE"
   echo "[kvtier-s3] start failed; logs left in $STATE_DIR/log (remove with: $0 stop $STATE_DIR)" >&2
   exit 1
 }
-
-die() {
-  log "ERROR: $*"
-  exit 1 # start_failed (EXIT trap) cleans up
-}
-
-# Run "$@" until it succeeds, at most KVTIER_S3_TIMEOUT seconds.
-wait_for() { # description command...
-  local what=$1
-  shift
-  local deadline=$((SECONDS + ${KVTIER_S3_TIMEOUT:-60}))
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || die "timed out waiting for $what"
-    sleep 0.2
-  done
-}
-
-ceph_cli() { timeout 30 ceph -c "$CONF" --connect-timeout 10 "$@"; }
 
 # Signed S3 request. Prints the HTTP status; the body goes to $S3_OUT.
 # curl 7.88 signs only if x-amz-content-sha256 is given, so always send it.
@@ -288,79 +191,23 @@ s3_request() { # method path [extra curl args...]
 }
 
 write_conf() {
-  # \$name, \$cluster and \$id are Ceph meta-variables expanded by each daemon.
-  cat >"$CONF" <<EOF
-[global]
-fsid = $FSID
-mon host = [v2:127.0.0.1:$MON_PORT,v1:127.0.0.1:$((MON_PORT + 1))]
-public network = 127.0.0.0/8
-public addr = 127.0.0.1
-cluster addr = 127.0.0.1
-ms bind ipv6 = false
-auth cluster required = none
-auth service required = none
-auth client required = none
-# radosgw asks for a "secure" monitor connection by default, which auth
-# "none" cannot give (it then fails with get_initial_auth_request -13)
-ms mon client mode = crc secure
-keyring = $STATE_DIR/keyring
-run dir = $STATE_DIR/run
-pid file = $STATE_DIR/run/\$name.pid
-admin socket = $STATE_DIR/run/\$name.asok
-log file = $STATE_DIR/log/\$name.log
-crash dir = $STATE_DIR/crash
-log to stderr = false
-err to stderr = false
-mon cluster log file = $STATE_DIR/log/cluster.log
-# one OSD: one replica, few placement groups, no automatic changes
-osd pool default size = 1
-osd pool default min size = 1
-osd pool default pg num = 8
-osd pool default pgp num = 8
-osd pool default pg autoscale mode = off
-osd crush chooseleaf type = 0
-mon allow pool size one = true
-mon warn on pool no redundancy = false
-mon osd down out interval = 0
-mon data avail warn = 2
-mon data avail crit = 1
-
-[mon]
-mon data = $STATE_DIR/mon/\$cluster-\$id
-# radosgw creates ~6 pools on its first start, each a few map changes:
-# commit them faster than the 1 s default
-paxos propose interval = 0.05
-paxos min wait = 0.01
-
-[osd]
-osd data = $STATE_DIR/osd/\$cluster-\$id
-# all object data is kept in RAM, up to this many bytes
-osd objectstore = memstore
-memstore device bytes = $OSD_BYTES
-# skip flushing the store on SIGTERM: the directory is deleted anyway
-osd fast shutdown = true
-# 64 MiB S3 objects reach the OSD as 4 MiB stripes; allow larger ones anyway
-osd max object size = 268435456
-osd op num shards = 2
-osd op num threads per shard = 2
+  {
+    conf_global 127.0.0.1 127.0.0.0/8 "public addr = 127.0.0.1
+cluster addr = 127.0.0.1"
+    echo
+    conf_mon ""
+    echo
+    conf_osd "$OSD_BYTES" "" "# 64 MiB S3 objects reach the OSD as 4 MiB stripes; allow larger ones anyway
+osd max object size = 268435456"
+    cat <<EOF
 
 [client]
 # the ceph / radosgw-admin command-line tools need no admin socket
 admin socket =
 
-[$RGW_NAME]
-admin socket = $STATE_DIR/run/\$name.asok
-rgw frontends = beast endpoint=127.0.0.1:$S3_PORT
-rgw data = $STATE_DIR/rgw
-rgw thread pool size = 64
-rgw enable usage log = false
-# no lifecycle thread: it sleeps in 5 s steps and slows down shutdown
-rgw enable lc threads = false
-# free the tails (beyond 4 MiB) of deleted or overwritten objects within
-# about a minute instead of after 2 h, so the RAM-backed OSD does not fill up
-rgw gc obj min wait = 30
-rgw gc processor period = 30
 EOF
+    conf_rgw "127.0.0.1:$S3_PORT" 64
+  } >"$CONF"
 }
 
 cmd_start() {
@@ -370,6 +217,7 @@ cmd_start() {
   fi
 
   ensure_ceph
+  # shellcheck disable=SC2034 # read by log()
   T0=$EPOCHREALTIME # time the start itself, not the install
 
   # A state directory from an earlier, dead server: clean it up first.
