@@ -169,7 +169,10 @@ struct Segments {
   // The segment each lane appends to, per base: index base * lanes + lane.
   std::vector<std::optional<uint32_t>> active KVTIER_GUARDED_BY(mu);
   size_t lanes = 1;
-  // Writes a window's lanes side by side (lanes - 1 threads and the caller); null: one lane.
+  // Writes a window's lanes side by side (lanes - 1 threads and the caller), started by the
+  // first window of more than one run: a store that never writes one has no thread of it
+  // (tests fork children from processes holding such stores).
+  std::once_flag lane_pool_started;
   std::unique_ptr<WorkerPool> lane_pool;
   // Records and summary entries are synced after each window (fsync, or a base on FUSE:
   // see segments_open).

@@ -46,7 +46,6 @@ Status Store::Impl::segments_open() {
   seg->lanes = config.segment_lanes != 0
                    ? config.segment_lanes
                    : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kMaxAutoLanes);
-  if (seg->lanes > 1) seg->lane_pool = std::make_unique<WorkerPool>(seg->lanes - 1);
   // On a FUSE filesystem (ceph-fuse) appends are synced even without fsync: another host's
   // first open or read of a file this one appended to, its data still dirty here, waited for
   // the metadata server's next tick (up to 5 s with Ceph's defaults; docs/deployment.md). A
@@ -563,6 +562,8 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     }
   };
   if (lanes > 1) {
+    std::call_once(seg->lane_pool_started,
+                   [&] { seg->lane_pool = std::make_unique<WorkerPool>(seg->lanes - 1); });
     seg->lane_pool->parallel_for(lanes, write_lane);
   } else {
     write_lane(0);
