@@ -117,15 +117,21 @@ class HybridRun:
         self.directory = directory
         self.fds = []
 
+    def side_pieces(self):
+        """[(pool name, [(ptrs, sizes) of each page])]: where a prefetch puts the side pools'
+        pages (Mamba slot 5, SWA pages 8-11), as the pools describe them."""
+        return [("mamba", [self.mamba.get_page_buffer_meta(torch.tensor([5]))]),
+                ("swa", [self.swa.get_page_buffer_meta(host_indices([s], PS))
+                         for s in (8, 9, 10, 11)])]
+
     def floor_read(self, keys):
         """The side pools' pages of a request read through the bare store bindings into the
         same host memory: one batch_get_pieces per pool's namespace, no adapter."""
         calls = []
-        for name, pool, slots, page_keys in (
-                ("mamba", self.mamba, torch.tensor([5]), keys[-1:]),
-                ("swa", self.swa, host_indices([8, 9, 10, 11], PS), keys[-4:])):
-            ptrs, sizes = pool.get_page_buffer_meta(slots)
-            calls.append((self.b._pools[name].stores[0], page_keys, list(ptrs), list(sizes)))
+        for name, pages in self.side_pieces():
+            ptrs = [p for page_ptrs, _ in pages for p in page_ptrs]
+            sizes = [z for _, page_sizes in pages for z in page_sizes]
+            calls.append((self.b._pools[name].stores[0], keys[-len(pages):], ptrs, sizes))
 
         def read():
             return [store.batch_get_pieces(k, p, z).pages for store, k, p, z in calls]
@@ -138,17 +144,15 @@ class HybridRun:
         if not self.fds:
             os.makedirs(os.path.join(self.directory, "machine"), exist_ok=True)
         views = []
-        pages = [(self.mamba, [5])] + [(self.swa, [8 + i]) for i in range(4)]
-        for n, (pool, slots) in enumerate(pages):
-            idx = torch.tensor(slots) if pool is self.mamba else host_indices(slots, PS)
-            ptrs, sizes = pool.get_page_buffer_meta(idx)
-            bufs = [memoryview((ctypes.c_char * z).from_address(p)).cast("B")
+        pages = [page for _, pool_pages in self.side_pieces() for page in pool_pages]
+        for n, (ptrs, sizes) in enumerate(pages):
+            bufs = [memoryview((ctypes.c_char * int(z)).from_address(int(p))).cast("B")
                     for p, z in zip(ptrs, sizes)]
             if len(self.fds) <= n:
                 path = os.path.join(self.directory, "machine", f"page{n}")
                 with open(path, "wb") as f:
-                    for b in bufs:
-                        f.write(b)
+                    for buf in bufs:
+                        f.write(buf)
                 self.fds.append(os.open(path, os.O_RDONLY))
             views.append((self.fds[n], bufs, sum(sizes)))
 
