@@ -16,9 +16,27 @@ void FaultInjector::add(FaultRule rule) {
   rules_.push_back(Armed{std::move(rule)});
 }
 
+void FaultInjector::set_trap(FaultTrap trap) {
+  MutexLock lock(mu_);
+  trap_ = std::move(trap);
+}
+
+FaultTrap fault_trap_at(FaultOp op, std::string path_contains, uint64_t skip,
+                        std::function<void()> at, std::function<bool(const FaultCall&)> also) {
+  return FaultTrap{[op, part = std::move(path_contains), skip, also = std::move(also),
+                    seen = uint64_t{0}](const FaultCall& call) mutable {
+                     if (call.op != op || call.path.find(part) == std::string_view::npos)
+                       return false;
+                     if (also && !also(call)) return false;
+                     return seen++ == skip;
+                   },
+                   std::move(at)};
+}
+
 void FaultInjector::clear() {
   MutexLock lock(mu_);
   rules_.clear();
+  trap_.reset();
   delay_ = std::chrono::milliseconds(0);
 }
 
@@ -90,22 +108,33 @@ uint64_t FaultInjector::calls(FaultOp op) const {
   return calls_[static_cast<size_t>(op)];
 }
 
-int FaultInjector::check(FaultOp op, std::string_view path) {
-  MutexLock lock(mu_);
-  ++calls_[static_cast<size_t>(op)];
-  for (Armed& a : rules_) {
-    if (a.rule.op != op) continue;
-    if (!a.rule.path_contains.empty() &&
-        path.find(a.rule.path_contains) == std::string_view::npos) {
-      continue;
+int FaultInjector::check(FaultOp op, std::string_view path, uint64_t offset, uint64_t length) {
+  std::function<void()> trap;
+  int error = 0;
+  {
+    MutexLock lock(mu_);
+    ++calls_[static_cast<size_t>(op)];
+    const auto matches = [&](FaultOp want, const std::string& part) {
+      return want == op && (part.empty() || path.find(part) != std::string_view::npos);
+    };
+    if (trap_ && trap_->when(FaultCall{op, path, offset, length})) {
+      trap = std::move(trap_->at);
+      trap_.reset();
     }
-    if (a.seen++ < a.rule.skip) continue;
-    if (a.failed >= a.rule.count) continue;
-    ++a.failed;
-    ++injected_;
-    return a.rule.error;
+    for (Armed& a : rules_) {
+      if (!matches(a.rule.op, a.rule.path_contains)) continue;
+      if (a.seen++ < a.rule.skip) continue;
+      if (a.failed >= a.rule.count) continue;
+      ++a.failed;
+      ++injected_;
+      error = a.rule.error;
+      break;
+    }
   }
-  return 0;
+  // Outside the lock: a trap may never return (it waits to be killed), and other threads of
+  // the process go on meanwhile.
+  if (trap) trap();
+  return error;
 }
 
 namespace {
@@ -254,7 +283,7 @@ class FaultBackend final : public BackendWrapper {
     std::vector<std::pair<size_t, Status>> failed;
     for (size_t i = 0; i < descs.size(); ++i) {
       const IoDesc& d = descs[i];
-      if (int e = injector_->check(fop, d.target->path())) {
+      if (int e = injector_->check(fop, d.target->path(), d.offset, d.length)) {
         failed.emplace_back(i, errno_status(e, op == TransferOp::kRead ? "preadv" : "pwritev",
                                             d.target->path(), d.offset, d.length));
       } else {

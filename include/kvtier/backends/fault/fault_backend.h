@@ -11,6 +11,11 @@
 //   ... what must hold while it is in flight ...
 //   faults->release_batches();
 //
+// A test that must stop a process between two exact steps of a write (the crash tests kill a
+// writer there) sets a trap: the matching call runs the trap's function before it goes on.
+//
+//   faults->set_trap(fault_trap_at(FaultOp::kPublish, ".seg", 2, [&] { report(); pause(); }));
+//
 // The inner backend does the real work up to the injected failure: a write that "fails with
 // ENOSPC" had its target really opened, so the owner's cleanup is exercised for real.
 //
@@ -25,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,10 +65,36 @@ struct FaultRule {
   uint64_t count = UINT64_MAX;
 };
 
+// One call that reaches the decorator, as a trap sees it (offset and length: kRead/kWrite
+// descriptors only; 0 elsewhere).
+struct FaultCall {
+  FaultOp op;
+  std::string_view path;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// A point a test stops at: the first call for which `when` returns true runs `at` on the
+// calling thread before the call goes on (kRead/kWrite: before any descriptor of its batch
+// reaches the inner backend). It fires once. `when` sees every call, in order, under the
+// injector's lock: it may count calls, and must not call the injector.
+struct FaultTrap {
+  std::function<bool(const FaultCall&)> when;
+  std::function<void()> at;
+};
+
+// The (skip + 1)-th call of `op` on a path containing `path_contains` (and, with `also`, for
+// which `also` returns true too).
+FaultTrap fault_trap_at(FaultOp op, std::string path_contains, uint64_t skip,
+                        std::function<void()> at,
+                        std::function<bool(const FaultCall&)> also = nullptr);
+
 // Shared between a test and the decorated backend.
 class FaultInjector {
  public:
   void add(FaultRule rule);
+  // One trap at a time: a later one replaces it. clear() removes it too.
+  void set_trap(FaultTrap trap);
   void clear();
   // kRead/kWrite batches wait this long before reaching the inner backend.
   void set_batch_delay(std::chrono::milliseconds delay);
@@ -89,8 +121,9 @@ class FaultInjector {
   void forget(const void* key);
   void note_held(bool entering);
 
-  // Returns the errno to inject for this call (0: none), counting the call against the rules.
-  int check(FaultOp op, std::string_view path);
+  // Returns the errno to inject for this call (0: none), counting the call against the rules;
+  // runs the trap first when this call is the one it waits for.
+  int check(FaultOp op, std::string_view path, uint64_t offset = 0, uint64_t length = 0);
 
  private:
   struct Armed {
@@ -100,6 +133,7 @@ class FaultInjector {
   };
   mutable Mutex mu_;
   std::vector<Armed> rules_ KVTIER_GUARDED_BY(mu_);
+  std::optional<FaultTrap> trap_ KVTIER_GUARDED_BY(mu_);
   std::chrono::milliseconds delay_ KVTIER_GUARDED_BY(mu_){0};
   uint64_t injected_ KVTIER_GUARDED_BY(mu_) = 0;
   std::array<uint64_t, static_cast<size_t>(FaultOp::kSync) + 1> calls_ KVTIER_GUARDED_BY(mu_){};
