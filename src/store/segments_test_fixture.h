@@ -52,13 +52,16 @@ inline SegFiles seg_files(const Store& s) {
 class SegmentStoreTest : public ::testing::Test {
  protected:
   // `lanes` 0: the store's default (one per hardware thread, at most 4).
+  // `faults`: the backend goes through a fault injector.
   std::unique_ptr<Store> open(std::string query = "?backend=posix&layout=segments",
-                              uint64_t segment_bytes = 1 << 20, size_t lanes = 0) {
+                              uint64_t segment_bytes = 1 << 20, size_t lanes = 0,
+                              std::shared_ptr<FaultInjector> faults = nullptr) {
     StoreConfig cfg;
     cfg.location = *parse_store_uri("file://" + dir_.file("store") + query);
     cfg.ns = test_namespace("segments");
     cfg.segment_bytes = segment_bytes;
     cfg.segment_lanes = lanes;
+    decorate(cfg, std::move(faults));
     return open_store(std::move(cfg));
   }
 
@@ -70,11 +73,7 @@ class SegmentStoreTest : public ::testing::Test {
         *parse_store_uri("file://" + dir_.file("store") + "?backend=posix&layout=segments");
     cfg.ns = test_namespace("segments");
     cfg.capacity_bytes = capacity;
-    if (faults) {
-      cfg.decorate = [faults](std::unique_ptr<Backend> inner) {
-        return make_fault_backend(std::move(inner), faults);
-      };
-    }
+    decorate(cfg, std::move(faults));
     return open_store(std::move(cfg));
   }
 

@@ -2,16 +2,26 @@
 // page pool like a serving engine's host pool, and small helpers.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvtier/backends/fault/fault_backend.h"
+#include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
 #include "src/testing/test_util.h"
 
@@ -75,6 +85,14 @@ inline std::string page_file(const Store& store, std::string_view key) {
   return store.namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
 }
 
+// The store's backend goes through `faults` (none: as it is).
+inline void decorate(StoreConfig& cfg, std::shared_ptr<FaultInjector> faults) {
+  if (!faults) return;
+  cfg.decorate = [faults](std::unique_ptr<Backend> inner) {
+    return make_fault_backend(std::move(inner), faults);
+  };
+}
+
 inline std::unique_ptr<Store> open_store(StoreConfig cfg) {
   Result<std::unique_ptr<Store>> s = Store::open(cfg);
   EXPECT_TRUE(s.ok()) << s.status().to_string();
@@ -89,11 +107,7 @@ inline std::unique_ptr<Store> open_store(const StoreLocation& loc, NamespaceSpec
   cfg.ns = std::move(ns);
   cfg.direct_io = direct_io;
   cfg.fsync = fsync;
-  if (faults) {
-    cfg.decorate = [faults](std::unique_ptr<Backend> b) {
-      return make_fault_backend(std::move(b), faults);
-    };
-  }
+  decorate(cfg, std::move(faults));
   return open_store(std::move(cfg));
 }
 
@@ -162,6 +176,126 @@ inline int wait_exit(pid_t pid) {
   int status = 0;
   if (::waitpid(pid, &status, 0) != pid) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// What a forked child tells its parent, one byte per event, so that the parent waits for what
+// must have happened (a batch done, a trap reached) instead of for a while:
+//
+//   ChildPipe pipe;
+//   const pid_t pid = spawn([&] { ...; pipe.send('b'); ... });
+//   pipe.parent_side();
+//   while (pipe.next() == 'b') ...
+//
+// A child that ends without sending closes the pipe: next() then returns kEnd at once. The
+// ceiling only fails a child that hangs; it is not how long anything is expected to take.
+class ChildPipe {
+ public:
+  static constexpr int kEnd = 0;       // the child is gone
+  static constexpr int kTimeout = -1;  // nothing came within the ceiling
+
+  ChildPipe() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+      return;
+    }
+    read_ = UniqueFd(fds[0]);
+    write_ = UniqueFd(fds[1]);
+  }
+
+  // In the child.
+  void send(char event) const { (void)!::write(write_.get(), &event, 1); }
+
+  // In the parent, once the child is forked: its own write end goes, so that the child's is
+  // the last and its end is seen.
+  void parent_side() { write_.reset(); }
+
+  // In the parent: the child's next event, kEnd or kTimeout.
+  int next(std::chrono::milliseconds ceiling = kHungCeiling) const {
+    pollfd p{read_.get(), POLLIN, 0};
+    for (;;) {
+      const int n = ::poll(&p, 1, static_cast<int>(ceiling.count()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return kTimeout;
+      char c = 0;
+      const ssize_t got = ::read(read_.get(), &c, 1);
+      if (got < 0 && errno == EINTR) continue;
+      return got == 1 ? static_cast<unsigned char>(c) : kEnd;
+    }
+  }
+
+ private:
+  UniqueFd read_;
+  UniqueFd write_;
+};
+
+// Where a crash test kills its writer: held at a trap (a fault-injection point, exactly between
+// two steps of a write: FaultTrap's `at` is set by kill_writer), or, without one, at a random
+// moment after the writer reported `batches` whole batches.
+struct KillPoint {
+  std::string name;  // for messages: "before a summary append #3"
+  std::optional<FaultTrap> trap;
+  size_t batches = 1;
+  // With a trap: the writer has failed to reach it once it has done this many batches.
+  size_t trap_within = 200;
+};
+
+// A crash test's writer, run in a forked child: `open` opens its store through the injector
+// that holds the trap; `write_batch` writes batch n (n = 0, 1, ...), false when it failed.
+struct CrashWriter {
+  std::function<std::unique_ptr<Store>(std::shared_ptr<FaultInjector>)> open;
+  std::function<bool(Store&, size_t)> write_batch;
+};
+
+// Forks the writer and SIGKILLs it at `point`; returns how many batches it reported whole
+// before (batches 0..n-1 are in the store whatever the kill left). The child reports on a pipe
+// (ChildPipe): a batch done, or the trap reached, after which it waits to be killed. So the
+// kill lands where it must however slow the machine is; the random moment after `batches`
+// only varies where a random kill lands, and nothing asserted depends on it.
+inline size_t kill_writer(const CrashWriter& writer, const KillPoint& point, std::mt19937_64& rng) {
+  constexpr char kBatch = 'b', kTrapped = 't';
+  ChildPipe pipe;
+  const pid_t pid = spawn([&]() -> int {
+    auto faults = std::make_shared<FaultInjector>();
+    if (point.trap) {
+      FaultTrap trap = *point.trap;
+      trap.at = [&pipe] {
+        pipe.send(kTrapped);
+        for (;;) ::pause();  // until the SIGKILL
+      };
+      faults->set_trap(std::move(trap));
+    }
+    std::unique_ptr<Store> s = writer.open(faults);
+    if (s == nullptr) return 2;
+    for (size_t n = 0;; ++n) {
+      if (!writer.write_batch(*s, n)) return 3;
+      pipe.send(kBatch);
+    }
+  });
+  if (pid < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    return 0;
+  }
+  pipe.parent_side();
+  size_t done = 0;
+  int event = ChildPipe::kEnd;
+  while ((event = pipe.next()) == kBatch) {
+    ++done;
+    if (done == (point.trap ? point.trap_within : point.batches)) break;
+  }
+  const bool reached = point.trap ? event == kTrapped : done == point.batches;
+  if (reached && !point.trap) {
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+  }
+  ::kill(pid, SIGKILL);
+  const int code = wait_exit(pid);
+  EXPECT_TRUE(reached) << point.name << ": "
+                       << (event == kBatch            ? "the trap was not reached in its batches"
+                           : event == ChildPipe::kEnd ? "the writer ended by itself (2: open "
+                                                        "failed, 3: a put failed)"
+                                                      : "the writer hung");
+  EXPECT_EQ(code, 128 + SIGKILL) << point.name;
+  return done;
 }
 
 inline std::vector<std::string> keys_for(std::string_view prefix, size_t n) {

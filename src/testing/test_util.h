@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -11,6 +12,12 @@
 #include "kvtier/core/unique_fd.h"
 
 namespace kvtier::testing {
+
+// How long a test waits for something that must happen before it calls the code under test
+// hung. Only a hang takes this long: tests wait for events (a completion, a pipe, a condition),
+// and this ceiling turns a hang into a failure; it is never a judgement of speed (tests run
+// under sanitizers on loaded 2-core machines; speed is measured by the benchmarks).
+inline constexpr std::chrono::seconds kHungCeiling{120};
 
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
 class TempDir {
