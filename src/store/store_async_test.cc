@@ -73,7 +73,7 @@ TEST_F(StoreAsync, ManyBatchesInFlightFromSeveralThreads) {
         gets.push_back(store_->submit_get(testing::views(keys[b]), out(128 + first, kPages)));
       }
       for (int b = 0; b < kBatches; ++b) {
-        KVTIER_EXPECT_OK(gets[b].wait(30s));
+        KVTIER_EXPECT_OK(gets[b].wait(testing::kHungCeiling));
         if (!gets[b].take().all_ok()) ++bad;
         const size_t first = (t * kBatches + b) * kPages;
         for (size_t i = 0; i < kPages; ++i) {
@@ -96,7 +96,7 @@ TEST_F(StoreAsync, WaitTimesOutThenCompletesAndTakeGivesTheResultOnce) {
   EXPECT_EQ(t.take().status.code(), StatusCode::kInvalidArgument) << "take before done";
   EXPECT_EQ(t.wait(20ms).code(), StatusCode::kTimeout);
   faults_->release_batches();
-  KVTIER_ASSERT_OK(t.wait(30s));
+  KVTIER_ASSERT_OK(t.wait(testing::kHungCeiling));
   EXPECT_TRUE(t.done());
   BatchResult r = t.take();
   EXPECT_TRUE(r.all_ok());
