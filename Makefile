@@ -10,6 +10,9 @@
 #                     skips the sanitizer passes),
 #                     beside a throw-away local S3 server for the S3 tests (KVTIER_S3=0: none),
 #                     all in a network namespace with only loopback up (scripts/loopback-only)
+#   make test-stress  the ASan+UBSan and TSan passes three times in a row (STRESS_ROUNDS=3)
+#                     with every core kept busy by stress-ng (scripts/under-load), beside the
+#                     S3 server, in the loopback-only namespace; not part of `make test`
 #   make bench        kvtier against fio and memcpy, side by side (bench/compare.py; ARGS=...),
 #                     then the page-size sweep of both layouts against fio on one big file
 #                     (bench/segments_compare.py; SEGMENT_ARGS=...)
@@ -30,6 +33,7 @@ PYTHON ?= /usr/bin/python3
 PREFIX ?= /usr/local
 
 .PHONY: all deps s3-deps build run bench test test-release test-multihost test-asan test-tsan \
+	build-asan build-tsan test-stress \
 	format format-check \
 	check-thread-safety \
 	wheel deb install clean
@@ -97,15 +101,28 @@ test-release: build
 test-multihost: build
 	tests/ceph/run-tests.sh
 
-test-asan: deps
-	@cmake --preset asan >/dev/null
-	@cmake --build --preset asan
+test-asan: build-asan
 	ctest --preset asan
 
-test-tsan: deps
+test-tsan: build-tsan
+	ctest --preset tsan
+
+build-asan: deps
+	@cmake --preset asan >/dev/null
+	@cmake --build --preset asan
+
+build-tsan: deps
 	@cmake --preset tsan >/dev/null
 	@cmake --build --preset tsan
-	ctest --preset tsan
+
+# The sanitizer passes on a machine whose every core is busy: no test may depend on the
+# machine's speed. Built first, unloaded; then each round runs both passes under the load.
+STRESS_ROUNDS ?= 3
+test-stress: deps s3-deps build-asan build-tsan
+	@scripts/deps stress-ng
+	@KVTIER_S3_NO_INSTALL=1 scripts/loopback-only scripts/with-s3-server \
+	  scripts/under-load $(STRESS_ROUNDS) \
+	  bash -c 'ctest --preset asan && ctest --preset tsan'
 
 # Compiles every C++ target with clang and -Wthread-safety as errors; runs nothing.
 check-thread-safety: deps
