@@ -310,16 +310,12 @@ void crash_test(const std::string& query,
                 const std::function<std::unique_ptr<Store>(std::shared_ptr<FaultInjector>)>& open) {
   constexpr size_t kKeys = 40, kBatch = 8;
   const auto batch_keys = [](size_t n) {
-    std::vector<std::string> keys;
-    for (size_t i = 0; i < kBatch; ++i)
-      keys.push_back(fmt::format("crash-{}", (n * kBatch + i) % kKeys));
-    return keys;
+    return testing::round_robin_batch("crash-", kKeys, kBatch, n);
   };
-  testing::CrashWriter writer{open, [&](Store& s, size_t n) {
-                                PagePool pool(s, kBatch, kPage);
-                                const std::vector<std::string> keys = batch_keys(n);
+  testing::CrashWriter writer{open, batch_keys, [](Store& s, const std::vector<std::string>& keys) {
+                                PagePool pool(s, keys.size(), kPage);
                                 std::vector<ConstBuffer> in;
-                                for (size_t i = 0; i < kBatch; ++i) {
+                                for (size_t i = 0; i < keys.size(); ++i) {
                                   // The content names the key: whichever version survives
                                   // must be whole.
                                   pool.fill(i, kPage, std::hash<std::string>{}(keys[i]));
@@ -327,7 +323,7 @@ void crash_test(const std::string& query,
                                 }
                                 return s.batch_put(testing::views(keys), in).all_ok();
                               }};
-  std::vector<testing::KillPoint> points;
+  std::vector<testing::KillPoint> points = testing::random_kills(8, 4);
   for (uint64_t i = 0; i < 12; ++i) {
     const uint64_t n = 5 * i + i % 3;  // the writer stops at its (n + 1)-th such call
     points.push_back({fmt::format("before temporary #{} is created", n + 1),
@@ -337,20 +333,9 @@ void crash_test(const std::string& query,
     points.push_back({fmt::format("a page written, before publish #{}", n + 1),
                       fault_trap_at(FaultOp::kPublish, "", n, nullptr)});
   }
-  std::mt19937_64 rng(42);
-  for (size_t i = 0; i < 8; ++i) {
-    points.push_back(
-        {fmt::format("at random after {} batches", 1 + i % 4), std::nullopt, 1 + i % 4});
-  }
-  size_t committed = 0;  // batches 0..committed-1 were whole in some round
-  for (const testing::KillPoint& point : points) {
-    committed = std::max(committed, testing::kill_writer(writer, point, rng));
-  }
-  ASSERT_GT(committed, 0u) << "no writer got through a batch";
-  std::set<std::string> done;
-  for (size_t n = 0; n < committed && done.size() < kKeys; ++n) {
-    for (std::string& k : batch_keys(n)) done.insert(std::move(k));
-  }
+  const std::vector<std::string> reported = testing::kill_writer_at_each(writer, points, 42);
+  ASSERT_FALSE(reported.empty()) << "no writer got through a batch";
+  const std::set<std::string> done(reported.begin(), reported.end());
   auto s = open(nullptr);
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, 1, kPage);

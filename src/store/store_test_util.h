@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -241,17 +242,34 @@ struct KillPoint {
 };
 
 // A crash test's writer, run in a forked child: `open` opens its store through the injector
-// that holds the trap; `write_batch` writes batch n (n = 0, 1, ...), false when it failed.
+// that holds the trap; it then puts batch 0, 1, ... (`batch_keys(n)`) with `put` (false when
+// a put failed).
 struct CrashWriter {
   std::function<std::unique_ptr<Store>(std::shared_ptr<FaultInjector>)> open;
-  std::function<bool(Store&, size_t)> write_batch;
+  std::function<std::vector<std::string>(size_t)> batch_keys;
+  std::function<bool(Store&, const std::vector<std::string>&)> put;
 };
 
-// Forks the writer and SIGKILLs it at `point`; returns how many batches it reported whole
-// before (batches 0..n-1 are in the store whatever the kill left). The child reports on a pipe
-// (ChildPipe): a batch done, or the trap reached, after which it waits to be killed. So the
-// kill lands where it must however slow the machine is; the random moment after `batches`
-// only varies where a random kill lands, and nothing asserted depends on it.
+// Batch n of a writer that goes round `keys` keys (prefix + 0, 1, ...), `batch` at a time.
+inline std::vector<std::string> round_robin_batch(std::string_view prefix, size_t keys,
+                                                  size_t batch, size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < batch; ++i) {
+    out.push_back(std::string(prefix) + std::to_string((n * batch + i) % keys));
+  }
+  return out;
+}
+
+// `n` kill points at random moments, after 1..max_batches whole batches.
+inline std::vector<KillPoint> random_kills(size_t n, size_t max_batches) {
+  std::vector<KillPoint> out;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t b = 1 + i % max_batches;
+    out.push_back({"at random after " + std::to_string(b) + " batches", std::nullopt, b});
+  }
+  return out;
+}
+
 inline size_t kill_writer(const CrashWriter& writer, const KillPoint& point, std::mt19937_64& rng) {
   constexpr char kBatch = 'b', kTrapped = 't';
   ChildPipe pipe;
@@ -268,7 +286,7 @@ inline size_t kill_writer(const CrashWriter& writer, const KillPoint& point, std
     std::unique_ptr<Store> s = writer.open(faults);
     if (s == nullptr) return 2;
     for (size_t n = 0;; ++n) {
-      if (!writer.write_batch(*s, n)) return 3;
+      if (!writer.put(*s, writer.batch_keys(n))) return 3;
       pipe.send(kBatch);
     }
   });
@@ -295,6 +313,26 @@ inline size_t kill_writer(const CrashWriter& writer, const KillPoint& point, std
                                                         "failed, 3: a put failed)"
                                                       : "the writer hung");
   EXPECT_EQ(code, 128 + SIGKILL) << point.name;
+  return done;
+}
+
+// Kills a writer at each point in turn. Returns the keys of the batches some writer reported
+// whole (batch 0 up to the most batches one got through; each key once): each must be a hit,
+// whatever the kills left.
+inline std::vector<std::string> kill_writer_at_each(const CrashWriter& writer,
+                                                    const std::vector<KillPoint>& points,
+                                                    uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  size_t committed = 0;
+  for (const KillPoint& point : points) {
+    committed = std::max(committed, kill_writer(writer, point, rng));
+  }
+  std::vector<std::string> done;
+  for (size_t n = 0; n < committed; ++n) {
+    for (std::string& k : writer.batch_keys(n)) {
+      if (std::find(done.begin(), done.end(), k) == done.end()) done.push_back(std::move(k));
+    }
+  }
   return done;
 }
 
