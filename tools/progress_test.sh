@@ -11,6 +11,9 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/kvtier-progress-test.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 command -v script >/dev/null || { echo "SKIP: no script(1) (util-linux)"; exit 77; }
+# Seconds any wait below may take: a ceiling that fails a hung command, never one that decides
+# a result on a slow or loaded machine (every wait ends on an event long before it).
+readonly ceiling_s=300
 
 # Runs a command with a pseudo-terminal for stdin, stdout and stderr; prints what it wrote.
 on_tty() { script -qec "$*" /dev/null; }
@@ -51,46 +54,73 @@ done
 out=$(on_tty "$kvtier" ls "$store" --quiet --json)
 grep -q 'pages/s' <<<"$out" && fail "ls --quiet drew a count"
 
-# SIGINT at DELAY seconds into COMMAND: the output, and the exit status in $rc. A run that
-# ended before the signal, or got it before it could catch it, is told apart from a stop.
-interrupt_after() {
-  local delay=$1
+# Ctrl-C is sent when the command has reached the point to interrupt, an event seen from
+# outside, never after a guessed delay: a delay is too early on a loaded machine (the command
+# has not caught SIGINT yet, or is still listing) and too late on a fast one.
+
+running() {  # running PID: alive and not yet a zombie
+  local st
+  read -r st 2>/dev/null <"/proc/$1/stat" || return 1
+  st=${st##*) }
+  [[ ${st%% *} != Z ]]
+}
+# The command (kvtier itself, not the shell forked to start it) catches SIGINT: kvtier installs
+# its handler before it touches the store.
+catches_sigint() {
+  local comm key mask
+  read -r comm 2>/dev/null <"/proc/$pid/comm" && [ "$comm" = kvtier ] || return 1
+  while read -r key mask; do
+    [ "$key" = SigCgt: ] && return $(((16#$mask & 2) == 0))  # bit 2 - 1: SIGINT
+  done <"/proc/$pid/status"
+  return 1
+}
+gone() { [ ! -e "$1" ]; }
+# The page gc and clear remove first (the least recently written: its group of 1000 goes
+# first; the oldest time is shared by a few dozen pages at most).
+oldest_page() {
+  local p
+  p=$(find "$1" -type f -regextype posix-extended -regex '.*/[0-9a-f]{32}' -printf '%T@ %p\n' |
+    sort -n | sed -n '1s/^[^ ]* //p')
+  [ -n "$p" ] || fail "no page in $1"
+  echo "$p"
+}
+# Polls until CONDITION holds or the command ended; only the ceiling can fail it.
+wait_for() {  # wait_for WHAT CONDITION...
+  local what=$1 deadline=$((SECONDS + ceiling_s))
+  shift
+  until ! running "$pid" || "$@"; do
+    ((SECONDS < deadline)) || fail "no $what within $ceiling_s s"
+    sleep 0.01
+  done
+}
+# Runs COMMAND and sends it SIGINT once CONDITION holds: its output in $scratch/out and
+# $scratch/err, its exit status in $rc.
+interrupt_when() {  # interrupt_when WHAT CONDITION... -- COMMAND...
+  local what=$1 cond=()
+  shift
+  while [ "$1" != -- ]; do cond+=("$1"); shift; done
   shift
   "$@" >"$scratch/out" 2>"$scratch/err" &
-  local pid=$!
-  sleep "$delay"
+  pid=$!
+  wait_for "$what" "${cond[@]}"
   kill -INT "$pid" 2>/dev/null || true
   rc=0
   wait "$pid" || rc=$?
-}
-# Retries with a longer delay when the signal came too early: before the command could catch
-# it, or (gc, clear) while it was still listing, which stops it with nothing removed; with a
-# shorter one when it ended first (a verify; gc and clear cannot be run again).
-interrupt_during() {
-  local want=$1 delay=0.15
-  shift
-  for _ in 1 2 3 4 5 6 7 8; do
-    interrupt_after "$delay" "$@"
-    if [ "$rc" = 130 ] && grep -qE "$want" "$scratch/err"; then return 0; fi
-    if [ "$rc" = 0 ] && [ "$2" = verify ]; then
-      delay=$(/usr/bin/python3 -c "print($delay / 2)")
-    elif [ "$rc" = 0 ]; then
-      fail "'$*' ended before the signal"
-    else
-      delay=$(/usr/bin/python3 -c "print($delay * 2)")
-    fi
-  done
-  fail "could not interrupt '$*' while it ran (last exit $rc: $(cat "$scratch/err"))"
+  [ "$rc" = 130 ] || fail "'$*' interrupted once $what: exit $rc: $(cat "$scratch/err")"
 }
 
 # verify: stops with the counts so far.
-interrupt_during "pages checked" "$kvtier" verify "$store"
+# Interrupted as soon as it catches SIGINT, while it lists or checks its first pages: it stops
+# after the page it is checking.
+interrupt_when "SIGINT handler" catches_sigint -- "$kvtier" verify "$store"
 grep -qE 'kvtier verify: interrupted: [0-9]+ pages checked' "$scratch/err" || fail "verify: $(cat "$scratch/err")"
 checked=$(sed -nE 's/.*interrupted: ([0-9]+) pages checked.*/\1/p' "$scratch/err")
 [ "$checked" -lt 20000 ] || fail "verify was not stopped early ($checked pages)"
 
 # gc: stops between groups; what it says it removed is exactly what is gone.
-interrupt_during "removed [0-9]+ of" "$kvtier" gc "$store" --to 0
+# Interrupted once its first group is gone, so past its listing, with 19 groups to go.
+oldest=$(oldest_page "$store")
+interrupt_when "removal" gone "$oldest" -- "$kvtier" gc "$store" --to 0
 removed=$(sed -nE 's/.*interrupted: removed ([0-9]+) of 20000 pages.*/\1/p' "$scratch/err")
 [ -n "$removed" ] || fail "gc: $(cat "$scratch/err")"
 [ "$(pages_of "$store")" = "$((20000 - removed)) 0" ] || fail "gc removed $removed but $(pages_of "$store") remain"
@@ -100,7 +130,8 @@ left=$((20000 - removed))
 # clear: the same, by namespace, on the store filled up again.
 "$kvtier" bench --dir "$store" --pages 20000 --page-bytes 4096 --batch 64 --keep --quiet >/dev/null
 [ "$(pages_of "$store")" = "20000 0" ] || fail "bench --keep left $(pages_of "$store")"
-interrupt_during "removed [0-9]+ of" "$kvtier" clear "$store" --namespace "$ns"
+oldest=$(oldest_page "$store")
+interrupt_when "removal" gone "$oldest" -- "$kvtier" clear "$store" --namespace "$ns"
 removed=$(sed -nE "s/.*interrupted: namespace $ns: removed ([0-9]+) of 20000 pages.*/\1/p" "$scratch/err")
 [ -n "$removed" ] || fail "clear: $(cat "$scratch/err")"
 [ "$(pages_of "$store")" = "$((20000 - removed)) 0" ] || fail "clear removed $removed but $(pages_of "$store") remain"
@@ -108,17 +139,9 @@ removed=$(sed -nE "s/.*interrupted: namespace $ns: removed ([0-9]+) of 20000 pag
 
 # bench: a long run stopped once it has written pages: exit 130, the counts, and its pages
 # and temporaries gone.
-"$kvtier" bench --dir "$scratch/long" --pages 1000000 --page-bytes 4096 --batch 64 \
-  >"$scratch/out" 2>"$scratch/err" &
-pid=$!
-for _ in $(seq 100); do
-  [ -n "$(find "$scratch/long" -type f -name '[0-9a-f]*' -size +0 2>/dev/null | head -n1)" ] && break
-  sleep 0.1
-done
-kill -INT "$pid"
-rc=0
-wait "$pid" || rc=$?
-[ "$rc" = 130 ] || fail "bench stopped by SIGINT exited $rc: $(cat "$scratch/err")"
+has_pages() { [ -n "$(find "$scratch/long" -type f -name '[0-9a-f]*' -size +0 2>/dev/null | head -n1)" ]; }
+interrupt_when "page written" has_pages -- \
+  "$kvtier" bench --dir "$scratch/long" --pages 1000000 --page-bytes 4096 --batch 64
 grep -qE 'kvtier bench: interrupted: [0-9]+ of 1000000 pages written, 0 read, 0 checked; pages cleared' \
   "$scratch/err" || fail "bench: $(cat "$scratch/err")"
 written=$(sed -nE 's/.*interrupted: ([0-9]+) of.*/\1/p' "$scratch/err")

@@ -489,25 +489,33 @@ def test_reader_and_writer_threads_hammering(store_dir):
     a = adapter(store_dir, pool)
     steady = open_fds()
     errors = []
-    stop = time.monotonic() + 3.0
     fd_samples = []
+    # Counts, not seconds: the writer sets 20,000 batches (about a second here); the reader
+    # reads from when both have started until the writer is done, then once more over the 16
+    # key sets. A slow machine takes longer; it cannot make the threads do less.
+    started = threading.Barrier(2, timeout=300)  # a ceiling for a hung thread only
+    writer_done = threading.Event()
 
     def writer():
         try:
-            n = 0
-            while time.monotonic() < stop:
+            started.wait()
+            for n in range(20000):
                 keys = keys_for(f"w{n % 16}-", 8)
                 res = a.batch_set_v1(keys, host_indices(range(8), pool.page_size))
                 if res != [True] * 8:
                     errors.append(("set", res))
-                n += 1
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
+        finally:
+            writer_done.set()
 
     def reader():
         try:
-            n = 0
-            while time.monotonic() < stop:
+            started.wait()
+            n = after = 0
+            while after < 16:
+                if writer_done.is_set():
+                    after += 1
                 keys = keys_for(f"w{n % 16}-", 8)
                 hit = a.batch_exists(keys)
                 got = a.batch_get_v1(keys[:hit], host_indices(range(64, 64 + hit),
@@ -586,7 +594,10 @@ def test_subclasses_sglang_interface_when_importable(store_dir, monkeypatch):
 def test_roundtrip_through_s3(monkeypatch):
     """The adapter on an s3:// URI (the S3 server `make test` starts; skipped without one)."""
     endpoint, region, bucket = s3_test_server(monkeypatch)
-    uri = f"s3://{bucket}/adapter-{os.getpid()}-{time.time_ns()}?endpoint={endpoint}&region={region}"
+    # deadline_ms: kvtier's deadline for a batch (10 s by default, then its pages fail) is only
+    # a ceiling here; a radosgw slowed by a loaded machine must not fail the test.
+    uri = (f"s3://{bucket}/adapter-{os.getpid()}-{time.time_ns()}?endpoint={endpoint}"
+           f"&region={region}&deadline_ms=300000")
     before = open_fds()
     src = HostPool(backing="torch")
     src.fill_random(seed=17)

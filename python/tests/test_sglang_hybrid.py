@@ -12,7 +12,6 @@ import logging
 import multiprocessing
 import os
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -739,26 +738,41 @@ def test_fd_count_stays_flat_over_mixed_hybrid_calls(sglang, store_dir):
 def test_prefetch_and_backup_threads_at_once(sglang, store_dir):
     h = Hybrid(sglang, store_dir, seed=140)
     errors = []
-    stop = time.monotonic() + 2.0
+    # Counts, not seconds: backup stores 6,000 batches (about a second here); prefetch runs
+    # from when both have started until backup is done, then once more over the 8 key sets,
+    # which then all hit (the last assertion compares a page those rounds load). A slow
+    # machine takes longer; it cannot make the threads do less.
+    started = threading.Barrier(2, timeout=300)  # a ceiling for a hung thread only
+    backup_done = threading.Event()
 
     def backup():
-        n = 0
-        while time.monotonic() < stop:
-            keys = keys_for(f"thr{n % 8}", 6)
-            res, done = h.driver.backup(keys, h.kv_idx(range(6)), h.side(keys, 1, [0, 1]))
-            if done != 6 or not all(all(v) for v in res.values()):
-                errors.append(("backup", res, done))
-            n += 1
+        try:
+            started.wait()
+            for n in range(6000):
+                keys = keys_for(f"thr{n % 8}", 6)
+                res, done = h.driver.backup(keys, h.kv_idx(range(6)), h.side(keys, 1, [0, 1]))
+                if done != 6 or not all(all(v) for v in res.values()):
+                    errors.append(("backup", res, done))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+        finally:
+            backup_done.set()
 
     def prefetch():
-        n = 0
-        while time.monotonic() < stop:
-            keys = keys_for(f"thr{n % 8}", 6)
-            hit, loaded, hits = h.driver.prefetch(keys, h.kv_idx(range(16, 22)),
-                                                  h.side(keys, 9, [8, 9], placeholder=True))
-            if loaded != hit or (hit == 6 and hits != {PoolName.MAMBA: 1, PoolName.SWA: 2}):
-                errors.append(("prefetch", hit, loaded, hits))
-            n += 1
+        try:
+            started.wait()
+            n = after = 0
+            while after < 8:
+                if backup_done.is_set():
+                    after += 1
+                keys = keys_for(f"thr{n % 8}", 6)
+                hit, loaded, hits = h.driver.prefetch(keys, h.kv_idx(range(16, 22)),
+                                                      h.side(keys, 9, [8, 9], placeholder=True))
+                if loaded != hit or (hit == 6 and hits != {PoolName.MAMBA: 1, PoolName.SWA: 2}):
+                    errors.append(("prefetch", hit, loaded, hits))
+                n += 1
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
 
     threads = [threading.Thread(target=backup), threading.Thread(target=prefetch)]
     for t in threads:

@@ -36,7 +36,9 @@
 #   KVTIER_CEPH_MDS_EARLY_REPLY=false  true: Ceph's default (see below)
 #   KVTIER_CEPH_MDS_TICK=0.2      mds tick interval (Ceph's default: 5)
 #   KVTIER_CEPH_FUSE_PAGECACHE=1  0: ceph-fuse bypasses the kernel page cache (1: Ceph's default)
-#   KVTIER_CEPH_TIMEOUT=60        seconds allowed for each start-up step
+#   KVTIER_CEPH_TIMEOUT=300       seconds allowed for each start-up step and each mount (a
+#                                 ceiling for a hung daemon, see STEP_TIMEOUT in
+#                                 tests/lib/ceph-common.sh)
 #   KVTIER_CEPH_NO_INSTALL=1      never run apt-get (exit 77 if Ceph is missing)
 #
 # CephFS choices (see docs/deployment.md): the MDS journals before it answers and ticks every
@@ -57,6 +59,7 @@ set -uo pipefail
   CL_NOT_ROOT="not root"
   CL_APT_NOTE=""
   CL_LOG_INSTALLED=0
+  STEP_TIMEOUT=${KVTIER_CEPH_TIMEOUT:-300}
   WAIT_POLL=0.1
 }
 # shellcheck source-path=SCRIPTDIR source=../lib/ceph-common.sh
@@ -301,7 +304,6 @@ cmd_start() {
   ip netns del "$probe"
   # shellcheck disable=SC2034 # read by log()
   T0=$EPOCHREALTIME
-  STEP_TIMEOUT=${KVTIER_CEPH_TIMEOUT:-60}
   local hosts=${KVTIER_CEPH_HOSTS-a b c} h i
   for h in $hosts; do
     [[ $h =~ ^[a-z0-9]{1,8}$ ]] || die "host name '$h': 1-8 of a-z 0-9"
@@ -388,9 +390,9 @@ cmd_start() {
   local ak sk code out=$STATE_DIR/log/s3.out
   ak=$(rand_str 20 ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789)
   sk=$(rand_str 40 ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789)
-  timeout 60 radosgw-admin -c "$CONF" user create --uid=kvtier-multihost --display-name=kvtier \
+  timeout "$STEP_TIMEOUT" radosgw-admin -c "$CONF" user create --uid=kvtier-multihost --display-name=kvtier \
     --access-key="$ak" --secret-key="$sk" >"$STATE_DIR/log/user-create.out" 2>&1 || die "radosgw-admin user create"
-  code=$(curl -sS -o "$out" -w '%{http_code}' --max-time 30 -X PUT --aws-sigv4 "aws:amz:$REGION:s3" \
+  code=$(curl -sS -o "$out" -w '%{http_code}' --max-time "$STEP_TIMEOUT" -X PUT --aws-sigv4 "aws:amz:$REGION:s3" \
     --user "$ak:$sk" -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "http://$BIND:$RGW_PORT/$BUCKET") || true
   [[ $code == 200 ]] || die "PUT bucket: HTTP $code $(cat "$out")"
   log "radosgw up, bucket $BUCKET"
@@ -449,7 +451,6 @@ host_cmd() { # exec|down|up|remount STATE_DIR HOST ...
     down) ip link set "$(<"$RUN/host.$h.veth")" down ;;
     up) ip link set "$(<"$RUN/host.$h.veth")" up ;;
     remount)
-      STEP_TIMEOUT=${KVTIER_CEPH_TIMEOUT:-60}
       umount_host "$h"
       mount_host "$h"
       ;;

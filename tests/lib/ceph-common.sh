@@ -10,7 +10,11 @@
 #   CL_NO_INSTALL_VAR  name of the variable that, set to 1, forbids apt-get
 #   CL_NOT_ROOT     how ensure_ceph says it is not root; CL_APT_NOTE appended to "installing"
 #   CL_LOG_INSTALLED   1: log "installed" after an install
-#   STEP_TIMEOUT    seconds each wait_for may take; WAIT_POLL seconds between its tries
+#   STEP_TIMEOUT    seconds each start-up step may take: each wait_for, and each command or
+#                   request to a daemon (ceph_cli, radosgw-admin, curl). A ceiling that fails a
+#                   hung daemon only: a busy 2-core machine can start Ceph many times slower,
+#                   and every step ends on its event (an answer) long before it.
+#                   WAIT_POLL seconds between wait_for's tries
 #   STATE_DIR, CONF the state directory and its ceph.conf (absolute paths)
 #   FSID, MON_PORT  for the [global] section
 
@@ -76,7 +80,8 @@ wait_for() { # description command...
   done
 }
 
-ceph_cli() { timeout 30 ceph -c "$CONF" --connect-timeout 10 "$@"; }
+# The ceph command waits for the monitor to answer (it reconnects by itself) up to the ceiling.
+ceph_cli() { timeout "$STEP_TIMEOUT" ceph -c "$CONF" --connect-timeout "$STEP_TIMEOUT" "$@"; }
 
 # $1 random characters from the alphabet $2 (no pipes, so pipefail-safe).
 rand_str() {
@@ -89,7 +94,7 @@ rand_str() {
 
 endpoint_answers() { # endpoint
   local code
-  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "$1/" 2>/dev/null) || true
+  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time "$STEP_TIMEOUT" "$1/" 2>/dev/null) || true
   [[ $code =~ ^[1-5][0-9][0-9]$ ]]
 }
 

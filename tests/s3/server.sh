@@ -23,7 +23,8 @@
 #   KVTIER_S3_PORT=7480          first S3 port tried (next free one is used)
 #   KVTIER_S3_MON_PORT=3300      first monitor port tried (uses it and +1)
 #   KVTIER_S3_OSD_BYTES=4294967296   memstore capacity (held in RAM)
-#   KVTIER_S3_TIMEOUT=60         seconds allowed for each start-up step
+#   KVTIER_S3_TIMEOUT=300        seconds allowed for each start-up step (a ceiling for a hung
+#                                daemon, see STEP_TIMEOUT in tests/lib/ceph-common.sh)
 #   KVTIER_S3_STOP_TIMEOUT=10    seconds between SIGTERM and SIGKILL
 #   KVTIER_S3_NO_INSTALL=1       never run apt-get (exit 77 if Ceph is missing)
 set -euo pipefail
@@ -39,7 +40,7 @@ set -euo pipefail
   CL_NOT_ROOT="not root, cannot apt-get install"
   CL_APT_NOTE=" (about a minute)"
   CL_LOG_INSTALLED=1
-  STEP_TIMEOUT=${KVTIER_S3_TIMEOUT:-60}
+  STEP_TIMEOUT=${KVTIER_S3_TIMEOUT:-300}
   WAIT_POLL=0.2
 }
 # shellcheck source-path=SCRIPTDIR source=../lib/ceph-common.sh
@@ -185,7 +186,7 @@ start_failed() {
 s3_request() { # method path [extra curl args...]
   local method=$1 path=$2
   shift 2
-  curl -sS -o "$S3_OUT" -w '%{http_code}' --max-time 30 -X "$method" \
+  curl -sS -o "$S3_OUT" -w '%{http_code}' --max-time "$STEP_TIMEOUT" -X "$method" \
     --aws-sigv4 "aws:amz:$REGION:s3" --user "$AK:$SK" \
     -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "$@" "$ENDPOINT/$path"
 }
@@ -290,7 +291,7 @@ cmd_start() {
   # --- user with random keys, bucket, signed round trip
   AK=$(rand_str 20 ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789)
   SK=$(rand_str 40 ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789)
-  timeout 60 radosgw-admin -c "$CONF" user create --uid=kvtier-test --display-name="kvtier test" \
+  timeout "$STEP_TIMEOUT" radosgw-admin -c "$CONF" user create --uid=kvtier-test --display-name="kvtier test" \
     --access-key="$AK" --secret-key="$SK" >"$STATE_DIR/log/user-create.out" 2>&1 ||
     die "radosgw-admin user create failed: $(tail -n 3 "$STATE_DIR/log/user-create.out")"
 
