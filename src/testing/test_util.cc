@@ -149,8 +149,13 @@ std::string S3TestServer::uri(std::string_view prefix, std::string_view extra_qu
   for (char& c : p) {
     if (c == '?' || c == '&' || c == '%' || c == '#') c = '_';
   }
+  // A test about deadlines sets its own; the rest must not fail on a slow machine.
+  const std::string deadline =
+      extra_query.find("deadline_ms=") == std::string_view::npos
+          ? "&deadline_ms=" + std::to_string(std::chrono::milliseconds(kHungCeiling).count())
+          : std::string();
   return "s3://" + bucket + "/" + p + "?endpoint=" + endpoint + "&region=" + region +
-         std::string(extra_query);
+         std::string(extra_query) + deadline;
 }
 
 }  // namespace kvtier::testing

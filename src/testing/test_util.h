@@ -78,7 +78,8 @@ struct S3TestServer {
   std::string bucket;
   std::string skip_reason;
   bool available() const { return skip_reason.empty(); }
-  // s3://bucket/<prefix>?endpoint=...&region=...<extra_query>
+  // s3://bucket/<prefix>?endpoint=...&region=...<extra_query>, with a deadline only a hang
+  // reaches (kHungCeiling) unless extra_query sets deadline_ms.
   std::string uri(std::string_view prefix, std::string_view extra_query = {}) const;
 };
 const S3TestServer& s3_test_server();
