@@ -1,5 +1,6 @@
 import os
 import sys
+import threading
 
 import pytest
 
@@ -36,3 +37,47 @@ def s3_test_server(monkeypatch):
 @pytest.fixture
 def store_dir(tmp_path):
     return str(tmp_path / "store")
+
+
+def writer_and_reader(write, read, writes, last_rounds):
+    """Runs write(n) for n in range(writes) on one thread and read(n), n = 0, 1, ..., on another,
+    both from the moment both have started; the reader goes on until the writer is done, then
+    `last_rounds` more times. Counts, not seconds: a slow machine takes longer, it cannot make
+    the threads do less. Each call returns None or what went wrong; returns all that did,
+    exceptions included. The barrier's timeout is a ceiling for a hung thread only."""
+    errors = []
+    started = threading.Barrier(2, timeout=300)
+    writer_done = threading.Event()
+
+    def writer():
+        try:
+            started.wait()
+            for n in range(writes):
+                err = write(n)
+                if err is not None:
+                    errors.append(err)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+        finally:
+            writer_done.set()
+
+    def reader():
+        try:
+            started.wait()
+            n = after = 0
+            while after < last_rounds:
+                if writer_done.is_set():
+                    after += 1
+                err = read(n)
+                if err is not None:
+                    errors.append(err)
+                n += 1
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

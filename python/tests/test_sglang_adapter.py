@@ -4,7 +4,6 @@ import hashlib
 import logging
 import os
 import shutil
-import threading
 import time
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 import torch
 
 import kvtier
-from conftest import open_fds, s3_test_server
+from conftest import open_fds, s3_test_server, writer_and_reader
 from fakes import LAYOUTS, MLA_LAYOUTS, HostPool, OldStorageConfig, StorageConfig, host_indices
 from kvtier.sglang import HiCacheKvtier
 
@@ -488,50 +487,22 @@ def test_reader_and_writer_threads_hammering(store_dir):
     pool.fill_random(seed=15)
     a = adapter(store_dir, pool)
     steady = open_fds()
-    errors = []
     fd_samples = []
-    # Counts, not seconds: the writer sets 20,000 batches (about a second here); the reader
-    # reads from when both have started until the writer is done, then once more over the 16
-    # key sets. A slow machine takes longer; it cannot make the threads do less.
-    started = threading.Barrier(2, timeout=300)  # a ceiling for a hung thread only
-    writer_done = threading.Event()
 
-    def writer():
-        try:
-            started.wait()
-            for n in range(20000):
-                keys = keys_for(f"w{n % 16}-", 8)
-                res = a.batch_set_v1(keys, host_indices(range(8), pool.page_size))
-                if res != [True] * 8:
-                    errors.append(("set", res))
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-        finally:
-            writer_done.set()
+    # The writer sets 20,000 batches (about a second here); the reader reads until it is done,
+    # then once more over the 16 key sets.
+    def write(n):
+        res = a.batch_set_v1(keys_for(f"w{n % 16}-", 8), host_indices(range(8), pool.page_size))
+        return None if res == [True] * 8 else ("set", res)
 
-    def reader():
-        try:
-            started.wait()
-            n = after = 0
-            while after < 16:
-                if writer_done.is_set():
-                    after += 1
-                keys = keys_for(f"w{n % 16}-", 8)
-                hit = a.batch_exists(keys)
-                got = a.batch_get_v1(keys[:hit], host_indices(range(64, 64 + hit),
-                                                              pool.page_size))
-                if got != [True] * hit:
-                    errors.append(("get", got))
-                fd_samples.append(open_fds())
-                n += 1
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+    def read(n):
+        keys = keys_for(f"w{n % 16}-", 8)
+        hit = a.batch_exists(keys)
+        got = a.batch_get_v1(keys[:hit], host_indices(range(64, 64 + hit), pool.page_size))
+        fd_samples.append(open_fds())
+        return None if got == [True] * hit else ("get", got)
 
-    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = writer_and_reader(write, read, writes=20000, last_rounds=16)
     assert not errors, errors[:3]
     assert fd_samples and max(fd_samples) <= steady + 2 * 8 + 4  # at most the open batches
     assert open_fds() == steady

@@ -10,15 +10,13 @@ import hashlib
 import importlib
 import logging
 import multiprocessing
-import os
-import threading
 
 import numpy as np
 import pytest
 import torch
 
 import kvtier.sglang as adapter_module
-from conftest import open_fds
+from conftest import open_fds, writer_and_reader
 from fakes import LAYOUTS, MLA_LAYOUTS, HostPool, host_indices
 from sglang_fakes import (
     Driver,
@@ -737,48 +735,25 @@ def test_fd_count_stays_flat_over_mixed_hybrid_calls(sglang, store_dir):
 
 def test_prefetch_and_backup_threads_at_once(sglang, store_dir):
     h = Hybrid(sglang, store_dir, seed=140)
-    errors = []
-    # Counts, not seconds: backup stores 6,000 batches (about a second here); prefetch runs
-    # from when both have started until backup is done, then once more over the 8 key sets,
-    # which then all hit (the last assertion compares a page those rounds load). A slow
-    # machine takes longer; it cannot make the threads do less.
-    started = threading.Barrier(2, timeout=300)  # a ceiling for a hung thread only
-    backup_done = threading.Event()
 
-    def backup():
-        try:
-            started.wait()
-            for n in range(6000):
-                keys = keys_for(f"thr{n % 8}", 6)
-                res, done = h.driver.backup(keys, h.kv_idx(range(6)), h.side(keys, 1, [0, 1]))
-                if done != 6 or not all(all(v) for v in res.values()):
-                    errors.append(("backup", res, done))
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-        finally:
-            backup_done.set()
+    # Backup stores 6,000 batches (about a second here); prefetch runs until it is done, then
+    # once more over the 8 key sets, which then all hit (the last assertion compares a page
+    # those rounds load).
+    def backup(n):
+        keys = keys_for(f"thr{n % 8}", 6)
+        res, done = h.driver.backup(keys, h.kv_idx(range(6)), h.side(keys, 1, [0, 1]))
+        ok = done == 6 and all(all(v) for v in res.values())
+        return None if ok else ("backup", res, done)
 
-    def prefetch():
-        try:
-            started.wait()
-            n = after = 0
-            while after < 8:
-                if backup_done.is_set():
-                    after += 1
-                keys = keys_for(f"thr{n % 8}", 6)
-                hit, loaded, hits = h.driver.prefetch(keys, h.kv_idx(range(16, 22)),
-                                                      h.side(keys, 9, [8, 9], placeholder=True))
-                if loaded != hit or (hit == 6 and hits != {PoolName.MAMBA: 1, PoolName.SWA: 2}):
-                    errors.append(("prefetch", hit, loaded, hits))
-                n += 1
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+    def prefetch(n):
+        keys = keys_for(f"thr{n % 8}", 6)
+        hit, loaded, hits = h.driver.prefetch(keys, h.kv_idx(range(16, 22)),
+                                              h.side(keys, 9, [8, 9], placeholder=True))
+        if loaded != hit or (hit == 6 and hits != {PoolName.MAMBA: 1, PoolName.SWA: 2}):
+            return ("prefetch", hit, loaded, hits)
+        return None
 
-    threads = [threading.Thread(target=backup), threading.Thread(target=prefetch)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = writer_and_reader(backup, prefetch, writes=6000, last_rounds=8)
     assert not errors, errors[:3]
     assert h.backend.counters()["errors"] == 0
     assert np.array_equal(h.mamba.page_bytes(9), h.mamba.page_bytes(1))
