@@ -130,6 +130,6 @@ if(KVTIER_BUILD_TESTS AND NOT KVTIER_SANITIZE)
     list(APPEND pkg_tests package.wheel package.deb)
   endif()
   # Each installs the whole build tree; one at a time keeps the two cores for the others.
-  set_tests_properties(${pkg_tests} PROPERTIES LABELS package TIMEOUT 300
+  set_tests_properties(${pkg_tests} PROPERTIES LABELS package TIMEOUT 600
                        RESOURCE_LOCK kvtier_install ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
 endif()
