@@ -303,7 +303,7 @@ TEST_F(StoreLifecycle, CapacityIsOneBudgetAcrossProcesses) {
 
 // A writer is killed 44 times: 36 times held at an exact point of a page's write (before its
 // temporary is created, before its bytes are written, or written and not yet published under
-// its name), 8 times at a random moment after some whole batches. Every page reads back whole or is
+// its name), 8 times as soon as it reports some whole batches. Every page reads back whole or is
 // a miss, every page of a batch the writer reported done is a hit, and no temporary outlives the
 // next open.
 void crash_test(const std::string& query,
@@ -323,7 +323,7 @@ void crash_test(const std::string& query,
                                 }
                                 return s.batch_put(testing::views(keys), in).all_ok();
                               }};
-  std::vector<testing::KillPoint> points = testing::random_kills(8, 4);
+  std::vector<testing::KillPoint> points = testing::kills_after_batches(8, 4);
   for (uint64_t i = 0; i < 12; ++i) {
     const uint64_t n = 5 * i + i % 3;  // the writer stops at its (n + 1)-th such call
     points.push_back({fmt::format("before temporary #{} is created", n + 1),
@@ -333,7 +333,7 @@ void crash_test(const std::string& query,
     points.push_back({fmt::format("a page written, before publish #{}", n + 1),
                       fault_trap_at(FaultOp::kPublish, "", n, nullptr)});
   }
-  const std::vector<std::string> reported = testing::kill_writer_at_each(writer, points, 42);
+  const std::vector<std::string> reported = testing::kill_writer_at_each(writer, points);
   ASSERT_FALSE(reported.empty()) << "no writer got through a batch";
   const std::set<std::string> done(reported.begin(), reported.end());
   auto s = open(nullptr);

@@ -383,7 +383,7 @@ TEST_F(StoreSegments, ThreeProcessesWriteAndReadOneNamespace) {
 }
 
 // Writers are killed 30 times during appends and segment rolls (small segments roll every
-// two batches or so): 24 times held at an exact point of a write, 6 at a random moment after
+// two batches or so): 24 times held at an exact point of a write, 6 as soon as they report
 // some whole batches. Every page reads back whole or is a miss, and every page of a batch a
 // writer reported done is a hit, after a restart and in a store that was open throughout.
 TEST_F(StoreSegments, SigkillDuringAppendsAndSealsNeverLeavesAWrongPage) {
@@ -415,7 +415,7 @@ TEST_F(StoreSegments, SigkillDuringAppendsAndSealsNeverLeavesAWrongPage) {
                        std::function<bool(const FaultCall&)> also) {
     return fault_trap_at(op, part, skip, nullptr, std::move(also));
   };
-  std::vector<testing::KillPoint> points = testing::random_kills(6, 3);
+  std::vector<testing::KillPoint> points = testing::kills_after_batches(6, 3);
   for (uint64_t i = 0; i < 6; ++i) {
     points.push_back({fmt::format("before record or header write #{}", 3 * i + 1),
                       trap(FaultOp::kWrite, ".seg", 3 * i, nullptr)});
@@ -428,7 +428,7 @@ TEST_F(StoreSegments, SigkillDuringAppendsAndSealsNeverLeavesAWrongPage) {
                                   i + 2),
                       trap(FaultOp::kPublish, ".seg", i + 1, nullptr)});
   }
-  const std::vector<std::string> done = testing::kill_writer_at_each(writer, points, 18);
+  const std::vector<std::string> done = testing::kill_writer_at_each(writer, points);
   ASSERT_FALSE(done.empty()) << "no writer got through a batch";
   const auto keys = testing::keys_for("kill-", kKeys);
   PagePool wpool(*watcher, 1, kPage);

@@ -16,9 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kvtier/backends/fault/fault_backend.h"
@@ -231,8 +229,8 @@ class ChildPipe {
 };
 
 // Where a crash test kills its writer: held at a trap (a fault-injection point, exactly between
-// two steps of a write: FaultTrap's `at` is set by kill_writer), or, without one, at a random
-// moment after the writer reported `batches` whole batches.
+// two steps of a write: FaultTrap's `at` is set by kill_writer), or, without one, as soon as
+// the writer has reported `batches` whole batches (wherever in the next one it has got to).
 struct KillPoint {
   std::string name;  // for messages: "before a summary append #3"
   std::optional<FaultTrap> trap;
@@ -260,17 +258,21 @@ inline std::vector<std::string> round_robin_batch(std::string_view prefix, size_
   return out;
 }
 
-// `n` kill points at random moments, after 1..max_batches whole batches.
-inline std::vector<KillPoint> random_kills(size_t n, size_t max_batches) {
+// `n` kill points without a trap: after 1..max_batches whole batches, in turn.
+inline std::vector<KillPoint> kills_after_batches(size_t n, size_t max_batches) {
   std::vector<KillPoint> out;
   for (size_t i = 0; i < n; ++i) {
     const size_t b = 1 + i % max_batches;
-    out.push_back({"at random after " + std::to_string(b) + " batches", std::nullopt, b});
+    out.push_back({"after " + std::to_string(b) + " batches", std::nullopt, b});
   }
   return out;
 }
 
-inline size_t kill_writer(const CrashWriter& writer, const KillPoint& point, std::mt19937_64& rng) {
+// Forks the writer and SIGKILLs it at `point`; returns how many batches it reported whole
+// before (batches 0..n-1 are in the store whatever the kill left). The child reports on a pipe
+// (ChildPipe): a batch done, or the trap reached, after which it waits to be killed. So the
+// kill lands where it must however slow the machine is.
+inline size_t kill_writer(const CrashWriter& writer, const KillPoint& point) {
   constexpr char kBatch = 'b', kTrapped = 't';
   ChildPipe pipe;
   const pid_t pid = spawn([&]() -> int {
@@ -302,9 +304,6 @@ inline size_t kill_writer(const CrashWriter& writer, const KillPoint& point, std
     if (done == (point.trap ? point.trap_within : point.batches)) break;
   }
   const bool reached = point.trap ? event == kTrapped : done == point.batches;
-  if (reached && !point.trap) {
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
-  }
   ::kill(pid, SIGKILL);
   const int code = wait_exit(pid);
   EXPECT_TRUE(reached) << point.name << ": "
@@ -320,13 +319,9 @@ inline size_t kill_writer(const CrashWriter& writer, const KillPoint& point, std
 // whole (batch 0 up to the most batches one got through; each key once): each must be a hit,
 // whatever the kills left.
 inline std::vector<std::string> kill_writer_at_each(const CrashWriter& writer,
-                                                    const std::vector<KillPoint>& points,
-                                                    uint64_t seed) {
-  std::mt19937_64 rng(seed);
+                                                    const std::vector<KillPoint>& points) {
   size_t committed = 0;
-  for (const KillPoint& point : points) {
-    committed = std::max(committed, kill_writer(writer, point, rng));
-  }
+  for (const KillPoint& point : points) committed = std::max(committed, kill_writer(writer, point));
   std::vector<std::string> done;
   for (size_t n = 0; n < committed; ++n) {
     for (std::string& k : writer.batch_keys(n)) {
