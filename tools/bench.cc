@@ -510,6 +510,7 @@ int run_bench(const BenchOptions& o) {
          {"payload_checksum", !o.skip_payload_checksum},
          {"backend_description", backend_description},
          {"layout", layout},
+         {"layout_choice", store_stats.layout},
          {"direct_io", store_stats.direct_io},
          {"direct_pages", store_stats.direct_pages},
          {"staged_pages", store_stats.staged_pages},
@@ -542,7 +543,7 @@ int run_bench(const BenchOptions& o) {
                o.batch, o.threads, o.threads == 1 ? "" : "s",
                o.in_flight > 1 ? fmt::format(", {} batches in flight each", o.in_flight) : "");
     fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
-    fmt::print("         {}  layout {}\n", backend_description, layout);
+    fmt::print("         {}  layout {}\n", backend_description, store_stats.layout);
     if (o.direct_io != "off") {
       fmt::print("  direct I/O {}: {} pages in place, {} staged, {} buffered\n",
                  store_stats.direct_io, store_stats.direct_pages, store_stats.staged_pages,

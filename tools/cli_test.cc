@@ -77,14 +77,21 @@ TEST(Cli, BenchRunsOnTheSegmentLayout) {
   EXPECT_EQ(j["verified"], true);
   EXPECT_EQ(j["byte_exact_pages"], 300);
   EXPECT_EQ(j["fds_before"], j["fds_after"]);
-  EXPECT_EQ(json_of(run("bench --dir " + dir.path() + " --pages 4 --json"))["layout"], "files");
+  // Without --layout: auto, which says what it chose and why.
+  nlohmann::json big = json_of(run("bench --dir " + dir.path() + " --pages 4 --json"));
+  EXPECT_EQ(big["layout"], "files");
+  EXPECT_EQ(big["layout_choice"], "files (auto: pages of 8388608 B, 4 MiB or more)");
+  nlohmann::json small =
+      json_of(run("bench --dir " + dir.path() + " --page-bytes 70272 --pages 4 --json"));
+  EXPECT_EQ(small["layout"], "segments");
+  EXPECT_EQ(small["layout_choice"], "segments (auto: pages of 70272 B, below 4 MiB)");
   EXPECT_EQ(run("bench --dir " + dir.path() + " --layout blocks").exit_code, 2);
 }
 
 TEST(Cli, KeptPagesShowInStatAndVerifyFindsCorruption) {
   kvtier::testing::TempDir dir;
   ASSERT_EQ(run("bench --dir " + dir.path() +
-                " --model qwen2.5-72b-tp8 --pages 6 --batch 4 --keep --json")
+                " --model qwen2.5-72b-tp8 --layout files --pages 6 --batch 4 --keep --json")
                 .exit_code,
             0);
   nlohmann::json s = json_of(run("stat " + dir.path() + " --json"));
@@ -242,9 +249,10 @@ TEST(Cli, UnreachableS3EndpointExitsTwo) {
 
 TEST(Cli, CapacityBoundsTheBenchAndEvictionsAreMissesNotCorruption) {
   kvtier::testing::TempDir dir;
-  // 64 pages of 69,632-byte objects into a budget of about 28 of them.
+  // 64 pages of 69,632-byte objects into a budget of about 28 of them, one file each.
   CliRun r = run("bench --dir " + dir.path() +
-                 " --page-bytes 65536 --pages 64 --batch 16 --capacity 2000000 --keep --json");
+                 " --layout files --page-bytes 65536 --pages 64 --batch 16 --capacity 2000000 "
+                 "--keep --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   nlohmann::json j = json_of(r);
   EXPECT_EQ(j["verified"], true);
@@ -321,7 +329,8 @@ TEST(Cli, StatLsVerifyRepairGcAndClearWorkOnSegmentStores) {
 
 TEST(Cli, LsGcClearAndRepairMaintainAStore) {
   kvtier::testing::TempDir dir;
-  ASSERT_EQ(run("bench --dir " + dir.path() + " --page-bytes 65536 --pages 20 --batch 10 --keep")
+  ASSERT_EQ(run("bench --dir " + dir.path() +
+                " --layout files --page-bytes 65536 --pages 20 --batch 10 --keep")
                 .exit_code,
             0);
   nlohmann::json pages = json_of(run("ls " + dir.path() + " --json"));

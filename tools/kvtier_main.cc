@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   b->add_option("--layout", bench.layout,
                 "FILE layout: files (one file per page), segments (pages appended to large "
-                "segment files) or auto (segments below 4 MiB pages); default: the URI's, else "
-                "files")
+                "segment files) or auto (what the namespace holds, else segments below 4 MiB "
+                "pages); default: the URI's, else auto")
       ->check(CLI::IsMember({"files", "segments", "auto"}));
   b->add_option("--segment-lanes", bench.segment_lanes,
                 "Segments: segment files each base is appended to side by side, windows over "

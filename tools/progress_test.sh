@@ -37,7 +37,7 @@ grep -q 'verified yes' "$scratch/out" || fail "piped bench did not run"
 
 # A store to inspect: 20,000 small pages.
 store=$scratch/s
-"$kvtier" bench --dir "$store" --pages 20000 --page-bytes 4096 --batch 64 --keep --quiet >/dev/null
+"$kvtier" bench --dir "$store" --layout files --pages 20000 --page-bytes 4096 --batch 64 --keep --quiet >/dev/null
 [ "$(pages_of "$store")" = "20000 0" ] || fail "bench --keep left $(pages_of "$store")"
 ns=$("$kvtier" stat "$store" --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["namespaces"][0]["id"])')
 
@@ -128,7 +128,7 @@ left=$((20000 - removed))
 [ "$left" -gt 0 ] || fail "gc was not stopped early"
 
 # clear: the same, by namespace, on the store filled up again.
-"$kvtier" bench --dir "$store" --pages 20000 --page-bytes 4096 --batch 64 --keep --quiet >/dev/null
+"$kvtier" bench --dir "$store" --layout files --pages 20000 --page-bytes 4096 --batch 64 --keep --quiet >/dev/null
 [ "$(pages_of "$store")" = "20000 0" ] || fail "bench --keep left $(pages_of "$store")"
 oldest=$(oldest_page "$store")
 interrupt_when "removal" gone "$oldest" -- "$kvtier" clear "$store" --namespace "$ns"

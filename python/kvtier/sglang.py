@@ -15,8 +15,10 @@ Options (keys of the extra config; the environment variable is the fallback):
     direct_io     KVTIER_DIRECT_IO  off | auto | on (default off)
     file_layout   KVTIER_FILE_LAYOUT  files | segments | auto: a file per page, or pages
                                     appended to large segment files (no file created per
-                                    page; FILE stores), or segments for pages below 4 MiB
-                                    (default: the URI's layout=, else files)
+                                    page; FILE stores), or auto: what the namespace already
+                                    holds, else segments for pages below 4 MiB (default: the
+                                    URI's layout=, else auto; the start-up log line and
+                                    counters()["store"]["layout"] say which and why)
     fsync         KVTIER_FSYNC      true: a page is durable before batch_set reports it
     salt          KVTIER_SALT       tenant/deployment salt: different salts never share pages
                                     ("tenant" is accepted as a synonym)
@@ -426,10 +428,12 @@ class _Pool:
             if self.split > 1:
                 ranks = [(adapter.tp_rank * self.split + j, adapter.tp_size * self.split)
                          for j in range(self.split)]
+            sub_page = self.page_bytes // self.split if not self.logical else 1
             for tp in ranks:
                 self.stores.append(adapter.open_store(
                     dtype=self.dtype, layout=layout, page_tokens=self.page_size,
-                    piece_bytes=piece_bytes, pieces=pieces, tp=tp, mla=self.replicated))
+                    piece_bytes=piece_bytes, pieces=pieces, tp=tp, mla=self.replicated,
+                    page_bytes=sub_page))
             if self.logical:
                 import numpy
 
@@ -673,6 +677,13 @@ class _Pool:
     def clear(self) -> List[Any]:
         return [store.clear() for store in self.stores]
 
+    def layout_summary(self) -> str:
+        """The store's file layout and, when chosen by auto, why."""
+        try:
+            return str(self.stores[0].stats().get("layout") or "")
+        except Exception:  # noqa: BLE001 - closed meanwhile
+            return ""
+
     def close(self) -> None:
         for staging in (self.staging_get, self.staging_set):
             if staging is not None:
@@ -822,8 +833,9 @@ class HiCacheKvtier(_HiCacheStorage):
     # ---- setup -------------------------------------------------------------------------
 
     def open_store(self, *, dtype: str, layout: str, page_tokens: int, piece_bytes: int,
-                   pieces: int, tp: tuple, mla: bool) -> "kvtier.Store":
-        """A store of this deployment (model, shard, salt, options) for one page geometry."""
+                   pieces: int, tp: tuple, mla: bool, page_bytes: int = 0) -> "kvtier.Store":
+        """A store of this deployment (model, shard, salt, options) for one page geometry
+        (`page_bytes`: the page's size where its pieces differ, for file_layout auto)."""
         uri = self.uri
         if self.backend != "auto" and "backend=" not in uri and "://" in uri and \
                 not uri.startswith("s3://"):
@@ -834,7 +846,7 @@ class HiCacheKvtier(_HiCacheStorage):
             pp=(self.pp_rank, self.pp_size), cp=(self.cp_rank, self.cp_size), mla=mla,
             salt=self.salt, fsync=self.fsync, direct_io=self.direct_io,
             capacity_bytes=self.capacity_bytes, min_free_bytes=self.min_free_bytes,
-            file_layout=self.file_layout)
+            file_layout=self.file_layout, page_bytes=page_bytes)
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Registers the KV host pool (or a pool group's anchor) once and opens its
@@ -856,11 +868,11 @@ class HiCacheKvtier(_HiCacheStorage):
         self.page_size = pool.page_size
         self.page_bytes = pool.page_bytes
         store = pool.stores[0]
-        logger.info("kvtier: %s, KV namespace %s (%s %s, %s pages of %d B%s), %s",
+        logger.info("kvtier: %s, KV namespace %s (%s %s, %s pages of %d B%s), %s, layout %s",
                     store.backend, store.namespace_id, self.model_name, pool.layout,
                     "marker" if pool.logical else len(pool.sizes), pool.page_bytes,
                     f", heads split {pool.split} ways" if pool.split > 1 else "",
-                    "zero-copy" if pool.zero_copy else "staged")
+                    "zero-copy" if pool.zero_copy else "staged", pool.layout_summary())
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         """Registers one pool of a hybrid model's group (KV, Mamba, SWA, indexer, DeepSeek-V4
@@ -882,10 +894,10 @@ class HiCacheKvtier(_HiCacheStorage):
         pool = _Pool(self, name, host_pool)
         with self._lock:
             self._pools[name] = pool
-        logger.info("kvtier: pool %s: namespace %s (%s, %d pieces of %s B), %s", name,
-                    pool.stores[0].namespace_id, pool.layout, len(pool.sizes),
+        logger.info("kvtier: pool %s: namespace %s (%s, %d pieces of %s B), %s, layout %s",
+                    name, pool.stores[0].namespace_id, pool.layout, len(pool.sizes),
                     "+".join(str(s) for s in pool.sizes),
-                    "zero-copy" if pool.zero_copy else "staged")
+                    "zero-copy" if pool.zero_copy else "staged", pool.layout_summary())
 
     def close(self) -> None:
         """Releases every registration and closes every store. Idempotent."""

@@ -64,6 +64,48 @@ def test_roundtrip_every_layout(store_dir, backing, mla, layout):
     reader.close()
 
 
+def page_files(directory):
+    """Files named like a page (32 hex digits) under `directory`."""
+    return [f for _, _, files in os.walk(directory) for f in files
+            if len(f) == 32 and all(c in "0123456789abcdef" for c in f)]
+
+
+def test_small_pages_get_segments_with_only_a_uri(store_dir, caplog):
+    pool = HostPool(tokens=256)
+    pool.fill_random(seed=31)
+    with caplog.at_level(logging.INFO, logger="kvtier.sglang"):
+        a = adapter(store_dir, pool)
+    layout = a.counters()["store"]["layout"]
+    assert layout == f"segments (auto: pages of {a.page_bytes} B, below 4 MiB)"
+    assert any(f"layout {layout}" in r.getMessage() for r in caplog.records)
+    keys = keys_for("seg", 16)
+    assert a.batch_set_v1(keys, host_indices(range(16), pool.page_size)) == [True] * 16
+    assert a.batch_get_v1(keys, host_indices(range(32, 48), pool.page_size)) == [True] * 16
+    for i in range(16):
+        assert np.array_equal(pool.page_bytes(i * pool.page_size),
+                              pool.page_bytes((32 + i) * pool.page_size))
+    assert page_files(store_dir) == []  # no file per page
+    a.close()
+
+
+def test_a_store_of_page_files_keeps_its_layout(store_dir):
+    pool = HostPool(tokens=128)
+    pool.fill_random(seed=32)
+    keys = keys_for("held", 4)
+    a = adapter(store_dir, pool, file_layout="files")
+    assert a.batch_set_v1(keys, host_indices(range(4), pool.page_size)) == [True] * 4
+    a.close()
+    assert len(page_files(store_dir)) == 4
+    b = adapter(store_dir, pool)  # only the uri: auto keeps what the namespace holds
+    assert b.counters()["store"]["layout"] == \
+        "files (auto: the namespace already holds page files)"
+    assert b.batch_get_v1(keys, host_indices(range(8, 12), pool.page_size)) == [True] * 4
+    for i in range(4):
+        assert np.array_equal(pool.page_bytes(i * pool.page_size),
+                              pool.page_bytes((8 + i) * pool.page_size))
+    b.close()
+
+
 def test_old_storage_config_shape(store_dir):
     pool = HostPool()
     pool.fill_random(seed=1)
@@ -341,7 +383,7 @@ def test_corrupt_page_is_a_miss_not_an_exception(store_dir):
 def test_storage_faults_return_false(store_dir, caplog):
     pool = HostPool()
     pool.fill_random(seed=13)
-    a = adapter(store_dir, pool)
+    a = adapter(store_dir, pool, file_layout="files")
     keys = keys_for("fault", 4)
     idx = host_indices(range(4), pool.page_size)
     assert a.batch_set_v1(keys, idx) == [True] * 4
@@ -436,7 +478,7 @@ def test_capacity_evicts_least_recently_used_pages(store_dir):
     probe = adapter(store_dir + "-probe", HostPool())
     page_object = probe.page_bytes + 4096 + (-probe.page_bytes) % 4096
     probe.close()
-    a = adapter(store_dir, pool, capacity=8 * page_object)
+    a = adapter(store_dir, pool, capacity=8 * page_object, file_layout="files")
     keys = keys_for("cap", 12)
     for i in range(0, 12, 4):
         assert a.batch_set_v1(keys[i:i + 4], host_indices(range(i, i + 4), pool.page_size)) == \

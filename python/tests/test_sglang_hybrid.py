@@ -67,7 +67,8 @@ def make(module, store_dir, pool, config=None, **options):
 class Hybrid:
     """One server's pools: KV, Mamba and SWA, registered the way HybridCacheController does."""
 
-    def __init__(self, module, store_dir, seed=None, layout="page_first_direct", config=None):
+    def __init__(self, module, store_dir, seed=None, layout="page_first_direct", config=None,
+                 **options):
         self.kv = HostPool(layout=layout, backing="torch", tokens=128, page_size=4)
         self.mamba = MambaPoolHost(slots=16, layout=layout)
         self.swa = HostPool(layout=layout, backing="torch", tokens=64, page_size=4, layers=2)
@@ -79,7 +80,7 @@ class Hybrid:
         self.group = HostPoolGroup([PoolEntry(PoolName.KV, self.kv, True),
                                     PoolEntry(PoolName.MAMBA, self.mamba),
                                     PoolEntry(PoolName.SWA, self.swa)])
-        self.backend = make(module, store_dir, self.group, config)
+        self.backend = make(module, store_dir, self.group, config, **options)
         for entry in self.group.entries:
             self.backend.register_mem_host_pool_v2(entry.host_pool, entry.name)
         self.driver = Driver(self.backend, self.kv.page_size)
@@ -171,6 +172,13 @@ def test_hybrid_kv_mamba_swa_round_trip(sglang, store_dir, layout):
     assert len(set(ids.values())) == 3
     mamba = dst.backend._pools["mamba"]
     assert mamba.zero_copy and len(set(mamba.sizes)) == 2  # unequal pieces
+    # Every pool's small pages go to segments, unequal pieces too (the adapter gives the
+    # store the page size); a second server keeps what it finds.
+    for name, pool in src.backend._pools.items():
+        assert pool.layout_summary() == \
+            f"segments (auto: pages of {pool.page_bytes} B, below 4 MiB)", name
+        assert dst.backend._pools[name].layout_summary() == \
+            "segments (auto: the namespace already holds segments)", name
     src.close()
     dst.close()
 
@@ -527,12 +535,13 @@ def test_pages_already_present_are_not_rewritten(sglang, store_dir):
     b.close()
 
 
+@pytest.mark.parametrize("file_layout", ["files", "segments"])
 def test_pages_batch_exists_v2_found_are_read_without_asking_the_index_again(
-        sglang, store_dir):
-    src = Hybrid(sglang, store_dir, seed=95)
+        sglang, store_dir, file_layout):
+    src = Hybrid(sglang, store_dir, seed=95, file_layout=file_layout)
     keys = keys_for("found", 8)
     src.driver.backup(keys, src.kv_idx(range(8)), src.side(keys, 2, [0, 1]))
-    dst = Hybrid(sglang, store_dir)
+    dst = Hybrid(sglang, store_dir, file_layout=file_layout)
     pools = dst.backend._pools
 
     def exists_queries():
@@ -553,9 +562,15 @@ def test_pages_batch_exists_v2_found_are_read_without_asking_the_index_again(
     assert dst.backend.batch_exists_v2(keys, side).kv_hit_pages == 8
     src.backend._pools["swa"].stores[0].remove(keys[-2])
     side[0].keys, side[1].keys = keys[-1:], keys[-2:]
-    assert dst.backend.batch_get_v2(side) == \
-        {PoolName.MAMBA: [True], PoolName.SWA: [False, False]}
-    assert not dst.swa.page_bytes(6 * 4).any()
+    got = dst.backend.batch_get_v2(side)
+    if file_layout == "files" or not got[PoolName.SWA][0]:
+        assert got == {PoolName.MAMBA: [True], PoolName.SWA: [False, False]}
+        assert not dst.swa.page_bytes(6 * 4).any()
+    else:
+        # Segments: the removal is an entry in the other store's summary, seen at this
+        # store's next refresh; until then the record reads as the key's own bytes.
+        assert got == {PoolName.MAMBA: [True], PoolName.SWA: [True, True]}
+        assert np.array_equal(dst.swa.page_bytes(6 * 4), src.swa.page_bytes(0))
     # Keys batch_exists_v2 did not find are looked up first, as before.
     other = [PoolTransfer(name=PoolName.SWA, host_indices=dst.swa_idx([8, 9]),
                           keys=keys_for("never", 2))]

@@ -56,6 +56,75 @@ size_t BatchResult::ok_prefix() const {
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Store::~Store() = default;
 
+namespace {
+
+Status check_segments_config(const StoreConfig& config) {
+  if (config.location.storage_class != StorageClass::kFile) {
+    return unsupported_error(fmt::format(
+        "{}: the segment layout needs a FILE store (directories); objects and memory keep "
+        "one object per page",
+        config.location.uri()));
+  }
+  if (config.segment_lanes > 64) {
+    return invalid_argument_error(
+        fmt::format("segment_lanes {} is more than 64", config.segment_lanes));
+  }
+  if (config.segment_bytes < (uint64_t{1} << 20)) {
+    return invalid_argument_error(fmt::format(
+        "segment_bytes {} is below the smallest segment (1 MiB)", config.segment_bytes));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+// What layout=auto resolves to. A namespace that already holds page files keeps the files
+// layout (its pages stay readable); one that holds segments keeps segments; an empty one gets
+// segments when its pages are below kAutoSegmentsBelow (fixed by the namespace, or the
+// caller's page_bytes when its pieces differ in size), files otherwise.
+Result<Store::Impl::AutoLayout> Store::Impl::choose_layout() {
+  if (config.location.storage_class != StorageClass::kFile) {
+    return AutoLayout{StoreLayout::kFiles, "not a FILE store: one object per page"};
+  }
+  // The first page file found ends the walk (a sentinel status, never returned).
+  bool page_files = false;
+  for (size_t b = 0; b < router.base_count() && !page_files; ++b) {
+    Status st = for_each_fanout(b, /*with_details=*/false,
+                                [&](const std::string&, const std::vector<ObjectInfo>& pages) {
+                                  for (const ObjectInfo& e : pages) {
+                                    if (parse_hash_hex(e.name)) {
+                                      page_files = true;
+                                      return cancelled_error("found");
+                                    }
+                                  }
+                                  return ok_status();
+                                });
+    if (!st.ok() && !page_files) return st;
+  }
+  if (page_files) {
+    return AutoLayout{StoreLayout::kFiles, "the namespace already holds page files"};
+  }
+  bool segments = false;
+  for (size_t b = 0; b < router.base_count() && !segments; ++b) {
+    KVTIER_RETURN_IF_ERROR(list_summaries(b, [&](const std::string&) { segments = true; }));
+  }
+  if (segments) {
+    return AutoLayout{StoreLayout::kSegments, "the namespace already holds segments"};
+  }
+  const uint64_t page = config.ns.piece_bytes != 0
+                            ? config.ns.piece_bytes * config.ns.pieces_per_page
+                            : config.page_bytes;
+  if (page == 0) {
+    return AutoLayout{StoreLayout::kFiles, "page size unknown (pieces of unequal sizes)"};
+  }
+  if (page < kAutoSegmentsBelow) {
+    return AutoLayout{StoreLayout::kSegments,
+                      fmt::format("pages of {} B, below {} MiB", page, kAutoSegmentsBelow >> 20)};
+  }
+  return AutoLayout{StoreLayout::kFiles,
+                    fmt::format("pages of {} B, {} MiB or more", page, kAutoSegmentsBelow >> 20)};
+}
+
 Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   KVTIER_RETURN_IF_ERROR(config.ns.validate());
   if (config.location.bases.empty()) {
@@ -71,30 +140,12 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   }
   const std::string_view layout_name =
       config.layout.empty() ? std::string_view(config.location.layout) : config.layout;
+  const bool auto_layout = layout_name == "auto";
   StoreLayout layout = StoreLayout::kFiles;
-  if (layout_name == "auto") {
-    const uint64_t page = config.ns.piece_bytes * config.ns.pieces_per_page;
-    if (config.location.storage_class == StorageClass::kFile && page != 0 &&
-        page < kAutoSegmentsBelow) {
-      layout = StoreLayout::kSegments;
-    }
-  } else {
+  if (!auto_layout) {
     KVTIER_ASSIGN_OR_RETURN(layout, parse_store_layout(layout_name));
-  }
-  if (layout == StoreLayout::kSegments) {
-    if (config.location.storage_class != StorageClass::kFile) {
-      return unsupported_error(fmt::format(
-          "{}: the segment layout needs a FILE store (directories); objects and memory keep "
-          "one object per page",
-          config.location.uri()));
-    }
-    if (config.segment_lanes > 64) {
-      return invalid_argument_error(
-          fmt::format("segment_lanes {} is more than 64", config.segment_lanes));
-    }
-    if (config.segment_bytes < (uint64_t{1} << 20)) {
-      return invalid_argument_error(fmt::format(
-          "segment_bytes {} is below the smallest segment (1 MiB)", config.segment_bytes));
+    if (layout == StoreLayout::kSegments) {
+      KVTIER_RETURN_IF_ERROR(check_segments_config(config));
     }
   }
   AgentConfig ac;
@@ -107,6 +158,16 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   routing::Router router(config.location.bases, config.ns.id());
   auto impl = std::make_unique<Impl>(config, std::move(agent), std::move(router));
   impl->layout = layout;
+  impl->layout_summary = std::string(store_layout_name(layout));
+  if (auto_layout) {
+    KVTIER_ASSIGN_OR_RETURN(Impl::AutoLayout chosen, impl->choose_layout());
+    if (chosen.layout == StoreLayout::kSegments) {
+      KVTIER_RETURN_IF_ERROR(check_segments_config(config));
+    }
+    impl->layout = layout = chosen.layout;
+    impl->layout_summary =
+        fmt::format("{} (auto: {})", store_layout_name(chosen.layout), chosen.reason);
+  }
   if (layout == StoreLayout::kSegments && config.capacity_bytes != 0) {
     // Capacity is reclaimed a segment at a time: segments of at most 1/64 of it (1 MiB at
     // least) keep the budget's grain fine.

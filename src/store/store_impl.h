@@ -233,6 +233,8 @@ struct Store::Impl {
   // Per base directory: its direct I/O alignment, when direct I/O is on and possible there.
   std::vector<std::optional<DirectIoAlignment>> dio;
   std::string dio_summary = "off";
+  // The layout and, for layout=auto, why it was chosen (StoreStats::layout).
+  std::string layout_summary;
   // Submitted batches: run on a pool started on first use; the store waits for them on close.
   std::once_flag async_once;
   std::unique_ptr<WorkerPool> async_pool;
@@ -446,6 +448,12 @@ struct Store::Impl {
   // Walks base `b`'s namespace directory (see walk_namespace): `fn(dir, pages)` gets the
   // pages of each fan-out directory; a base without the directory has none.
   Status for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn);
+  struct AutoLayout {
+    StoreLayout layout;
+    std::string reason;
+  };
+  // layout=auto on this store's location and namespace (store.cc).
+  Result<AutoLayout> choose_layout();
 
   // Times a batch call into `latency`, runs it in windows and counts its failed pages.
   template <typename Buffer, typename Window>

@@ -58,7 +58,8 @@ using testing::spawn;
 class StoreLifecycle : public ::testing::Test {
  protected:
   // `faults`: the backend goes through a fault injector.
-  std::unique_ptr<Store> open(uint64_t capacity = 0, std::string query = "?backend=posix",
+  std::unique_ptr<Store> open(uint64_t capacity = 0,
+                              std::string query = "?backend=posix&layout=files",
                               NamespaceSpec ns = fixed_namespace(),
                               std::shared_ptr<FaultInjector> faults = nullptr) {
     StoreConfig cfg;
@@ -108,7 +109,7 @@ TEST_F(StoreLifecycle, RestartRebuildsTheIndexExactly) {
   NamespaceSpec ns = fixed_namespace();
   ns.piece_bytes = 1;
   {
-    auto s = open(0, "?backend=posix", ns);
+    auto s = open(0, "?backend=posix&layout=files", ns);
     ASSERT_NE(s, nullptr);
     PagePool pool(*s, 128, 4096);
     for (size_t first = 0; first < kPages; first += 128) {
@@ -122,7 +123,7 @@ TEST_F(StoreLifecycle, RestartRebuildsTheIndexExactly) {
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto s = open(0, "?backend=posix", ns);
+  auto s = open(0, "?backend=posix&layout=files", ns);
   const auto took = std::chrono::steady_clock::now() - t0;
   ASSERT_NE(s, nullptr);
   RecordProperty(
@@ -142,7 +143,7 @@ TEST_F(StoreLifecycle, RestartRebuildsTheIndexExactly) {
   EXPECT_EQ(s->stats().index_stats, 1u);
   // With a capacity, the usage after the restart is exact at once.
   s.reset();
-  auto capped = open(uint64_t{1} << 40, "?backend=posix", ns);
+  auto capped = open(uint64_t{1} << 40, "?backend=posix&layout=files", ns);
   ASSERT_NE(capped, nullptr);
   EXPECT_EQ(capped->stats().used_bytes, kPages * kSmallObject);
 }
@@ -192,7 +193,7 @@ TEST_F(StoreLifecycle, AClearIsSeenByEveryStoreOfTheNamespaceOnItsNextCall) {
   // opened after a clear starts from the current generation.
   NamespaceSpec other = fixed_namespace();
   other.model = "lifecycle-other";
-  auto c = open(0, "?backend=posix", other);
+  auto c = open(0, "?backend=posix&layout=files", other);
   ASSERT_NE(c, nullptr);
   PagePool cpool(*c, 8, kPage);
   ASSERT_TRUE(put(*c, cpool, keys).all_ok());
@@ -366,13 +367,14 @@ void crash_test(const std::string& query,
 
 TEST_F(StoreLifecycle, SigkillDuringWritesNeverLeavesAWrongPage) {
   crash_test("", [this](std::shared_ptr<FaultInjector> faults) {
-    return open(0, "?backend=posix", fixed_namespace(), std::move(faults));
+    return open(0, "?backend=posix&layout=files", fixed_namespace(), std::move(faults));
   });
 }
 
 TEST_F(StoreLifecycle, SigkillWithNamedTemporariesLeavesNoneBehind) {
   crash_test("named", [this](std::shared_ptr<FaultInjector> faults) {
-    return open(0, "?backend=posix&use_tmpfile=0", fixed_namespace(), std::move(faults));
+    return open(0, "?backend=posix&layout=files&use_tmpfile=0", fixed_namespace(),
+                std::move(faults));
   });
 }
 

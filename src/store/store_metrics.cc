@@ -27,6 +27,7 @@ StoreStats Store::stats() const {
   s.batches_in_flight = v(c.batches_in_flight);
   s.objects_open = impl_->budget.in_use();
   s.direct_io = impl_->dio_summary;
+  s.layout = impl_->layout_summary;
   for (size_t code = 1; code < c.errors_by_code.size(); ++code) {
     if (const uint64_t n = v(c.errors_by_code[code]); n != 0) {
       s.errors_by_code[std::string(status_code_name(static_cast<StatusCode>(code)))] = n;

@@ -46,7 +46,8 @@ TEST_F(StoreSegments, LayoutComesFromTheUriOrTheConfig) {
   EXPECT_EQ(parse_store_uri(loc->uri())->layout, "segments");
   EXPECT_EQ(parse_store_uri("file:///x?layout=bogus").status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(parse_store_uri("/x")->layout, "files");
+  EXPECT_EQ(parse_store_uri("/x")->layout, "auto");
+  EXPECT_EQ(parse_store_uri("/x?layout=files")->uri(), "file:///x?layout=files");
   // Memory and object stores keep one object per page.
   StoreConfig mem;
   mem.location = *parse_store_uri("mem://segments-refused?layout=segments");
@@ -61,17 +62,22 @@ TEST_F(StoreSegments, LayoutComesFromTheUriOrTheConfig) {
   EXPECT_EQ((*f)->layout(), StoreLayout::kSegments);
 }
 
-TEST_F(StoreSegments, AutoPicksSegmentsForSmallFixedPagesOnly) {
-  auto layout_for = [&](std::string query, uint64_t piece, uint32_t pieces, bool fsync = false,
-                        uint64_t capacity = 0) {
+TEST_F(StoreSegments, AutoPicksSegmentsForSmallPagesOnly) {
+  int n = 0;
+  auto open_auto = [&](std::string query, uint64_t piece, uint32_t pieces, bool fsync = false,
+                       uint64_t capacity = 0, uint64_t page_bytes = 0) {
     StoreConfig cfg;
-    cfg.location = *parse_store_uri("file://" + dir_.file("auto") + query);
+    cfg.location = *parse_store_uri("file://" + dir_.file(fmt::format("auto{}", n++)) + query);
     cfg.ns = testing::test_namespace("auto");
     cfg.ns.piece_bytes = piece;
     cfg.ns.pieces_per_page = pieces;
     cfg.fsync = fsync;
     cfg.capacity_bytes = capacity;
-    Result<std::unique_ptr<Store>> s = Store::open(cfg);
+    cfg.page_bytes = page_bytes;
+    return Store::open(cfg);
+  };
+  auto layout_for = [&](auto&&... args) {
+    Result<std::unique_ptr<Store>> s = open_auto(args...);
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     return s.ok() ? (*s)->layout() : StoreLayout::kFiles;
   };
@@ -81,12 +87,27 @@ TEST_F(StoreSegments, AutoPicksSegmentsForSmallFixedPagesOnly) {
   EXPECT_EQ(layout_for("?layout=auto", 2 << 20, 2), StoreLayout::kFiles);     // 4 MiB pages
   EXPECT_EQ(layout_for("?layout=auto", 4 << 20, 1), StoreLayout::kFiles);
   EXPECT_EQ(layout_for("?layout=auto", 0, 1), StoreLayout::kFiles);  // any page size
+  // Pieces of unequal sizes: the caller's page size decides.
+  EXPECT_EQ(layout_for("?layout=auto", 0, 3, false, 0, 1100000), StoreLayout::kSegments);
+  EXPECT_EQ(layout_for("?layout=auto", 0, 3, false, 0, 5 << 20), StoreLayout::kFiles);
   // fsync too: a window syncs its segment and summary once, a page file syncs per page.
   EXPECT_EQ(layout_for("?layout=auto", 70272, 1, /*fsync=*/true), StoreLayout::kSegments);
   EXPECT_EQ(layout_for("?layout=auto", 4 << 20, 1, /*fsync=*/true), StoreLayout::kFiles);
   // A capacity is kept by both layouts (reclaiming whole segments here).
   EXPECT_EQ(layout_for("?layout=auto", 70272, 1, false, 64 << 20), StoreLayout::kSegments);
-  EXPECT_EQ(layout_for("", 70272, 1), StoreLayout::kFiles);  // the default stays files
+  // auto is the default; an explicit layout is kept whatever the page size.
+  EXPECT_EQ(layout_for("", 70272, 1), StoreLayout::kSegments);
+  EXPECT_EQ(layout_for("?layout=files", 70272, 1), StoreLayout::kFiles);
+  // stats() says what auto chose and why.
+  Result<std::unique_ptr<Store>> s = open_auto("", 70272, 1);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->stats().layout, "segments (auto: pages of 70272 B, below 4 MiB)");
+  s = open_auto("", 0, 2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->stats().layout, "files (auto: page size unknown (pieces of unequal sizes))");
+  s = open_auto("?layout=segments", 70272, 1);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->stats().layout, "segments");
   StoreConfig mem;
   mem.location = *parse_store_uri("mem://auto-layout?layout=auto");
   mem.ns = testing::test_namespace();
@@ -94,6 +115,62 @@ TEST_F(StoreSegments, AutoPicksSegmentsForSmallFixedPagesOnly) {
   Result<std::unique_ptr<Store>> m = Store::open(mem);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_EQ((*m)->layout(), StoreLayout::kFiles);
+  EXPECT_EQ((*m)->stats().layout, "files (auto: not a FILE store: one object per page)");
+}
+
+// A namespace keeps the layout it holds: page files written before auto chose segments stay
+// readable, and a namespace of large pages written as segments stays segments.
+TEST_F(StoreSegments, AutoKeepsTheLayoutTheNamespaceHolds) {
+  constexpr size_t kSmall = 8192;
+  auto open_with = [&](const std::string& dir, const std::string& query, uint64_t piece) {
+    StoreConfig cfg;
+    cfg.location = *parse_store_uri("file://" + dir_.file(dir) + "?backend=posix" + query);
+    cfg.ns = testing::test_namespace("held");
+    cfg.ns.piece_bytes = piece;
+    Result<std::unique_ptr<Store>> s = Store::open(cfg);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(s).value() : nullptr;
+  };
+  {
+    std::unique_ptr<Store> files = open_with("f", "&layout=files", kSmall);
+    ASSERT_NE(files, nullptr);
+    PagePool pool(*files, 1, kSmall);
+    pool.fill(0, kSmall, 7);
+    ASSERT_TRUE(files->put("old", pool.slot(0), kSmall).ok());
+  }
+  std::unique_ptr<Store> again = open_with("f", "", kSmall);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->layout(), StoreLayout::kFiles);
+  EXPECT_EQ(again->stats().layout, "files (auto: the namespace already holds page files)");
+  {
+    PagePool pool(*again, 1, kSmall);
+    ASSERT_TRUE(again->get("old", pool.slot(0), kSmall).ok());
+    EXPECT_TRUE(pool.holds(0, kSmall, 7));
+  }
+  // Cleared, the namespace is empty again: auto decides by page size once more.
+  ASSERT_TRUE(again->clear().ok());
+  again.reset();
+  again = open_with("f", "", kSmall);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->layout(), StoreLayout::kSegments);
+  again.reset();
+
+  // Pages of 4 MiB or more written as segments by choice: auto keeps segments.
+  constexpr size_t kBig = size_t{4} << 20;
+  {
+    std::unique_ptr<Store> seg = open_with("s", "&layout=segments", kBig);
+    ASSERT_NE(seg, nullptr);
+    PagePool big(*seg, 1, kBig);
+    big.fill(0, kBig, 3);
+    ASSERT_TRUE(seg->put("big", big.slot(0), kBig).ok());
+  }
+  std::unique_ptr<Store> seg = open_with("s", "", kBig);
+  ASSERT_NE(seg, nullptr);
+  EXPECT_EQ(seg->layout(), StoreLayout::kSegments);
+  EXPECT_EQ(seg->stats().layout, "segments (auto: the namespace already holds segments)");
+  PagePool big(*seg, 1, kBig);
+  ASSERT_TRUE(seg->get("big", big.slot(0), kBig).ok());
+  EXPECT_TRUE(big.holds(0, kBig, 3));
 }
 
 TEST_F(StoreSegments, NoFileIsCreatedPerPageAndSpaceIsNearThePayload) {

@@ -108,7 +108,7 @@ std::string StoreLocation::uri() const {
     s += fmt::format("{}backend={}", sep, percent_encode(backend, kValueSpecials));
     sep = '&';
   }
-  if (layout != "files") {
+  if (layout != "auto") {
     s += fmt::format("{}layout={}", sep, percent_encode(layout, kValueSpecials));
     sep = '&';
   }

@@ -84,14 +84,16 @@ std::string_view direct_io_name(DirectIo mode);
 Result<DirectIo> parse_direct_io(std::string_view text);
 
 // How a FILE store lays its pages out (docs/format.md, docs/architecture.md):
-//   kFiles     one file per page, published by rename/linkat (the default).
+//   kFiles     one file per page, published by rename/linkat.
 //   kSegments  pages appended as records to large segment files, each writer process to its
 //              own; an index of summaries finds them. No file is created per page.
-// "auto" (StoreConfig::layout, the URI) picks kSegments for FILE stores whose namespace fixes
-// a page size below kAutoSegmentsBelow (piece_bytes x pieces_per_page), with or without
-// fsync; kFiles otherwise (docs/benchmarks.md: segments write 27x faster than page files at
-// 64 KiB, 4.6-5x at 1 MiB, 1.7x at 2 MiB, and read as fast or faster; from 4 MiB on the two
-// are even, within this VM's noise).
+// "auto" (the default: StoreConfig::layout, the URI) keeps the layout a FILE namespace already
+// holds (page files first: they stay readable), and on an empty namespace picks kSegments for
+// pages below kAutoSegmentsBelow (piece_bytes x pieces_per_page, or StoreConfig::page_bytes
+// where the pieces differ in size), with or without fsync; kFiles otherwise and for object
+// and memory stores. StoreStats::layout says which and why (docs/benchmarks.md: segments
+// write 27x faster than page files at 64 KiB, 4.6-5x at 1 MiB, 1.7x at 2 MiB, and read as
+// fast or faster; from 4 MiB on the two are even, within this VM's noise).
 enum class StoreLayout : uint8_t { kFiles, kSegments };
 inline constexpr uint64_t kAutoSegmentsBelow = uint64_t{4} << 20;
 std::string_view store_layout_name(StoreLayout layout);
@@ -105,6 +107,9 @@ struct StoreConfig {
   std::string backend;
   // "files", "segments" or "auto"; overrides location.layout when not empty.
   std::string layout;
+  // layout=auto: the size of a page when the namespace does not fix one (pieces of unequal
+  // sizes, piece_bytes 0). 0: unknown (auto then keeps one file per page).
+  uint64_t page_bytes = 0;
   // kSegments: a writer starts a new segment file once its current one holds this many bytes.
   uint64_t segment_bytes = uint64_t{256} << 20;
   // kSegments: segment files a writer appends to side by side on each base. A put window of
@@ -267,6 +272,8 @@ struct StoreStats {
 #undef KVTIER_STAT_FIELD
   // Direct I/O: "off", "on (512-byte alignment)", or "off: <why it could not be used>".
   std::string direct_io;
+  // The layout, and for layout=auto why: "segments (auto: pages of 131072 B, below 4 MiB)".
+  std::string layout;
 #define KVTIER_STAT_FIELD(name, metric, help) LatencyHistogram name;
   KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_FIELD)
 #undef KVTIER_STAT_FIELD
@@ -284,6 +291,7 @@ struct StoreStats {
     KVTIER_STORE_GAUGES(KVTIER_STAT_VISIT)
 #undef KVTIER_STAT_VISIT
     f(StatInfo{"direct_io", StatKind::kText, "", "Direct I/O mode, or why it is off."}, direct_io);
+    f(StatInfo{"layout", StatKind::kText, "", "FILE layout, and for layout=auto why."}, layout);
 #define KVTIER_STAT_VISIT(name, metric, help) \
   f(StatInfo{#name, StatKind::kHistogram, metric "_seconds", help}, name);
     KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_VISIT)
@@ -387,7 +395,7 @@ class Store {
   const BackendSelection& backend_selection() const;
   // The backend and its configuration ("uring: 2 rings x 64 requests, fixed buffers").
   std::string backend_description() const;
-  // The layout the store opened with (StoreConfig::layout, or the URI's).
+  // The layout the store opened with (StoreConfig::layout, or the URI's; auto resolved).
   StoreLayout layout() const;
   // The directories holding this namespace, one per base.
   std::vector<std::string> namespace_dirs() const;

@@ -11,7 +11,7 @@
 //                                           `prefix`
 //
 // Query parameters: `backend` picks the backend ("auto" by default), `layout` the FILE
-// layout ("files" by default, "segments" or "auto"); every other parameter
+// layout ("auto" by default, "files" or "segments"); every other parameter
 // goes to the backend (io_threads, max_io_bytes, endpoint, region, ...), which rejects a name
 // it does not know and a value it cannot parse when the store opens (kInvalidArgument naming
 // the parameter; see BackendRegistry). uri() prints
@@ -32,10 +32,11 @@ struct StoreLocation {
   // Absolute, normalized base paths (FILE); a single "/<name>" for memory.
   std::vector<std::string> bases;
   std::string backend = "auto";
-  // How a FILE store lays pages out: "files" (one file per page, the default) or "segments"
-  // (records appended to large segment files; docs/format.md) or "auto" (by page size; see
-  // StoreLayout in store.h). The `layout` query parameter.
-  std::string layout = "files";
+  // How a FILE store lays pages out: "files" (one file per page), "segments" (records
+  // appended to large segment files; docs/format.md) or "auto" (the default: what the
+  // namespace holds, else by page size; see StoreLayout in store.h). The `layout` query
+  // parameter.
+  std::string layout = "auto";
   BackendParams params;
 
   // The URI that parses back to this location: '%', control bytes and the separators of each
