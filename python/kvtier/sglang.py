@@ -267,6 +267,12 @@ class _Staging:
         self.registrations = []
 
 
+def numpy_tile(values: Any, times: int) -> Any:
+    import numpy
+
+    return numpy.tile(values, times)
+
+
 def _name_key(name: Any) -> str:
     """A pool name as plain text: PoolName.MAMBA and "mamba" alike give "mamba"."""
     value = getattr(name, "value", name)
@@ -274,14 +280,14 @@ def _name_key(name: Any) -> str:
 
 
 class _Indices:
-    """The host indices of one call: SGLang's tensor (or array, or list) and its values,
-    converted to a list once (torch calls are the costly part of a small call), and the
-    token range [lo, hi) of it that a step works on."""
+    """The host indices of one call: SGLang's tensor (or array, or list) and its values as
+    a numpy int64 array (a CPU tensor's own memory, not copied: converting them to Python
+    objects was most of a small call's cost), and the token range [lo, hi) of it that a step
+    works on."""
 
     __slots__ = ("source", "values", "lo", "hi")
 
-    def __init__(self, source: Any, values: List[Any], lo: int = 0,
-                 hi: Optional[int] = None):
+    def __init__(self, source: Any, values: Any, lo: int = 0, hi: Optional[int] = None):
         self.source = source
         self.values = values
         self.lo = lo
@@ -289,13 +295,25 @@ class _Indices:
 
     @classmethod
     def of(cls, host_indices: Any) -> "_Indices":
+        import numpy
+
         if host_indices is None:
             raise kvtier.InvalidArgumentError("host_indices is None")
-        values = host_indices.tolist() if hasattr(host_indices, "tolist") else \
-            list(host_indices)
-        if values and isinstance(values[0], list):
-            raise kvtier.InvalidArgumentError("host_indices has more than one dimension")
-        return cls(host_indices, values)
+        values = None
+        if _is_torch(host_indices):
+            try:
+                values = host_indices.numpy()
+            except Exception:  # noqa: BLE001 - a tensor numpy cannot view: its values
+                values = numpy.asarray(host_indices.tolist())
+        else:
+            values = numpy.asarray(host_indices)
+        if values.ndim != 1:
+            raise kvtier.InvalidArgumentError(
+                f"host_indices has {values.ndim} dimensions, not one")
+        if values.size and values.dtype.kind not in "iu":
+            raise kvtier.InvalidArgumentError(
+                f"host_indices holds {values.dtype}, not integers")
+        return cls(host_indices, values.astype(numpy.int64, copy=False))
 
     def __len__(self) -> int:
         return self.hi - self.lo
@@ -304,7 +322,8 @@ class _Indices:
         """Tokens [lo, hi) of this range."""
         return _Indices(self.source, self.values, self.lo + lo, self.lo + hi)
 
-    def tokens(self) -> List[Any]:
+    def tokens(self) -> Any:
+        """The range's token indices (a numpy int64 array)."""
         if self.lo == 0 and self.hi == len(self.values):
             return self.values
         return self.values[self.lo:self.hi]
@@ -519,19 +538,31 @@ class _Pool:
             if not any(lo <= min(a, b) and max(a, b) + z <= lo + n for lo, n in ranges):
                 return
         self.geometry = (first, stride, pages)
+        import numpy
+
+        # The same as arrays: first pieces, strides, and every page's sizes for a full batch.
+        self.geometry_arrays = (numpy.asarray(first, dtype=numpy.int64),
+                                numpy.asarray(stride, dtype=numpy.int64),
+                                numpy.tile(numpy.asarray(self.sizes, dtype=numpy.int64),
+                                           STORAGE_BATCH_SIZE))
 
     def page_meta(self, indices: _Indices) -> tuple:
         """(ptrs, sizes) of the pages at `indices` in the pool's memory: from the geometry
-        learnt at registration for page-aligned indices inside the pool, else from the
-        pool's get_page_buffer_meta."""
+        learnt at registration for page-aligned indices inside the pool (numpy arrays, one
+        vector operation for the batch), else from the pool's get_page_buffer_meta."""
         if self.geometry is not None:
             first, stride, pages = self.geometry
             ps = self.page_size
-            starts = indices.tokens()[::ps] if ps > 1 else indices.tokens()
-            if all(type(i) is int and 0 <= i < pages * ps and not i % ps for i in starts):
-                geometry = list(zip(first, stride))
-                ptrs = [a + (i // ps) * d for i in starts for a, d in geometry]
-                return ptrs, self.sizes * len(starts)
+            tokens = indices.tokens()
+            starts = tokens[::ps] if ps > 1 else tokens
+            if len(starts) and int(starts.min()) >= 0 and int(starts.max()) < pages * ps and \
+                    not (ps > 1 and (starts % ps).any()):
+                first_arr, stride_arr, sizes_arr = self.geometry_arrays
+                ptrs = ((starts // ps)[:, None] * stride_arr + first_arr).ravel()
+                n = len(starts) * len(self.sizes)
+                if n > len(sizes_arr):  # more pages than SGLang hands at once
+                    sizes_arr = numpy_tile(sizes_arr[:len(self.sizes)], len(starts))
+                return ptrs, sizes_arr[:n]
         ptrs, sizes = self.host.get_page_buffer_meta(indices.tensor())
         return list(map(int, ptrs)), list(map(int, sizes))
 
@@ -566,6 +597,7 @@ class _Pool:
         heads: the heads of rank j of the larger TP, K then V)."""
         if self.split == 1:
             return [(ptrs, sizes)]
+        ptrs, sizes = [int(p) for p in ptrs], [int(z) for z in sizes]
         k = len(self.sizes)
         half = k // 2
         out = [([], []) for _ in range(self.split)]
@@ -644,10 +676,14 @@ class _Pool:
         return self._per_store(ptrs, sizes)
 
     def _pieces_io(self, write: bool, keys: List[str], per_store) -> List[Any]:
+        """Per-page outcomes: True for a page done, its Status where not. A batch that went
+        through whole costs no Status object per page (the common case, and what a small
+        page's call time is made of)."""
         results = []
         for store, (ptrs, sizes) in zip(self.stores, per_store):
             call = store.batch_put_pieces if write else store.batch_get_pieces
-            results.append(call(keys, ptrs, sizes).pages)
+            result = call(keys, ptrs, sizes)
+            results.append([True] * len(keys) if result.all_ok else result.pages)
         return _all_pages(results)
 
     def _staged_io(self, write: bool, keys: List[str], starts: List[int]) -> List[Any]:
@@ -697,8 +733,10 @@ class _Pool:
 
 
 def _all_pages(results: List[List[Any]]) -> List[Any]:
-    """Per-store Statuses of the same pages as one list: a page is there only when every
+    """Per-store outcomes of the same pages as one list: a page is there only when every
     sub-page is (the first failure is the page's)."""
+    if len(results) == 1:
+        return results[0]
     statuses: Optional[List[Any]] = None
     for result in results:
         if statuses is None:
@@ -943,10 +981,14 @@ class HiCacheKvtier(_HiCacheStorage):
         return self.is_mla and self.tp_rank != 0
 
     def _tally(self, kind: str, pool: _Pool, statuses: List[Any], seconds: float) -> List[bool]:
-        ok = [bool(s) for s in statuses]
+        if all(s is True for s in statuses):  # a batch done whole: no Status to look at
+            ok, faults = statuses, []
+        else:
+            ok = [bool(s) for s in statuses]
+            # A failed read of an absent or corrupt page is a miss; every failed write is a
+            # fault.
+            faults = [s for s in statuses if not s and (kind == "set" or not s.is_miss)]
         hits = sum(ok)
-        # A failed read of an absent or corrupt page is a miss; every failed write is a fault.
-        faults = [s for s in statuses if not s and (kind == "set" or not s.is_miss)]
         if kind == "get":
             self._count(get_pages=len(ok), get_hits=hits,
                         get_misses=len(ok) - hits - len(faults), get_faults=len(faults))
@@ -1281,8 +1323,10 @@ class HiCacheKvtier(_HiCacheStorage):
                     offset += size
             flat = pool.flat_pieces(row) if pool.zero_copy else [(row, pool.page_bytes)]
             ptrs, sizes = [p for p, _ in flat], [s for _, s in flat]
-            statuses = pool._pieces_io(write, [key], pool._per_store(ptrs, sizes))
-            status = statuses[0]
+            statuses = [call([key], p, z).pages[0] for call, (p, z) in zip(
+                [s.batch_put_pieces if write else s.batch_get_pieces for s in pool.stores],
+                pool._per_store(ptrs, sizes))]
+            status = _all_pages([[st] for st in statuses])[0]
             if not write and status:
                 offset = 0
                 for address, size in pieces:

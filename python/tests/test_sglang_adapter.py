@@ -359,20 +359,24 @@ def test_mla_rank0_writes_and_every_rank_reads(store_dir):
 
 # -- faults never raise ------------------------------------------------------------------
 
-def test_corrupt_page_is_a_miss_not_an_exception(store_dir):
+@pytest.mark.parametrize("file_layout", ["files", "segments"])
+def test_corrupt_page_is_a_miss_not_an_exception(store_dir, file_layout):
     pool = HostPool()
     pool.fill_random(seed=12)
-    a = adapter(store_dir, pool)
+    a = adapter(store_dir, pool, file_layout=file_layout)
     keys = keys_for("corrupt", 3)
     a.batch_set_v1(keys, host_indices(range(3), pool.page_size))
     victim = None
     for d in a._store.namespace_dirs:
         for root, _, files in os.walk(d):
             for f in files:
-                if f != "namespace.json":
+                if f != "namespace.json" and not f.endswith(".sum"):
                     victim = os.path.join(root, f)
+    # Inside the payload of a page file, or of a segment's first record (after the
+    # segment's 4,096-byte header and the record's compact one: 128 + the 64-byte key).
+    offset = 4096 + 100 if file_layout == "files" else 4096 + 128 + 64 + 100
     with open(victim, "r+b") as f:
-        f.seek(4096 + 100)  # inside the payload
+        f.seek(offset)
         f.write(b"\xff" * 16)
     got = a.batch_get_v1(keys, host_indices(range(8, 11), pool.page_size))
     assert got.count(False) == 1

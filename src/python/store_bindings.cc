@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,7 +69,8 @@ BatchPages gather_pages(const py::sequence& pages, size_t keys, bool writable) {
   return out;
 }
 
-void check_flat(size_t keys, const std::vector<uintptr_t>& ptrs, const std::vector<size_t>& sizes) {
+void check_flat(size_t keys, const std::vector<uint64_t>& ptrs,
+                const std::vector<uint64_t>& sizes) {
   if (ptrs.size() != sizes.size()) {
     raise_invalid(fmt::format("{} pointers but {} sizes", ptrs.size(), sizes.size()));
   }
@@ -77,9 +79,38 @@ void check_flat(size_t keys, const std::vector<uintptr_t>& ptrs, const std::vect
   }
 }
 
+// Addresses or sizes: a numpy array of 8-byte integers is read as it lies (no conversion per
+// element: what a pool's geometry computes in one vector operation); any other sequence of
+// integers element by element.
+std::vector<uint64_t> integers(const py::object& values, const char* what) {
+  if (py::isinstance<py::buffer>(values) && !py::isinstance<py::bytes>(values)) {
+    py::buffer_info info = py::reinterpret_borrow<py::buffer>(values).request();
+    const bool integral =
+        info.format == "l" || info.format == "L" || info.format == "q" || info.format == "Q";
+    if (integral && info.itemsize == 8 && info.ndim == 1) {
+      const bool is_signed = info.format == "l" || info.format == "q";
+      std::vector<uint64_t> out(static_cast<size_t>(info.shape[0]));
+      const auto* base = static_cast<const std::byte*>(info.ptr);
+      for (size_t i = 0; i < out.size(); ++i) {
+        std::memcpy(&out[i], base + static_cast<ptrdiff_t>(i) * info.strides[0], 8);
+        if (is_signed && static_cast<int64_t>(out[i]) < 0) {
+          raise_invalid(fmt::format("{}[{}] is negative", what, i));
+        }
+      }
+      return out;
+    }
+  }
+  try {
+    return values.cast<std::vector<uint64_t>>();
+  } catch (const py::cast_error&) {
+    raise_invalid(fmt::format("{} must be a sequence of integers or a 1-d int64 array", what));
+  }
+}
+
 // The pages of a batch given as flat address and size lists (the caller keeps the memory).
-BatchPages flat_pages(size_t keys, const std::vector<uintptr_t>& ptrs,
-                      const std::vector<size_t>& sizes) {
+BatchPages flat_pages(size_t keys, const py::object& ptr_values, const py::object& size_values) {
+  const std::vector<uint64_t> ptrs = integers(ptr_values, "ptrs");
+  const std::vector<uint64_t> sizes = integers(size_values, "sizes");
   check_flat(keys, ptrs, sizes);
   BatchPages out;
   for (size_t i = 0; i < ptrs.size(); ++i) {
@@ -355,8 +386,8 @@ Status values (falsy).)")
           "keys"_a, "pages"_a)
       .def(
           "batch_put_pieces",
-          [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
-             const std::vector<size_t>& sizes) {
+          [](PyStore& self, std::vector<std::string> keys, const py::object& ptrs,
+             const py::object& sizes) {
             Keys k(std::move(keys));
             BatchPages p = flat_pages(k.views.size(), ptrs, sizes);
             BatchResult r =
@@ -368,8 +399,8 @@ Status values (falsy).)")
           "pieces per page (the form of a host pool's get_page_buffer_meta()).")
       .def(
           "batch_get_pieces",
-          [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
-             const std::vector<size_t>& sizes) {
+          [](PyStore& self, std::vector<std::string> keys, const py::object& ptrs,
+             const py::object& sizes) {
             Keys k(std::move(keys));
             BatchPages p = flat_pages(k.views.size(), ptrs, sizes);
             BatchResult r = unlocked_call(
@@ -379,8 +410,8 @@ Status values (falsy).)")
           "keys"_a, "ptrs"_a, "sizes"_a, "batch_get with flat address and size lists.")
       .def(
           "submit_put_pieces",
-          [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
-             const std::vector<size_t>& sizes) {
+          [](PyStore& self, std::vector<std::string> keys, const py::object& ptrs,
+             const py::object& sizes) {
             Keys k(std::move(keys));
             BatchPages p = flat_pages(k.views.size(), ptrs, sizes);
             BatchTicket t = unlocked_call(
@@ -392,8 +423,8 @@ Status values (falsy).)")
           "until the ticket is done.")
       .def(
           "submit_get_pieces",
-          [](PyStore& self, std::vector<std::string> keys, const std::vector<uintptr_t>& ptrs,
-             const std::vector<size_t>& sizes) {
+          [](PyStore& self, std::vector<std::string> keys, const py::object& ptrs,
+             const py::object& sizes) {
             Keys k(std::move(keys));
             BatchPages p = flat_pages(k.views.size(), ptrs, sizes);
             BatchTicket t = unlocked_call(

@@ -270,7 +270,7 @@ size_t Store::batch_exists(std::span<const std::string_view> keys) {
       bump(impl.counters.exists_queries, n + 1);
       return n;  // a bad key ends the prefix
     }
-    if (!impl.index.contains(impl.router.route(keys[n]).key_hash)) break;
+    if (!impl.index.contains(hash128(keys[n]))) break;  // the route's key_hash
   }
   if (impl.layout == StoreLayout::kSegments) {
     if (n == keys.size()) {
@@ -282,7 +282,7 @@ size_t Store::batch_exists(std::span<const std::string_view> keys) {
     bump(impl.counters.index_stats);
     for (; n < keys.size(); ++n) {
       if (!routing::validate_key(keys[n]).ok()) break;
-      if (!impl.index.contains(impl.router.route(keys[n]).key_hash)) break;
+      if (!impl.index.contains(hash128(keys[n]))) break;  // the route's key_hash
     }
     bump(impl.counters.exists_queries, std::min(n + 1, keys.size()));
     return n;

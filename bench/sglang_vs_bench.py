@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""SGLang's own calls against `kvtier bench`: the GB/s a serving engine gets through the adapter
+(batch_set_v1/batch_get_v1 for KV pools, batch_set_v2/batch_get_v2 for a hybrid model's side
+pools), beside `kvtier bench` moving pages of the same size on the same location and layout,
+in one run, the two taking turns in alternating order round by round.
+
+Every shape writes about --mib MiB of fresh pages (new keys each round, after one uncounted
+round that warms both sides up: a process's first writes pay for the page cache's first
+pages), then reads them back
+into the same host pool (page cache hot, memory touched before: both sides measure the
+store's CPU path, not a disk), --batch pages a call (SGLang hands at most 128). The adapter is
+configured as a new user would: only `uri` (and `file_layout` for the layout being compared).
+Times count the calls only, as the bench does. Reads are checked byte for byte afterwards.
+A third column, "bare store", moves the same number of pages through the adapter's own store
+handle on the same pool memory with the pieces worked out beforehand (batch_put_pieces /
+batch_get_pieces): adapter / bare store is what the adapter itself costs; bare store / bench
+is what the pool's footprint costs (the bench reuses one batch's worth of host memory, which
+stays in the CPU's caches for small pages; a serving engine's pool does not).
+
+  PYTHONPATH=build/python /usr/bin/python3 bench/sglang_vs_bench.py [--dir DIR] [--reps 3]
+      [--mib 256] [--layouts files,segments] [--shapes llama-ps1,...] [--kvtier build/bin/kvtier]
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))
+
+import torch  # noqa: E402
+
+import kvtier.sglang as adapter_module  # noqa: E402
+from fakes import HostPool, host_indices  # noqa: E402
+from sglang_fakes import (  # noqa: E402
+    HostPoolGroup, MambaPoolHost, PoolEntry, PoolHitPolicy, PoolName, PoolTransfer,
+    storage_config)
+
+
+def llama(ps):
+    # Llama-3-8B: 32 layers, 8 KV heads of 128, bf16; SGLang's page_first host layout.
+    return dict(kind="kv", layout="page_first", mla=False, page_size=ps, layers=32, heads=8,
+                head_dim=128)
+
+
+def deepseek(ps):
+    # DeepSeek-V3 MLA: 61 layers of a 576-wide latent (512 + 64 rope), bf16.
+    return dict(kind="kv", layout="page_first", mla=True, page_size=ps, layers=61,
+                kv_lora_rank=512, qk_rope_head_dim=64)
+
+
+SHAPES = {
+    "llama-ps1": llama(1), "llama-ps16": llama(16), "llama-ps64": llama(64),
+    "mla-ps1": deepseek(1), "mla-ps16": deepseek(16), "mla-ps64": deepseek(64),
+    # bench/sglang_adapter.py's KV pool: 8 layers x 4 heads x 128, 64-token pages, 1 MiB.
+    "adapter-bench": dict(kind="kv", layout="page_first_direct", mla=False, page_size=64,
+                          layers=8, heads=4, head_dim=128),
+    # A hybrid model's side pools through the v2 calls: Mamba state (1.05 MiB a slot, two
+    # unequal pieces) and an SWA window (2 layers, 64-token pages, 256 KiB).
+    "mamba-v2": dict(kind="mamba"),
+    "swa-v2": dict(kind="swa"),
+}
+
+
+def keys_for(prefix, n):
+    return [hashlib.sha256(f"{prefix}/{i}".encode()).hexdigest() for i in range(n)]
+
+
+def page_bytes_of(shape):
+    if shape["kind"] == "mamba":
+        return MambaPoolHost(slots=1, layers=8, temporal_shape=(8, 64, 64),
+                             conv_shapes=((3, 1024),), layout="page_first_direct") \
+            .page_bytes(0).size
+    if shape["kind"] == "swa":
+        return 2 * 64 * 2 * 4 * 128 * 2
+    pool = make_pool(shape, 1)
+    return pool.page_bytes(0).size
+
+
+def make_pool(shape, pages):
+    if shape["kind"] == "mamba":
+        return MambaPoolHost(slots=pages, layers=8, temporal_shape=(8, 64, 64),
+                             conv_shapes=((3, 1024),), layout="page_first_direct")
+    if shape["kind"] == "swa":
+        return HostPool(layout="page_first_direct", backing="torch", tokens=pages * 64,
+                        page_size=64, layers=2, heads=4, head_dim=128)
+    kw = {k: v for k, v in shape.items() if k not in ("kind", "page_size")}
+    return HostPool(backing="torch", tokens=pages * shape["page_size"],
+                    page_size=shape["page_size"], **kw)
+
+
+class AdapterSide:
+    """One shape's host pool(s), registered once with an adapter per round's directory."""
+
+    def __init__(self, shape, pages, batch):
+        self.shape = shape
+        self.pages = pages
+        self.batch = batch
+        self.kind = shape["kind"]
+        if self.kind == "kv":
+            self.kv = make_pool(shape, pages)
+            self.side = None
+        else:  # side pools hang off a small KV pool, as in a hybrid model's group
+            self.kv = HostPool(layout="page_first_direct", backing="torch", tokens=64,
+                               page_size=64, layers=2, heads=4, head_dim=128)
+            self.side = make_pool(shape, pages)
+        target = self.kv if self.side is None else self.side
+        target.fill_random(7)
+        self.reference = [target.page_bytes(self.start(i)).copy() for i in range(pages)]
+
+    def start(self, page):
+        if self.kind == "kv":
+            return page * self.kv.page_size
+        return page * 64 if self.kind == "swa" else page
+
+    def open(self, directory, file_layout):
+        config = storage_config(layout=self.kv.layout, mla=self.shape.get("mla", False))
+        config.extra_config = {"interface_v1": True, "uri": f"file://{directory}",
+                               "file_layout": file_layout}
+        b = adapter_module.HiCacheKvtier(config, {})
+        if self.side is None:
+            b.register_mem_pool_host(self.kv)
+        else:
+            name = PoolName.MAMBA if self.kind == "mamba" else PoolName.SWA
+            group = HostPoolGroup([PoolEntry(PoolName.KV, self.kv, True),
+                                   PoolEntry(name, self.side)])
+            b.register_mem_pool_host(group)
+            b.register_mem_host_pool_v2(self.side, name)
+        return b
+
+    def calls(self, b, write, keys, first):
+        """The adapter call for pages [first, first + n) of the pool."""
+        n = len(keys)
+        if self.kind == "kv":
+            idx = host_indices(range(first, first + n), self.kv.page_size) \
+                if self.kv.page_size > 1 else torch.arange(first, first + n)
+            fn = b.batch_set_v1 if write else b.batch_get_v1
+            return lambda: fn(keys, idx)
+        if self.kind == "mamba":
+            name, idx = PoolName.MAMBA, torch.arange(first, first + n)
+        else:
+            name, idx = PoolName.SWA, host_indices(range(first, first + n), 64)
+        t = [PoolTransfer(name, host_indices=idx, keys=keys,
+                          hit_policy=PoolHitPolicy.ALL_PAGES)]
+        fn = b.batch_set_v2 if write else b.batch_get_v2
+        return lambda: fn(t)[name]
+
+    def round(self, directory, file_layout, r):
+        b = self.open(directory, file_layout)
+        layout = b._pools[next(iter(b._pools)) if self.side is None else
+                          ("mamba" if self.kind == "mamba" else "swa")].layout_summary()
+        keys = keys_for(f"{self.kind}{r}", self.pages)
+        times = {}
+        for write in (True, False):
+            spent = 0.0
+            for first in range(0, self.pages, self.batch):
+                call = self.calls(b, write, keys[first:first + self.batch], first)
+                t = time.perf_counter()
+                ok = call()
+                spent += time.perf_counter() - t
+                assert all(ok), (write, ok)
+            times["write" if write else "read"] = spent
+        target = self.kv if self.side is None else self.side
+        for i in range(self.pages):  # untimed: every byte as written
+            assert (target.page_bytes(self.start(i)) == self.reference[i]).all(), i
+        # The same pages through the adapter's own store with the pieces worked out
+        # beforehand: the store's speed on this pool's memory, without the adapter.
+        pool = b._pools["kv" if self.side is None else
+                        ("mamba" if self.kind == "mamba" else "swa")]
+        bare_keys = keys_for(f"bare-{self.kind}{r}", self.pages)
+        plan = []
+        for first in range(0, self.pages, self.batch):
+            n = min(self.batch, self.pages - first)
+            if self.kind == "swa" or (self.kind == "kv" and self.kv.page_size > 1):
+                idx = host_indices(range(first, first + n), pool.page_size)
+            else:
+                idx = torch.arange(first, first + n)
+            ptrs, sizes = pool.page_meta(adapter_module._Indices.of(idx))
+            plan.append((bare_keys[first:first + n], ptrs, sizes))
+        store = pool.stores[0]
+        for op, call in (("bare_write", store.batch_put_pieces),
+                         ("bare_read", store.batch_get_pieces)):
+            spent = 0.0
+            for k, ptrs, sizes in plan:
+                t = time.perf_counter()
+                result = call(k, ptrs, sizes)
+                spent += time.perf_counter() - t
+                assert result.all_ok, op
+            times[op] = spent
+        b.close()
+        return times, layout
+
+
+def bench_round(kvtier_bin, directory, page_bytes, pages, batch, file_layout):
+    out = subprocess.run([kvtier_bin, "bench", "--dir", directory, "--page-bytes",
+                          str(page_bytes), "--pages", str(pages), "--batch", str(batch),
+                          "--layout", file_layout, "--json", "--quiet"],
+                         check=True, capture_output=True, text=True).stdout
+    j = json.loads(out)
+    assert j["verified"], j
+    total = page_bytes * pages
+    return {"write": total / (j["write_gbps"] * 1e9), "read": total / (j["read_gbps"] * 1e9)}, \
+        j.get("layout_choice", j["layout"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--layouts", default="files,segments")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--kvtier", default=os.path.join(HERE, "..", "build", "bin", "kvtier"))
+    ap.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    args = ap.parse_args()
+    directory = args.dir or tempfile.mkdtemp(prefix="kvtier-sglang-vs-bench-")
+    layouts = args.layouts.split(",")
+    rows = []
+    load = [os.getloadavg()[0]]
+    try:
+        for name in args.shapes.split(","):
+            shape = SHAPES[name]
+            page = page_bytes_of(shape)
+            pages = max(4, (args.mib << 20) // page)
+            batch = min(args.batch, pages)
+            side = AdapterSide(shape, pages, batch)
+            for file_layout in layouts:
+                got = {"adapter": {"write": [], "read": []}, "bench": {"write": [], "read": []},
+                       "bare": {"write": [], "read": []}}
+                chosen = {}
+                for r in range(-1, args.reps):  # round -1 warms both up, uncounted
+                    order = ("adapter", "bench") if r % 2 == 0 else ("bench", "adapter")
+                    for who in order:
+                        d = os.path.join(directory, f"{name}-{file_layout}-{who}-{r}")
+                        if who == "adapter":
+                            times, chosen[who] = side.round(d, file_layout, r)
+                        else:
+                            times, chosen[who] = bench_round(args.kvtier, d, page, pages, batch,
+                                                             file_layout)
+                        shutil.rmtree(d, ignore_errors=True)
+                        if r < 0:
+                            continue
+                        for op in ("write", "read"):
+                            got[who][op].append(page * pages / times[op] / 1e9)
+                            if "bare_" + op in times:
+                                got["bare"][op].append(page * pages / times["bare_" + op] / 1e9)
+                row = {"shape": name, "page_bytes": page, "pages": pages, "batch": batch,
+                       "layout": file_layout, "adapter_layout": chosen["adapter"],
+                       "bench_layout": chosen["bench"]}
+                for op in ("write", "read"):
+                    a, b = got["adapter"][op], got["bench"][op]
+                    c = got["bare"][op]
+                    row[op] = {"adapter": statistics.median(a), "bench": statistics.median(b),
+                               "bare": statistics.median(c),
+                               "adapter_range": (min(a), max(a)), "bench_range": (min(b), max(b)),
+                               "ratios": [x / y for x, y in zip(a, b)],
+                               "bare_ratios": [x / y for x, y in zip(a, c)]}
+                rows.append(row)
+                load.append(os.getloadavg()[0])
+                print_row(row)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(directory, ignore_errors=True)
+    print(f"{args.reps} rounds, alternating order; load average (1 min) "
+          f"{min(load):.2f}-{max(load):.2f}")
+    if args.json:
+        print(json.dumps(rows))
+
+
+def print_row(row):
+    parts = []
+    for op in ("write", "read"):
+        d = row[op]
+        ratio = d["adapter"] / d["bench"]
+        parts.append(f"{op} {d['adapter']:5.2f} / {d['bench']:5.2f} GB/s = {ratio:4.2f}x "
+                     f"({min(d['ratios']):.2f}-{max(d['ratios']):.2f}); bare store "
+                     f"{d['bare']:5.2f}, adapter/bare {d['adapter'] / d['bare']:4.2f}x")
+    print(f"{row['shape']:13} {row['page_bytes']:>8} B x {row['pages']:5} {row['layout']:8} "
+          + "  ".join(parts), flush=True)
+
+
+if __name__ == "__main__":
+    main()
