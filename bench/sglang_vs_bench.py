@@ -4,18 +4,25 @@
 pools), beside `kvtier bench` moving pages of the same size on the same location and layout,
 in one run, the two taking turns in alternating order round by round.
 
-Every shape writes about --mib MiB of fresh pages (new keys each round, after one uncounted
+Host pools are allocated as SGLang allocates them (an anonymous shared mapping, so pages start
+page-aligned; see host_memory). Every shape writes about --mib MiB of fresh pages (new keys each round, after one uncounted
 round that warms both sides up: a process's first writes pay for the page cache's first
 pages), then reads them back
 into the same host pool (page cache hot, memory touched before: both sides measure the
 store's CPU path, not a disk), --batch pages a call (SGLang hands at most 128). The adapter is
 configured as a new user would: only `uri` (and `file_layout` for the layout being compared).
 Times count the calls only, as the bench does. Reads are checked byte for byte afterwards.
-A third column, "bare store", moves the same number of pages through the adapter's own store
-handle on the same pool memory with the pieces worked out beforehand (batch_put_pieces /
-batch_get_pieces): adapter / bare store is what the adapter itself costs; bare store / bench
-is what the pool's footprint costs (the bench reuses one batch's worth of host memory, which
-stays in the CPU's caches for small pages; a serving engine's pool does not).
+Two more columns: `kvtier bench --pool-pages N` moves the pages through a host pool as large
+as the adapter's (by default the bench reuses one batch's worth of host memory, which stays
+in the CPU's caches for small pages; a serving engine's pool does not), and "bare store"
+moves the same number of pages through the adapter's own store handle on the same pool
+memory with the pieces worked out beforehand (batch_put_pieces / batch_get_pieces), the two
+taking turns: adapter / bare store is what the adapter itself costs.
+
+Buffered writes on these VMs run at the speed of the memory the page cache is handed
+(memory freed moments before is fast, memory the host has taken back is 5-10x slower:
+docs/benchmarks.md), so the write columns move with what ran just before; compare the read
+columns first, and writes over many rounds.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_vs_bench.py [--dir DIR] [--reps 3]
       [--mib 256] [--layouts files,segments] [--shapes llama-ps1,...] [--kvtier build/bin/kvtier]
@@ -24,6 +31,7 @@ stays in the CPU's caches for small pages; a serving engine's pool does not).
 import argparse
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import statistics
@@ -42,6 +50,9 @@ from fakes import HostPool, host_indices  # noqa: E402
 from sglang_fakes import (  # noqa: E402
     HostPoolGroup, MambaPoolHost, PoolEntry, PoolHitPolicy, PoolName, PoolTransfer,
     storage_config)
+
+
+MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0x08000)  # Python 3.10 lacks the name
 
 
 def llama(ps):
@@ -84,16 +95,36 @@ def page_bytes_of(shape):
     return pool.page_bytes(0).size
 
 
+def host_memory(t):
+    """`t`'s shape and dtype in memory allocated the way SGLang allocates its host pools:
+    alloc_mmap in python/sglang/srt/mem_cache/mmap_allocator.py (sgl-project/sglang@0db1171),
+    an anonymous MAP_SHARED | MAP_POPULATE mapping (then cudaHostRegister'd, which needs a
+    GPU), so pages start page-aligned. A plain torch.zeros of this size starts 64 bytes into a
+    page, which costs reads into it about 15% at 8 MiB pages on this VM."""
+    nbytes = t.numel() * t.element_size()
+    mm = mmap.mmap(-1, (nbytes + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE,
+                   flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | MAP_POPULATE,
+                   prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    return torch.frombuffer(mm, dtype=t.dtype, count=t.numel()).reshape(t.shape)
+
+
 def make_pool(shape, pages):
     if shape["kind"] == "mamba":
-        return MambaPoolHost(slots=pages, layers=8, temporal_shape=(8, 64, 64),
+        pool = MambaPoolHost(slots=pages, layers=8, temporal_shape=(8, 64, 64),
                              conv_shapes=((3, 1024),), layout="page_first_direct")
+        pool.temporal_buffer = host_memory(pool.temporal_buffer)
+        pool.conv_buffer = [host_memory(c) for c in pool.conv_buffer]
+        pool.kv_buffer = [pool.temporal_buffer, *pool.conv_buffer]
+        return pool
     if shape["kind"] == "swa":
-        return HostPool(layout="page_first_direct", backing="torch", tokens=pages * 64,
+        pool = HostPool(layout="page_first_direct", backing="torch", tokens=pages * 64,
                         page_size=64, layers=2, heads=4, head_dim=128)
-    kw = {k: v for k, v in shape.items() if k not in ("kind", "page_size")}
-    return HostPool(backing="torch", tokens=pages * shape["page_size"],
-                    page_size=shape["page_size"], **kw)
+    else:
+        kw = {k: v for k, v in shape.items() if k not in ("kind", "page_size")}
+        pool = HostPool(backing="torch", tokens=pages * shape["page_size"],
+                        page_size=shape["page_size"], **kw)
+    pool.kv_buffer = host_memory(pool.kv_buffer)
+    return pool
 
 
 class AdapterSide:
@@ -153,11 +184,22 @@ class AdapterSide:
         return lambda: fn(t)[name]
 
     def round(self, directory, file_layout, r):
+        """The adapter's calls and the bare store's on the same pool, in the order of the
+        round (alternating: whoever goes second finds the caches the first one left)."""
         b = self.open(directory, file_layout)
+        try:
+            times, layout = {}, None
+            for step in ((self.adapter_io, self.bare_io) if r % 2 == 0 else
+                         (self.bare_io, self.adapter_io)):
+                layout = step(b, r, times) or layout
+            return times, layout
+        finally:
+            b.close()
+
+    def adapter_io(self, b, r, times):
         layout = b._pools[next(iter(b._pools)) if self.side is None else
                           ("mamba" if self.kind == "mamba" else "swa")].layout_summary()
         keys = keys_for(f"{self.kind}{r}", self.pages)
-        times = {}
         for write in (True, False):
             spent = 0.0
             for first in range(0, self.pages, self.batch):
@@ -170,8 +212,11 @@ class AdapterSide:
         target = self.kv if self.side is None else self.side
         for i in range(self.pages):  # untimed: every byte as written
             assert (target.page_bytes(self.start(i)) == self.reference[i]).all(), i
-        # The same pages through the adapter's own store with the pieces worked out
-        # beforehand: the store's speed on this pool's memory, without the adapter.
+        return layout
+
+    def bare_io(self, b, r, times):
+        """The same pages through the adapter's own store with the pieces worked out
+        beforehand: the store's speed on this pool's memory, without the adapter."""
         pool = b._pools["kv" if self.side is None else
                         ("mamba" if self.kind == "mamba" else "swa")]
         bare_keys = keys_for(f"bare-{self.kind}{r}", self.pages)
@@ -194,14 +239,13 @@ class AdapterSide:
                 spent += time.perf_counter() - t
                 assert result.all_ok, op
             times[op] = spent
-        b.close()
-        return times, layout
 
 
-def bench_round(kvtier_bin, directory, page_bytes, pages, batch, file_layout):
+def bench_round(kvtier_bin, directory, page_bytes, pages, batch, file_layout, pool_pages=0):
     out = subprocess.run([kvtier_bin, "bench", "--dir", directory, "--page-bytes",
                           str(page_bytes), "--pages", str(pages), "--batch", str(batch),
-                          "--layout", file_layout, "--json", "--quiet"],
+                          "--layout", file_layout, "--pool-pages", str(pool_pages),
+                          "--json", "--quiet"],
                          check=True, capture_output=True, text=True).stdout
     j = json.loads(out)
     assert j["verified"], j
@@ -233,18 +277,20 @@ def main():
             batch = min(args.batch, pages)
             side = AdapterSide(shape, pages, batch)
             for file_layout in layouts:
-                got = {"adapter": {"write": [], "read": []}, "bench": {"write": [], "read": []},
-                       "bare": {"write": [], "read": []}}
+                got = {who: {"write": [], "read": []}
+                       for who in ("adapter", "bench", "bench_pool", "bare")}
                 chosen = {}
                 for r in range(-1, args.reps):  # round -1 warms both up, uncounted
-                    order = ("adapter", "bench") if r % 2 == 0 else ("bench", "adapter")
+                    order = ("adapter", "bench", "bench_pool") if r % 2 == 0 else \
+                        ("bench_pool", "bench", "adapter")
                     for who in order:
                         d = os.path.join(directory, f"{name}-{file_layout}-{who}-{r}")
                         if who == "adapter":
                             times, chosen[who] = side.round(d, file_layout, r)
                         else:
-                            times, chosen[who] = bench_round(args.kvtier, d, page, pages, batch,
-                                                             file_layout)
+                            times, chosen[who] = bench_round(
+                                args.kvtier, d, page, pages, batch, file_layout,
+                                pages if who == "bench_pool" else 0)
                         shutil.rmtree(d, ignore_errors=True)
                         if r < 0:
                             continue
@@ -258,8 +304,10 @@ def main():
                 for op in ("write", "read"):
                     a, b = got["adapter"][op], got["bench"][op]
                     c = got["bare"][op]
+                    e = got["bench_pool"][op]
                     row[op] = {"adapter": statistics.median(a), "bench": statistics.median(b),
-                               "bare": statistics.median(c),
+                               "bare": statistics.median(c), "bench_pool": statistics.median(e),
+                               "pool_ratios": [x / y for x, y in zip(a, e)],
                                "adapter_range": (min(a), max(a)), "bench_range": (min(b), max(b)),
                                "ratios": [x / y for x, y in zip(a, b)],
                                "bare_ratios": [x / y for x, y in zip(a, c)]}
@@ -276,15 +324,17 @@ def main():
 
 
 def print_row(row):
-    parts = []
+    print(f"{row['shape']} ({row['page_bytes']} B x {row['pages']}, batch {row['batch']}), "
+          f"{row['layout']}: adapter got {row['adapter_layout']}", flush=True)
     for op in ("write", "read"):
         d = row[op]
-        ratio = d["adapter"] / d["bench"]
-        parts.append(f"{op} {d['adapter']:5.2f} / {d['bench']:5.2f} GB/s = {ratio:4.2f}x "
-                     f"({min(d['ratios']):.2f}-{max(d['ratios']):.2f}); bare store "
-                     f"{d['bare']:5.2f}, adapter/bare {d['adapter'] / d['bare']:4.2f}x")
-    print(f"{row['shape']:13} {row['page_bytes']:>8} B x {row['pages']:5} {row['layout']:8} "
-          + "  ".join(parts), flush=True)
+        print(f"  {op:5} adapter {d['adapter']:6.2f} GB/s | kvtier bench {d['bench']:6.2f}: "
+              f"{d['adapter'] / d['bench']:4.2f}x ({min(d['ratios']):.2f}-"
+              f"{max(d['ratios']):.2f}) | bench --pool-pages {row['pages']} "
+              f"{d['bench_pool']:6.2f}: {d['adapter'] / d['bench_pool']:4.2f}x "
+              f"({min(d['pool_ratios']):.2f}-{max(d['pool_ratios']):.2f}) | bare store "
+              f"{d['bare']:6.2f}: {d['adapter'] / d['bare']:4.2f}x "
+              f"({min(d['bare_ratios']):.2f}-{max(d['bare_ratios']):.2f})", flush=True)
 
 
 if __name__ == "__main__":

@@ -111,6 +111,12 @@ class Bench {
   Bench(const BenchOptions& o, Store& store, const Shape& shape)
       : o_(o), store_(store), shape_(shape), run_(now_ns() & 0xffffffffffffull) {}
 
+  // Host pool pages per lane: a multiple of the batch, so that a batch never wraps.
+  uint64_t slots() const {
+    const uint64_t wanted = std::max(o_.pool_pages, o_.batch);
+    return (wanted + o_.batch - 1) / o_.batch * o_.batch;
+  }
+
   Status prepare() {
     const uint64_t page = shape_.page_bytes();
     const uint64_t slots = o_.batch;
@@ -118,9 +124,10 @@ class Bench {
     for (uint64_t j = 0; j < slots; ++j) fill_reference(reference_.data() + j * page, page, j + 1);
     // One pool slice per lane (client thread x batch in flight), filled (so touched) before
     // it is registered.
-    KVTIER_ASSIGN_OR_RETURN(pool_, AlignedBuffer::allocate(lanes() * slots * page, 4096, false));
-    for (uint64_t l = 0; l < lanes(); ++l) {
-      std::memcpy(pool_.data() + l * slots * page, reference_.data(), slots * page);
+    KVTIER_ASSIGN_OR_RETURN(pool_,
+                            AlignedBuffer::allocate(lanes() * this->slots() * page, 4096, false));
+    for (uint64_t at = 0; at < lanes() * this->slots(); at += slots) {
+      std::memcpy(pool_.data() + at * page, reference_.data(), slots * page);
     }
     KVTIER_ASSIGN_OR_RETURN(registration_, store_.register_memory(pool_.data(), pool_.size()));
     for (uint64_t i = 0; i < o_.pages; ++i) keys_.push_back(fmt::format("kvtier-bench-{:016x}", i));
@@ -165,13 +172,15 @@ class Bench {
     const uint64_t n = std::min(o_.batch, o_.pages);
     std::vector<std::string_view> keys(keys_.begin(), keys_.begin() + n);
     for (uint64_t l = 0; l < lanes(); ++l) {
-      std::vector<MutableBuffer> out;
-      for (uint64_t j = 0; j < n; ++j) {
-        for (uint32_t p = 0; p < shape_.pieces; ++p) {
-          out.push_back(MutableBuffer{piece_ptr(l, j, p), shape_.piece_bytes});
+      for (uint64_t slot0 = 0; slot0 < slots(); slot0 += o_.batch) {
+        std::vector<MutableBuffer> out;
+        for (uint64_t j = 0; j < n; ++j) {
+          for (uint32_t p = 0; p < shape_.pieces; ++p) {
+            out.push_back(MutableBuffer{piece_ptr(l, slot0 + j, p), shape_.piece_bytes});
+          }
         }
+        (void)store_.batch_get(keys, out);
       }
-      (void)store_.batch_get(keys, out);
     }
   }
 
@@ -195,6 +204,7 @@ class Bench {
   struct Batch {
     uint64_t first = 0;
     uint64_t n = 0;
+    uint64_t slot0 = 0;  // its first page's slot in the lane's part of the pool
     std::vector<std::string_view> keys;
     std::vector<ConstBuffer> in;
     std::vector<MutableBuffer> out;
@@ -203,12 +213,13 @@ class Bench {
   void fill(Batch& b, TransferOp op, uint64_t lane, uint64_t index) {
     b.first = index * o_.batch;
     b.n = std::min(o_.batch, o_.pages - b.first);
+    b.slot0 = b.first % slots();
     b.keys.assign(keys_.begin() + b.first, keys_.begin() + b.first + b.n);
     b.in.clear();
     b.out.clear();
     for (uint64_t j = 0; j < b.n; ++j) {
       for (uint32_t p = 0; p < shape_.pieces; ++p) {
-        std::byte* piece = piece_ptr(lane, j, p);
+        std::byte* piece = piece_ptr(lane, b.slot0 + j, p);
         if (op == TransferOp::kWrite) {
           stamp(piece, shape_.piece_bytes, b.first + j, p, run_);
           b.in.push_back(ConstBuffer{piece, shape_.piece_bytes});
@@ -231,7 +242,8 @@ class Bench {
       const Status& st = r.pages[j];
       if (st.ok()) {
         ++mine.ok_pages;
-        if (op == TransferOp::kRead && !page_intact(lane, j, b.first + j, every_byte)) {
+        if (op == TransferOp::kRead &&
+            !page_intact(lane, b.slot0 + j, j, b.first + j, every_byte)) {
           ++mine.wrong_bytes;
         }
       } else if (st.code() == StatusCode::kNotFound) {
@@ -321,17 +333,19 @@ class Bench {
   }
 
   std::byte* piece_ptr(uint64_t lane, uint64_t slot, uint32_t piece) {
-    return pool_.data() + (lane * o_.batch + slot) * shape_.page_bytes() +
+    return pool_.data() + (lane * slots() + slot) * shape_.page_bytes() +
            piece * shape_.piece_bytes;
   }
 
   // Whether every piece of the page in (lane, slot) starts with page `page`'s stamp of this
-  // run and, when `every_byte`, whether all its other bytes match the reference too.
-  bool page_intact(uint64_t lane, uint64_t slot, uint64_t page, bool every_byte) {
+  // run and, when `every_byte`, whether all its other bytes match the reference (its place
+  // in the batch, `ref_slot`) too.
+  bool page_intact(uint64_t lane, uint64_t slot, uint64_t ref_slot, uint64_t page,
+                   bool every_byte) {
     for (uint32_t p = 0; p < shape_.pieces; ++p) {
       std::byte* got = piece_ptr(lane, slot, p);
       const std::byte* ref =
-          reference_.data() + slot * shape_.page_bytes() + p * shape_.piece_bytes;
+          reference_.data() + ref_slot * shape_.page_bytes() + p * shape_.piece_bytes;
       alignas(8) std::byte expect[kStampBytes];
       std::memcpy(expect, ref, kStampBytes > shape_.piece_bytes ? shape_.piece_bytes : kStampBytes);
       stamp(expect, shape_.piece_bytes, page, p, run_);
@@ -391,11 +405,12 @@ int run_bench(const BenchOptions& o) {
     return kExitUsage;
   }
   if (o.io_threads != 0) loc->params["io_threads"] = std::to_string(o.io_threads);
-  const uint64_t pool_bytes = (o.threads * o.in_flight + 1) * o.batch * shape.page_bytes();
+  const uint64_t lane_pages = (std::max(o.pool_pages, o.batch) + o.batch - 1) / o.batch * o.batch;
+  const uint64_t pool_bytes = (o.threads * o.in_flight * lane_pages + o.batch) * shape.page_bytes();
   if (pool_bytes > (uint64_t{64} << 30)) {
     fmt::print(stderr,
-               "kvtier bench: the host pool would need {}; lower --batch, --threads or "
-               "--in-flight\n",
+               "kvtier bench: the host pool would need {}; lower --batch, --threads, "
+               "--in-flight or --pool-pages\n",
                human_bytes(pool_bytes));
     return kExitUsage;
   }
@@ -496,6 +511,7 @@ int run_bench(const BenchOptions& o) {
          {"batch", o.batch},
          {"threads", o.threads},
          {"in_flight", o.in_flight},
+         {"pool_pages", lane_pages},
          {"verified", verified},
          {"wrong_bytes_pages", wrong_pages},
          {"byte_exact_pages", chk.ok_pages - chk.wrong_bytes},
@@ -542,6 +558,10 @@ int run_bench(const BenchOptions& o) {
                human_bytes(shape.page_bytes()), shape.pieces, shape.piece_bytes, shape.name,
                o.batch, o.threads, o.threads == 1 ? "" : "s",
                o.in_flight > 1 ? fmt::format(", {} batches in flight each", o.in_flight) : "");
+    if (lane_pages > o.batch) {
+      fmt::print("  host pool {} pages ({}) per batch in flight\n", lane_pages,
+                 human_bytes(lane_pages * shape.page_bytes()));
+    }
     fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
     fmt::print("         {}  layout {}\n", backend_description, store_stats.layout);
     if (o.direct_io != "off") {

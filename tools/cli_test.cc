@@ -67,6 +67,21 @@ TEST(Cli, BenchVerifiesReportsAndClearsAfterItself) {
   EXPECT_EQ(s["pages"], 0) << "pages were not cleared";
 }
 
+// --pool-pages: batches take turns through a larger host pool (whole batches of it), every
+// page still checked byte for byte.
+TEST(Cli, BenchCyclesThroughALargerHostPool) {
+  kvtier::testing::TempDir dir;
+  CliRun r = run("bench --dir " + dir.path() +
+                 " --page-bytes 4096 --pages 20 --batch 4 --pool-pages 10 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = json_of(r);
+  EXPECT_EQ(j["pool_pages"], 12);  // rounded up to three batches
+  EXPECT_EQ(j["verified"], true);
+  EXPECT_EQ(j["byte_exact_pages"], 20);
+  EXPECT_EQ(json_of(run("bench --dir " + dir.path() + " --pages 2 --batch 2 --json"))["pool_pages"],
+            2);
+}
+
 TEST(Cli, BenchRunsOnTheSegmentLayout) {
   kvtier::testing::TempDir dir;
   CliRun r = run("bench --dir " + dir.path() +

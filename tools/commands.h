@@ -22,6 +22,9 @@ struct BenchOptions {
   uint64_t batch = 32;
   uint64_t threads = 1;
   uint64_t in_flight = 1;  // --in-flight: batches each client thread keeps submitted
+  // --pool-pages: host pool pages per batch in flight, batches taking turns through them
+  // (0: one batch's worth, reused by every batch)
+  uint64_t pool_pages = 0;
   std::string backend;
   uint64_t io_threads = 0;
   std::string direct_io = "off";

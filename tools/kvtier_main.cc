@@ -62,6 +62,12 @@ int main(int argc, char** argv) {
                 "time. Timed from first submission to last completion")
       ->check(CLI::Range(uint64_t{1}, uint64_t{64}))
       ->capture_default_str();
+  b->add_option("--pool-pages", bench.pool_pages,
+                "Host pool pages per batch in flight (rounded up to whole batches), batches "
+                "taking turns through them, as through a serving engine's pool; default: one "
+                "batch's worth, reused by every batch (small pages then stay in the CPU's "
+                "caches)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{16777216}));
   std::vector<std::string> backends = kvtier::builtin_backends().names();
   backends.insert(backends.begin(), "auto");
   b->add_option("--backend", bench.backend,

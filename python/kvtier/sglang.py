@@ -555,7 +555,13 @@ class _Pool:
             ps = self.page_size
             tokens = indices.tokens()
             starts = tokens[::ps] if ps > 1 else tokens
-            if len(starts) and int(starts.min()) >= 0 and int(starts.max()) < pages * ps and \
+            if len(starts) <= 8:  # a few pages (side pools): plain arithmetic is quicker
+                starts = starts.tolist()
+                if all(0 <= i < pages * ps and not i % ps for i in starts):
+                    geometry = list(zip(first, stride))
+                    ptrs = [a + (i // ps) * d for i in starts for a, d in geometry]
+                    return ptrs, self.sizes * len(starts)
+            elif int(starts.min()) >= 0 and int(starts.max()) < pages * ps and \
                     not (ps > 1 and (starts % ps).any()):
                 first_arr, stride_arr, sizes_arr = self.geometry_arrays
                 ptrs = ((starts // ps)[:, None] * stride_arr + first_arr).ravel()
