@@ -157,7 +157,7 @@ def ceph_cpu_s(state):
 def location_uri(env, kind, host, name, local_dir, layout="files"):
     if kind in ("local", "cephfs"):
         d = os.path.join(local_dir if kind == "local" else env[f"KVTIER_CEPH_MNT_{host}"], name)
-        return d if layout == "files" else f"file://{d}?layout={layout}"
+        return f"file://{d}?layout={layout}"
     return (f"s3://{env['KVTIER_CEPH_S3_BUCKET']}/{name}?endpoint="
             f"{env['KVTIER_CEPH_S3_ENDPOINT']}&region={env['KVTIER_CEPH_S3_REGION']}")
 

@@ -410,6 +410,10 @@ class _Pool:
         self.order: List[int] = []  # pieces in address (flat page) order
         # (first page's piece addresses, stride per piece, pages): see _fit_geometry.
         self.geometry: Optional[tuple] = None
+        # (first, stride, sizes, pages) for the store's *_rows calls, when one store holds the
+        # pages and the geometry fits: a batch then goes to the store in one call, its pieces
+        # worked out there from the host indices.
+        self.rows: Optional[tuple] = None
         self.split = 1
         # The keys the last batch_exists_v2 found in this pool (see _get_pages).
         self.confirmed: Optional[frozenset] = None
@@ -439,6 +443,10 @@ class _Pool:
         self.page_bytes = sum(self.sizes) if self.sizes else 1
 
         self.split = adapter.split_factor if (self.is_kv and self.zero_copy) else 1
+        if self.geometry is not None and self.split == 1 and \
+                all(d >= 0 for d in self.geometry[1]):
+            self.rows = (self.geometry_arrays[0], self.geometry_arrays[1],
+                         self.geometry_arrays[2][:len(self.sizes)], self.geometry[2])
         if self.split > 1:
             self._check_split()
             piece_bytes = piece_bytes // self.split if piece_bytes else 0
@@ -663,8 +671,29 @@ class _Pool:
     def pages(self, indices: _Indices, first_page: int, pages: int) -> _Indices:
         return indices.span(first_page * self.page_size, (first_page + pages) * self.page_size)
 
+    def rows_io(self, write: bool, keys: List[str], indices: _Indices, skip: bool) -> tuple:
+        """One store call for the whole batch (see _Pool.rows): (n, outcomes) where n is,
+        with `skip`, the leading run of pages already stored (write: not written again) or
+        found (read: the only ones read); outcomes as _pieces_io's, for every page. None
+        where the indices are not the pool's page starts (the caller asks the pool)."""
+        first, stride, sizes, pages = self.rows
+        store = self.stores[0]
+        call = store.batch_put_rows if write else store.batch_get_rows
+        try:
+            n, result = call(keys, indices.tokens(), self.page_size, first, stride, sizes,
+                             pages, skip)
+        except kvtier.InvalidArgumentError:
+            return None
+        if result.ok_count == len(keys):
+            return n, [True] * len(keys)
+        return n, result.pages
+
     def io(self, write: bool, keys: List[str], indices: _Indices):
-        """Reads or writes pages (all of them); returns the per-page Statuses."""
+        """Reads or writes pages (all of them); returns the per-page outcomes."""
+        if self.rows is not None:
+            done = self.rows_io(write, keys, indices, skip=False)
+            if done is not None:
+                return done[1]
         if self.logical:
             ptrs, sizes = [_address_size(self.marker)[0]] * len(keys), [1] * len(keys)
             return self._pieces_io(write, keys, [(ptrs, sizes)])
@@ -1019,6 +1048,15 @@ class HiCacheKvtier(_HiCacheStorage):
             return []
         indices = pool.indices(keys, host_indices)
         start = time.perf_counter()
+        done = pool.rows_io(True, keys, indices, skip=True) if pool.rows is not None else None
+        if done is not None:  # one store call: the present run skipped, the rest written
+            present, statuses = done
+            if present:
+                self._count(set_present=present)
+            if present == len(keys):
+                return [True] * len(keys)
+            return [True] * present + self._tally("set", pool, statuses[present:],
+                                                  time.perf_counter() - start)
         present = pool.exists_prefix(keys)
         if present:
             self._count(set_present=present)
@@ -1049,12 +1087,18 @@ class HiCacheKvtier(_HiCacheStorage):
                 return ok
             first = ok.index(False)
             return ok[:first] + [False] * (len(ok) - first)
-        n = pool.exists_prefix(keys)
+        done = pool.rows_io(False, keys, indices, skip=True) if pool.rows is not None else None
+        if done is not None:  # one store call: the leading run looked up and read
+            n, statuses = done
+            statuses = statuses[:n]
+        else:
+            n = pool.exists_prefix(keys)
         if n < len(keys):
             self._count(get_not_read=len(keys) - n, get_misses=1, get_pages=1)
         if n == 0:
             return [False] * len(keys)
-        statuses = pool.io(False, keys[:n], pool.pages(indices, 0, n))
+        if done is None:
+            statuses = pool.io(False, keys[:n], pool.pages(indices, 0, n))
         ok = self._tally("get", pool, statuses, time.perf_counter() - start)
         return ok + [False] * (len(keys) - n)
 

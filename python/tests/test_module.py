@@ -169,6 +169,60 @@ def test_batches_report_each_page(store_dir):
             ptrs = [p.ctypes.data for p in dst]
             r = store.batch_get_pieces(keys, ptrs, [4096] * 8)
             assert r.ok_count == 7
+            # And as int64 arrays (what a pool's geometry computes), read as they lie.
+            dst[0][:] = 0
+            r = store.batch_get_pieces(keys, np.array(ptrs, dtype=np.int64),
+                                       np.full(8, 4096, dtype=np.uint64))
+            assert r.ok_count == 7 and np.array_equal(dst[0], pages[0])
+            with pytest.raises(ValueError, match=r"sizes\[2\] is negative"):
+                store.batch_get_pieces(keys, np.array(ptrs), np.array([4096, 4096, -1] + [4096] * 5))
+            with pytest.raises(ValueError, match="ptrs must be"):
+                store.batch_get_pieces(keys, np.array(ptrs, dtype=np.float64), [4096] * 8)
+
+
+def test_rows_of_a_host_pool_in_one_call(store_dir):
+    # A pool of 16 pages of 2 tokens; a page's two pieces (K 300 B, V 200 B) live in two
+    # regions, at strides of 300 and 200 bytes: what a host pool's geometry describes.
+    with make_store(store_dir, page_tokens=2, piece_bytes=0, pieces_per_page=2) as store:
+        pool = np.zeros(16 * 500, dtype=np.uint8)
+        with store.register_memory(pool):
+            base = pool.ctypes.data
+            first, stride, sizes = [base, base + 16 * 300], [300, 200], [300, 200]
+
+            def page(row):
+                return np.concatenate([pool[row * 300:(row + 1) * 300],
+                                       pool[4800 + row * 200:4800 + (row + 1) * 200]])
+
+            pool[:] = pattern(pool.size, 5)
+            want = {row: page(row).copy() for row in range(4)}
+            keys = [f"r{i}" for i in range(4)]
+            tokens = np.arange(0, 8, dtype=np.int64)  # rows 0..3
+            n, r = store.batch_put_rows(keys, tokens, 2, first, stride, sizes, 16)
+            assert n == 0 and r.all_ok and len(r) == 4
+            # Stored pages are skipped as present; only the new one is written.
+            n, r = store.batch_put_rows(keys + ["r4"], np.arange(0, 10), 2, first, stride, sizes,
+                                        16, skip_present=True)
+            assert n == 4 and r.all_ok and store.stats()["put_pages"] == 5
+            # Read into rows 8..11, page 2 removed: the leading run is read, the rest not.
+            assert store.remove("r2")
+            n, r = store.batch_get_rows(keys, np.arange(16, 24), 2, first, stride, sizes, 16,
+                                        leading=True)
+            assert n == 2 and r.ok == [True, True, False, False]
+            assert r.pages[3].code == "NOT_FOUND" and "not read" in r.pages[3].message
+            assert np.array_equal(page(8), want[0]) and np.array_equal(page(9), want[1])
+            assert not page(11).any() or not np.array_equal(page(11), want[3])
+            # Without leading every page is read: the absent one alone is a miss.
+            n, r = store.batch_get_rows(keys, [16, 17, 18, 19, 20, 21, 22, 23], 2, first, stride,
+                                        sizes, 16)
+            assert n == 4 and r.ok == [True, True, False, True]
+            assert np.array_equal(page(11), want[3])
+            # Token indices that are not a page's first, or past the pool: caller errors.
+            with pytest.raises(ValueError, match="does not start"):
+                store.batch_get_rows(keys[:1], [1, 2], 2, first, stride, sizes, 16)
+            with pytest.raises(ValueError, match="does not start"):
+                store.batch_get_rows(keys[:1], [32, 33], 2, first, stride, sizes, 16)
+            with pytest.raises(ValueError, match="token indices"):
+                store.batch_get_rows(keys, [0, 1], 2, first, stride, sizes, 16)
 
 
 def test_tickets_keep_memory_alive_and_complete(store_dir):

@@ -9,9 +9,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -117,6 +119,55 @@ BatchPages flat_pages(size_t keys, const py::object& ptr_values, const py::objec
     out.mutable_pieces.push_back(MutableBuffer{reinterpret_cast<void*>(ptrs[i]), sizes[i]});
     out.const_pieces.push_back(ConstBuffer{reinterpret_cast<const void*>(ptrs[i]), sizes[i]});
   }
+  return out;
+}
+
+// The pages of a batch as rows of a host pool whose every page has its pieces at one stride:
+// page i is pool row r = tokens[i * page_size] / page_size, and its piece j lies at
+// first[j] + r * stride[j] (sizes[j] bytes). The rows are worked out here, in one pass, from the
+// caller's token indices (a numpy view of SGLang's host_indices), with nothing per page built
+// in Python. A token index that does not start a page, or a row at or past `rows`, is a caller
+// error.
+BatchPages row_pages(size_t keys, const py::object& token_values, uint64_t page_size,
+                     const py::object& first_values, const py::object& stride_values,
+                     const py::object& size_values, uint64_t rows) {
+  const std::vector<uint64_t> tokens = integers(token_values, "tokens");
+  const std::vector<uint64_t> first = integers(first_values, "first");
+  const std::vector<uint64_t> stride = integers(stride_values, "stride");
+  const std::vector<uint64_t> sizes = integers(size_values, "sizes");
+  if (page_size == 0) raise_invalid("page_size is 0");
+  if (first.size() != stride.size() || first.size() != sizes.size() || first.empty()) {
+    raise_invalid(fmt::format("{} first addresses, {} strides and {} sizes: one of each per piece",
+                              first.size(), stride.size(), sizes.size()));
+  }
+  if (tokens.size() != keys * page_size) {
+    raise_invalid(fmt::format("{} keys need {} token indices (page size {}), got {}", keys,
+                              keys * page_size, page_size, tokens.size()));
+  }
+  BatchPages out;
+  out.mutable_pieces.reserve(keys * first.size());
+  out.const_pieces.reserve(keys * first.size());
+  for (size_t i = 0; i < keys; ++i) {
+    const uint64_t token = tokens[i * page_size];
+    if (token % page_size != 0 || token / page_size >= rows) {
+      raise_invalid(fmt::format("token index {} does not start one of the pool's {} pages of {}",
+                                token, rows, page_size));
+    }
+    const uint64_t row = token / page_size;
+    for (size_t j = 0; j < first.size(); ++j) {
+      void* piece = reinterpret_cast<void*>(first[j] + row * stride[j]);
+      out.mutable_pieces.push_back(MutableBuffer{piece, sizes[j]});
+      out.const_pieces.push_back(ConstBuffer{piece, sizes[j]});
+    }
+  }
+  return out;
+}
+
+// A result for `keys` pages of which the first `done` went to the store (`r`) and the rest did
+// not (`rest`: what each of them is).
+PyBatchResult joined(BatchResult r, size_t done, size_t keys, const Status& rest) {
+  PyBatchResult out = to_python(std::move(r), done);
+  out.pages.resize(keys, rest);
   return out;
 }
 
@@ -408,6 +459,67 @@ Status values (falsy).)")
             return to_python(std::move(r), k.views.size());
           },
           "keys"_a, "ptrs"_a, "sizes"_a, "batch_get with flat address and size lists.")
+      .def(
+          "batch_put_rows",
+          [](PyStore& self, std::vector<std::string> keys, const py::object& tokens,
+             uint64_t page_size, const py::object& first, const py::object& stride,
+             const py::object& sizes, uint64_t rows, bool skip_present) {
+            Keys k(std::move(keys));
+            BatchPages p = row_pages(k.views.size(), tokens, page_size, first, stride, sizes, rows);
+            const size_t n = k.views.size();
+            const size_t per = n == 0 ? 0 : p.const_pieces.size() / n;
+            auto [present, r] = unlocked_call(self, [&](Store& s) {
+              const size_t present = skip_present ? s.batch_exists(k.views) : 0;
+              std::span<const std::string_view> rest(k.views);
+              BatchResult r =
+                  present == n
+                      ? BatchResult{}
+                      : s.batch_put(
+                            rest.subspan(present),
+                            std::span<const ConstBuffer>(p.const_pieces).subspan(present * per));
+              return std::pair{present, std::move(r)};
+            });
+            PyBatchResult out = joined(std::move(r), n - present, n - present, ok_status());
+            out.pages.insert(out.pages.begin(), present, ok_status());
+            return py::make_tuple(present, std::move(out));
+          },
+          "keys"_a, "tokens"_a, "page_size"_a, "first"_a, "stride"_a, "sizes"_a, "rows"_a,
+          "skip_present"_a = false,
+          "batch_put of pages that are rows of a host pool (see batch_get_rows). With "
+          "skip_present, the leading run of keys already stored is not written again. Returns "
+          "(pages skipped as present, BatchResult of every page).")
+      .def(
+          "batch_get_rows",
+          [](PyStore& self, std::vector<std::string> keys, const py::object& tokens,
+             uint64_t page_size, const py::object& first, const py::object& stride,
+             const py::object& sizes, uint64_t rows, bool leading) {
+            Keys k(std::move(keys));
+            BatchPages p = row_pages(k.views.size(), tokens, page_size, first, stride, sizes, rows);
+            const size_t n = k.views.size();
+            const size_t per = n == 0 ? 0 : p.mutable_pieces.size() / n;
+            auto [found, r] = unlocked_call(self, [&](Store& s) {
+              const size_t found = leading ? s.batch_exists(k.views) : n;
+              std::span<const std::string_view> all(k.views);
+              BatchResult r =
+                  found == 0
+                      ? BatchResult{}
+                      : s.batch_get(
+                            all.first(found),
+                            std::span<const MutableBuffer>(p.mutable_pieces).first(found * per));
+              return std::pair{found, std::move(r)};
+            });
+            return py::make_tuple(
+                found, joined(std::move(r), found, n,
+                              not_found_error("not read: an earlier page of the batch is absent")));
+          },
+          "keys"_a, "tokens"_a, "page_size"_a, "first"_a, "stride"_a, "sizes"_a, "rows"_a,
+          "leading"_a = false,
+          "batch_get of pages that are rows of a host pool: page i is row "
+          "tokens[i * page_size] // page_size, its piece j at first[j] + row * stride[j] "
+          "(sizes[j] bytes); tokens as SGLang's host indices (a sequence or an int64 array). "
+          "With leading, only the leading run of stored keys is read (one look at the index, "
+          "in the same call); the pages after it are NOT_FOUND without I/O. Returns (pages "
+          "looked for, BatchResult of every page).")
       .def(
           "submit_put_pieces",
           [](PyStore& self, std::vector<std::string> keys, const py::object& ptrs,

@@ -147,7 +147,7 @@ class Location:
 
     def uri(self, host):
         if self.kind == "file":
-            return self.path(host)
+            return f"file://{self.path(host)}?layout=files"
         if self.kind == "file-segments":
             return f"file://{self.path(host)}?layout=segments"
         c = self.cluster
@@ -211,7 +211,8 @@ def segment_files(root):
     return out
 
 
-# "file-segments": the segment layout (file://DIR?layout=segments) on the same CephFS.
+# "file": a file per page (file://DIR?layout=files); "file-segments": the segment layout
+# (file://DIR?layout=segments) on the same CephFS.
 KINDS = ["file", "file-segments", "s3"]
 FILE_KINDS = ("file", "file-segments")
 
