@@ -17,7 +17,8 @@ as the adapter's (by default the bench reuses one batch's worth of host memory, 
 in the CPU's caches for small pages; a serving engine's pool does not), and "bare store"
 moves the same number of pages through the adapter's own store handle on the same pool
 memory with the pieces worked out beforehand (batch_put_pieces / batch_get_pieces), the two
-taking turns: adapter / bare store is what the adapter itself costs.
+taking turns: adapter / bare store is what the adapter itself costs. --baseline REV runs the
+adapter of an earlier git revision beside this one, on the same pool, in the same rounds.
 
 Buffered writes on these VMs run at the speed of the memory the page cache is handed
 (memory freed moments before is fast, memory the host has taken back is 5-10x slower:
@@ -25,7 +26,8 @@ docs/benchmarks.md), so the write columns move with what ran just before; compar
 columns first, and writes over many rounds.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_vs_bench.py [--dir DIR] [--reps 3]
-      [--mib 256] [--layouts files,segments] [--shapes llama-ps1,...] [--kvtier build/bin/kvtier]
+      [--mib 512] [--layouts files,segments] [--shapes llama-ps1,...] [--kvtier build/bin/kvtier]
+      [--baseline REV]
 """
 
 import argparse
@@ -151,11 +153,11 @@ class AdapterSide:
             return page * self.kv.page_size
         return page * 64 if self.kind == "swa" else page
 
-    def open(self, directory, file_layout):
+    def open(self, directory, file_layout, module=adapter_module):
         config = storage_config(layout=self.kv.layout, mla=self.shape.get("mla", False))
         config.extra_config = {"interface_v1": True, "uri": f"file://{directory}",
                                "file_layout": file_layout}
-        b = adapter_module.HiCacheKvtier(config, {})
+        b = module.HiCacheKvtier(config, {})
         if self.side is None:
             b.register_mem_pool_host(self.kv)
         else:
@@ -183,22 +185,35 @@ class AdapterSide:
         fn = b.batch_set_v2 if write else b.batch_get_v2
         return lambda: fn(t)[name]
 
-    def round(self, directory, file_layout, r):
-        """The adapter's calls and the bare store's on the same pool, in the order of the
-        round (alternating: whoever goes second finds the caches the first one left)."""
+    def round(self, directory, file_layout, r, baseline=None):
+        """The adapter's calls and the bare store's on the same pool (and, with `baseline`,
+        that adapter module's calls, in a directory of its own), in the order of the round
+        (alternating: whoever goes second finds the caches the first one left)."""
         b = self.open(directory, file_layout)
         try:
             times, layout = {}, None
-            for step in ((self.adapter_io, self.bare_io) if r % 2 == 0 else
-                         (self.bare_io, self.adapter_io)):
-                layout = step(b, r, times) or layout
+            steps = [lambda: self.adapter_io(b, r, times), lambda: self.bare_io(b, r, times)]
+            if baseline is not None:
+                steps.append(lambda: self.baseline_io(baseline, directory + "-baseline",
+                                                      file_layout, r, times))
+            for step in (steps if r % 2 == 0 else steps[::-1]):
+                layout = step() or layout
             return times, layout
         finally:
             b.close()
 
-    def adapter_io(self, b, r, times):
-        layout = b._pools[next(iter(b._pools)) if self.side is None else
-                          ("mamba" if self.kind == "mamba" else "swa")].layout_summary()
+    def baseline_io(self, module, directory, file_layout, r, times):
+        b = self.open(directory, file_layout, module)
+        try:
+            self.adapter_io(b, r, times, prefix="baseline_")
+        finally:
+            b.close()
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def adapter_io(self, b, r, times, prefix=""):
+        pool = b._pools["kv" if self.side is None else
+                        ("mamba" if self.kind == "mamba" else "swa")]
+        layout = pool.stores[0].stats().get("layout") or "?"
         keys = keys_for(f"{self.kind}{r}", self.pages)
         for write in (True, False):
             spent = 0.0
@@ -208,7 +223,7 @@ class AdapterSide:
                 ok = call()
                 spent += time.perf_counter() - t
                 assert all(ok), (write, ok)
-            times["write" if write else "read"] = spent
+            times[prefix + ("write" if write else "read")] = spent
         target = self.kv if self.side is None else self.side
         for i in range(self.pages):  # untimed: every byte as written
             assert (target.page_bytes(self.start(i)) == self.reference[i]).all(), i
@@ -258,13 +273,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default=None)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--mib", type=int, default=512)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--layouts", default="files,segments")
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--kvtier", default=os.path.join(HERE, "..", "build", "bin", "kvtier"))
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="also run the adapter of this git revision, taking turns with this one")
     args = ap.parse_args()
+    baseline = None
+    if args.baseline:
+        from sglang_adapter import load_baseline  # bench/sglang_adapter.py
+
+        baseline = load_baseline(args.baseline)
     directory = args.dir or tempfile.mkdtemp(prefix="kvtier-sglang-vs-bench-")
     layouts = args.layouts.split(",")
     rows = []
@@ -278,7 +300,7 @@ def main():
             side = AdapterSide(shape, pages, batch)
             for file_layout in layouts:
                 got = {who: {"write": [], "read": []}
-                       for who in ("adapter", "bench", "bench_pool", "bare")}
+                       for who in ("adapter", "bench", "bench_pool", "bare", "baseline")}
                 chosen = {}
                 for r in range(-1, args.reps):  # round -1 warms both up, uncounted
                     order = ("adapter", "bench", "bench_pool") if r % 2 == 0 else \
@@ -286,7 +308,7 @@ def main():
                     for who in order:
                         d = os.path.join(directory, f"{name}-{file_layout}-{who}-{r}")
                         if who == "adapter":
-                            times, chosen[who] = side.round(d, file_layout, r)
+                            times, chosen[who] = side.round(d, file_layout, r, baseline)
                         else:
                             times, chosen[who] = bench_round(
                                 args.kvtier, d, page, pages, batch, file_layout,
@@ -296,8 +318,10 @@ def main():
                             continue
                         for op in ("write", "read"):
                             got[who][op].append(page * pages / times[op] / 1e9)
-                            if "bare_" + op in times:
-                                got["bare"][op].append(page * pages / times["bare_" + op] / 1e9)
+                            for other in ("bare", "baseline"):
+                                if f"{other}_{op}" in times:
+                                    got[other][op].append(
+                                        page * pages / times[f"{other}_{op}"] / 1e9)
                 row = {"shape": name, "page_bytes": page, "pages": pages, "batch": batch,
                        "layout": file_layout, "adapter_layout": chosen["adapter"],
                        "bench_layout": chosen["bench"]}
@@ -311,6 +335,10 @@ def main():
                                "adapter_range": (min(a), max(a)), "bench_range": (min(b), max(b)),
                                "ratios": [x / y for x, y in zip(a, b)],
                                "bare_ratios": [x / y for x, y in zip(a, c)]}
+                    if got["baseline"][op]:
+                        f = got["baseline"][op]
+                        row[op]["baseline"] = statistics.median(f)
+                        row[op]["baseline_ratios"] = [x / y for x, y in zip(a, f)]
                 rows.append(row)
                 load.append(os.getloadavg()[0])
                 print_row(row)
@@ -334,7 +362,10 @@ def print_row(row):
               f"{d['bench_pool']:6.2f}: {d['adapter'] / d['bench_pool']:4.2f}x "
               f"({min(d['pool_ratios']):.2f}-{max(d['pool_ratios']):.2f}) | bare store "
               f"{d['bare']:6.2f}: {d['adapter'] / d['bare']:4.2f}x "
-              f"({min(d['bare_ratios']):.2f}-{max(d['bare_ratios']):.2f})", flush=True)
+              f"({min(d['bare_ratios']):.2f}-{max(d['bare_ratios']):.2f})"
+              + (f" | baseline adapter {d['baseline']:6.2f}: "
+                 f"{d['adapter'] / d['baseline']:4.2f}x ({min(d['baseline_ratios']):.2f}-"
+                 f"{max(d['baseline_ratios']):.2f})" if "baseline" in d else ""), flush=True)
 
 
 if __name__ == "__main__":
