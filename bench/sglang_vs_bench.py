@@ -22,12 +22,13 @@ adapter of an earlier git revision beside this one, on the same pool, in the sam
 
 Buffered writes on these VMs run at the speed of the memory the page cache is handed
 (memory freed moments before is fast, memory the host has taken back is 5-10x slower:
-docs/benchmarks.md), so the write columns move with what ran just before; compare the read
-columns first, and writes over many rounds.
+docs/benchmarks.md), so before every timed write, on every side, the bench touches and frees
+the data's size of memory (plus 256 MiB); --no-warm-memory leaves the writes to whatever ran
+before them.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_vs_bench.py [--dir DIR] [--reps 3]
       [--mib 512] [--layouts files,segments] [--shapes llama-ps1,...] [--kvtier build/bin/kvtier]
-      [--baseline REV]
+      [--baseline REV] [--no-warm-memory]
 """
 
 import argparse
@@ -45,6 +46,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))
 
+import numpy  # noqa: E402
 import torch  # noqa: E402
 
 import kvtier.sglang as adapter_module  # noqa: E402
@@ -80,6 +82,19 @@ SHAPES = {
     "mamba-v2": dict(kind="mamba"),
     "swa-v2": dict(kind="swa"),
 }
+
+
+WARM_BYTES = 0  # --no-warm-memory: 0
+
+
+def warm_free_memory():
+    """Touches and frees WARM_BYTES of memory right before a timed write, so that the page
+    cache the write fills is handed memory freed a moment ago. On these VMs memory the host
+    has taken back (free-page reporting) costs 5-10x more to fill than memory freed moments
+    before, so without this a write's speed depends on what ran before it (who wrote or freed
+    last), not on the code measured; every side gets it alike."""
+    if WARM_BYTES:
+        numpy.ones(WARM_BYTES, dtype=numpy.uint8)
 
 
 def keys_for(prefix, n):
@@ -216,6 +231,8 @@ class AdapterSide:
         layout = pool.stores[0].stats().get("layout") or "?"
         keys = keys_for(f"{self.kind}{r}", self.pages)
         for write in (True, False):
+            if write:
+                warm_free_memory()
             spent = 0.0
             for first in range(0, self.pages, self.batch):
                 call = self.calls(b, write, keys[first:first + self.batch], first)
@@ -247,6 +264,8 @@ class AdapterSide:
         store = pool.stores[0]
         for op, call in (("bare_write", store.batch_put_pieces),
                          ("bare_read", store.batch_get_pieces)):
+            if op == "bare_write":
+                warm_free_memory()
             spent = 0.0
             for k, ptrs, sizes in plan:
                 t = time.perf_counter()
@@ -257,6 +276,7 @@ class AdapterSide:
 
 
 def bench_round(kvtier_bin, directory, page_bytes, pages, batch, file_layout, pool_pages=0):
+    warm_free_memory()
     out = subprocess.run([kvtier_bin, "bench", "--dir", directory, "--page-bytes",
                           str(page_bytes), "--pages", str(pages), "--batch", str(batch),
                           "--layout", file_layout, "--pool-pages", str(pool_pages),
@@ -279,9 +299,13 @@ def main():
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--kvtier", default=os.path.join(HERE, "..", "build", "bin", "kvtier"))
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    ap.add_argument("--no-warm-memory", action="store_true",
+                    help="do not touch and free the data's size of memory before each write")
     ap.add_argument("--baseline", default=None, metavar="REV",
                     help="also run the adapter of this git revision, taking turns with this one")
     args = ap.parse_args()
+    global WARM_BYTES
+    WARM_BYTES = 0 if args.no_warm_memory else (args.mib << 20) + (256 << 20)
     baseline = None
     if args.baseline:
         from sglang_adapter import load_baseline  # bench/sglang_adapter.py
