@@ -22,9 +22,9 @@ adapter of an earlier git revision beside this one, on the same pool, in the sam
 
 Buffered writes on these VMs run at the speed of the memory the page cache is handed
 (memory freed moments before is fast, memory the host has taken back is 5-10x slower:
-docs/benchmarks.md), so before every timed write, on every side, the bench touches and frees
-the data's size of memory (plus 256 MiB); --no-warm-memory leaves the writes to whatever ran
-before them.
+docs/benchmarks.md), and a write that starts while earlier data is being written back is
+throttled; so before every timed write, on every side, the bench syncs, then touches and frees
+the data's size of memory (plus 256 MiB); --no-warm-memory skips the latter.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_vs_bench.py [--dir DIR] [--reps 3]
       [--mib 512] [--layouts files,segments] [--shapes llama-ps1,...] [--kvtier build/bin/kvtier]
@@ -88,11 +88,13 @@ WARM_BYTES = 0  # --no-warm-memory: 0
 
 
 def warm_free_memory():
-    """Touches and frees WARM_BYTES of memory right before a timed write, so that the page
-    cache the write fills is handed memory freed a moment ago. On these VMs memory the host
+    """Syncs, then touches and frees WARM_BYTES of memory right before a timed write, so that
+    no writeback of earlier data competes with it and the page cache it fills is handed
+    memory freed a moment ago. On these VMs memory the host
     has taken back (free-page reporting) costs 5-10x more to fill than memory freed moments
     before, so without this a write's speed depends on what ran before it (who wrote or freed
     last), not on the code measured; every side gets it alike."""
+    os.sync()  # and no writeback of what ran before competes with it
     if WARM_BYTES:
         numpy.ones(WARM_BYTES, dtype=numpy.uint8)
 
