@@ -106,16 +106,19 @@ struct PhaseResult {
   std::string first_error;
 };
 
+// Host pool pages per batch in flight (--pool-pages): a multiple of the batch, so that a batch
+// never wraps.
+uint64_t lane_pages(const BenchOptions& o) {
+  const uint64_t wanted = std::max(o.pool_pages, o.batch);
+  return (wanted + o.batch - 1) / o.batch * o.batch;
+}
+
 class Bench {
  public:
   Bench(const BenchOptions& o, Store& store, const Shape& shape)
       : o_(o), store_(store), shape_(shape), run_(now_ns() & 0xffffffffffffull) {}
 
-  // Host pool pages per lane: a multiple of the batch, so that a batch never wraps.
-  uint64_t slots() const {
-    const uint64_t wanted = std::max(o_.pool_pages, o_.batch);
-    return (wanted + o_.batch - 1) / o_.batch * o_.batch;
-  }
+  uint64_t slots() const { return lane_pages(o_); }
 
   Status prepare() {
     const uint64_t page = shape_.page_bytes();
@@ -405,8 +408,8 @@ int run_bench(const BenchOptions& o) {
     return kExitUsage;
   }
   if (o.io_threads != 0) loc->params["io_threads"] = std::to_string(o.io_threads);
-  const uint64_t lane_pages = (std::max(o.pool_pages, o.batch) + o.batch - 1) / o.batch * o.batch;
-  const uint64_t pool_bytes = (o.threads * o.in_flight * lane_pages + o.batch) * shape.page_bytes();
+  const uint64_t pool_pages = lane_pages(o);
+  const uint64_t pool_bytes = (o.threads * o.in_flight * pool_pages + o.batch) * shape.page_bytes();
   if (pool_bytes > (uint64_t{64} << 30)) {
     fmt::print(stderr,
                "kvtier bench: the host pool would need {}; lower --batch, --threads, "
@@ -511,7 +514,7 @@ int run_bench(const BenchOptions& o) {
          {"batch", o.batch},
          {"threads", o.threads},
          {"in_flight", o.in_flight},
-         {"pool_pages", lane_pages},
+         {"pool_pages", pool_pages},
          {"verified", verified},
          {"wrong_bytes_pages", wrong_pages},
          {"byte_exact_pages", chk.ok_pages - chk.wrong_bytes},
@@ -558,9 +561,9 @@ int run_bench(const BenchOptions& o) {
                human_bytes(shape.page_bytes()), shape.pieces, shape.piece_bytes, shape.name,
                o.batch, o.threads, o.threads == 1 ? "" : "s",
                o.in_flight > 1 ? fmt::format(", {} batches in flight each", o.in_flight) : "");
-    if (lane_pages > o.batch) {
-      fmt::print("  host pool {} pages ({}) per batch in flight\n", lane_pages,
-                 human_bytes(lane_pages * shape.page_bytes()));
+    if (pool_pages > o.batch) {
+      fmt::print("  host pool {} pages ({}) per batch in flight\n", pool_pages,
+                 human_bytes(pool_pages * shape.page_bytes()));
     }
     fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
     fmt::print("         {}  layout {}\n", backend_description, store_stats.layout);

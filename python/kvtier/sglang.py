@@ -267,12 +267,6 @@ class _Staging:
         self.registrations = []
 
 
-def numpy_tile(values: Any, times: int) -> Any:
-    import numpy
-
-    return numpy.tile(values, times)
-
-
 def _name_key(name: Any) -> str:
     """A pool name as plain text: PoolName.MAMBA and "mamba" alike give "mamba"."""
     value = getattr(name, "value", name)
@@ -445,8 +439,7 @@ class _Pool:
         self.split = adapter.split_factor if (self.is_kv and self.zero_copy) else 1
         if self.geometry is not None and self.split == 1 and \
                 all(d >= 0 for d in self.geometry[1]):
-            self.rows = (self.geometry_arrays[0], self.geometry_arrays[1],
-                         self.geometry_arrays[2][:len(self.sizes)], self.geometry[2])
+            self.rows = (self.geometry[0], self.geometry[1], self.sizes, self.geometry[2])
         if self.split > 1:
             self._check_split()
             piece_bytes = piece_bytes // self.split if piece_bytes else 0
@@ -546,37 +539,20 @@ class _Pool:
             if not any(lo <= min(a, b) and max(a, b) + z <= lo + n for lo, n in ranges):
                 return
         self.geometry = (first, stride, pages)
-        import numpy
-
-        # The same as arrays: first pieces, strides, and every page's sizes for a full batch.
-        self.geometry_arrays = (numpy.asarray(first, dtype=numpy.int64),
-                                numpy.asarray(stride, dtype=numpy.int64),
-                                numpy.tile(numpy.asarray(self.sizes, dtype=numpy.int64),
-                                           STORAGE_BATCH_SIZE))
 
     def page_meta(self, indices: _Indices) -> tuple:
         """(ptrs, sizes) of the pages at `indices` in the pool's memory: from the geometry
-        learnt at registration for page-aligned indices inside the pool (numpy arrays, one
-        vector operation for the batch), else from the pool's get_page_buffer_meta."""
+        learnt at registration for page-aligned indices inside the pool, else from the
+        pool's get_page_buffer_meta. (Batches of a pool that one store holds go through
+        rows_io, which works the pieces out in the store's call.)"""
         if self.geometry is not None:
             first, stride, pages = self.geometry
             ps = self.page_size
-            tokens = indices.tokens()
-            starts = tokens[::ps] if ps > 1 else tokens
-            if len(starts) <= 8:  # a few pages (side pools): plain arithmetic is quicker
-                starts = starts.tolist()
-                if all(0 <= i < pages * ps and not i % ps for i in starts):
-                    geometry = list(zip(first, stride))
-                    ptrs = [a + (i // ps) * d for i in starts for a, d in geometry]
-                    return ptrs, self.sizes * len(starts)
-            elif int(starts.min()) >= 0 and int(starts.max()) < pages * ps and \
-                    not (ps > 1 and (starts % ps).any()):
-                first_arr, stride_arr, sizes_arr = self.geometry_arrays
-                ptrs = ((starts // ps)[:, None] * stride_arr + first_arr).ravel()
-                n = len(starts) * len(self.sizes)
-                if n > len(sizes_arr):  # more pages than SGLang hands at once
-                    sizes_arr = numpy_tile(sizes_arr[:len(self.sizes)], len(starts))
-                return ptrs, sizes_arr[:n]
+            starts = indices.tokens()[::ps].tolist()
+            if all(0 <= i < pages * ps and not i % ps for i in starts):
+                geometry = list(zip(first, stride))
+                ptrs = [a + (i // ps) * d for i in starts for a, d in geometry]
+                return ptrs, self.sizes * len(starts)
         ptrs, sizes = self.host.get_page_buffer_meta(indices.tensor())
         return list(map(int, ptrs)), list(map(int, sizes))
 
@@ -611,7 +587,6 @@ class _Pool:
         heads: the heads of rank j of the larger TP, K then V)."""
         if self.split == 1:
             return [(ptrs, sizes)]
-        ptrs, sizes = [int(p) for p in ptrs], [int(z) for z in sizes]
         k = len(self.sizes)
         half = k // 2
         out = [([], []) for _ in range(self.split)]
