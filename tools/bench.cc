@@ -433,6 +433,8 @@ int run_bench(const BenchOptions& o) {
     cfg.segment_lanes = o.segment_lanes;
     cfg.verify_payload = !o.skip_payload_checksum;
     cfg.capacity_bytes = o.capacity;
+    cfg.deadline_ms = o.deadline_ms;
+    cfg.isolate = o.isolate;
     // Every submitted batch runs at once rather than queueing behind the others.
     cfg.async_threads = std::max<size_t>(cfg.async_threads, o.threads * o.in_flight);
     Result<DirectIo> dio = parse_direct_io(o.direct_io);
@@ -537,7 +539,10 @@ int run_bench(const BenchOptions& o) {
          {"kept", o.keep},
          {"capacity_bytes", o.capacity},
          {"evicted_pages", store_stats.evicted_pages},
-         {"read_misses", rd.misses}};
+         {"read_misses", rd.misses},
+         {"isolation", store_stats.isolation},
+         {"health", store_stats.health},
+         {"deadline_misses", store_stats.deadline_misses}};
   if (o.json) {
     fmt::print("{}\n", out.dump());
   } else {
@@ -567,6 +572,9 @@ int run_bench(const BenchOptions& o) {
     }
     fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
     fmt::print("         {}  layout {}\n", backend_description, store_stats.layout);
+    if (store_stats.isolation.find(": on") != std::string::npos) {
+      fmt::print("  isolated I/O  {}\n", store_stats.isolation);
+    }
     if (o.direct_io != "off") {
       fmt::print("  direct I/O {}: {} pages in place, {} staged, {} buffered\n",
                  store_stats.direct_io, store_stats.direct_pages, store_stats.staged_pages,

@@ -36,6 +36,9 @@ struct BenchOptions {
   bool json = false;
   bool quiet = false;     // --quiet: no progress bar
   uint64_t capacity = 0;  // --capacity: the store's capacity_bytes (0: none)
+  // --deadline-ms / --isolate: StoreConfig::deadline_ms and isolate (unset/empty: the URI's)
+  std::optional<uint64_t> deadline_ms;
+  std::string isolate;
 };
 
 int run_bench(const BenchOptions& options);

@@ -105,6 +105,14 @@ int main(int argc, char** argv) {
                 "before the read phase count as misses, apart from corruption")
       ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
       ->check(CLI::Range(uint64_t{1}, UINT64_MAX));
+  b->add_option("--deadline-ms", bench.deadline_ms,
+                "Longest a call waits for a location that can hang; later pages are misses "
+                "(0: no deadline; default: the URI's deadline_ms, else 10000)");
+  b->add_option("--isolate", bench.isolate,
+                "Run the I/O on the store's own threads through staging, so that calls return "
+                "by their deadline: auto (network and FUSE filesystems), on or off; default: "
+                "the URI's isolate, else auto")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
 
   InspectOptions stat;
   CLI::App* s = app.add_subcommand(

@@ -27,6 +27,13 @@ Options (keys of the extra config; the environment variable is the fallback):
                                     least recently used pages are evicted (FILE stores only)
     min_free      KVTIER_MIN_FREE   bytes to leave free on the filesystem ("20GiB")
     staging_mb                      memory for staged pages, per direction (default 64)
+    deadline_ms   KVTIER_DEADLINE_MS  longest a get/set/exists call waits for storage: later
+                                    pages are misses, and a location that missed it is
+                                    skipped until a probe finds it answering (FILE stores on
+                                    network and FUSE filesystems, S3; default 10000; 0: none)
+    isolate       KVTIER_ISOLATE    auto | on | off: which FILE locations run their I/O on
+                                    kvtier's own threads so that a hung mount cannot hold
+                                    SGLang's (default auto: network and FUSE filesystems)
 
 What SGLang calls, and what each call does here, is written down in docs/sglang.md: the v1
 zero-copy KV calls, the v2 calls of hybrid models (one namespace per host pool: KV, Mamba,
@@ -858,6 +865,14 @@ class HiCacheKvtier(_HiCacheStorage):
         self.min_free_bytes = _parse_bytes(
             _option(options, "min_free", "KVTIER_MIN_FREE", 0), "min_free")
         self.staging_bytes = int(float(options.get("staging_mb", 64)) * (1 << 20))
+        deadline = _option(options, "deadline_ms", "KVTIER_DEADLINE_MS", None)
+        self.deadline_ms = None if deadline in (None, "") else int(deadline)
+        if self.deadline_ms is not None and self.deadline_ms < 0:
+            raise kvtier.InvalidArgumentError(f"deadline_ms {self.deadline_ms} is negative")
+        self.isolate = str(_option(options, "isolate", "KVTIER_ISOLATE", "") or "")
+        if self.isolate not in ("", "auto", "on", "off"):
+            raise kvtier.InvalidArgumentError(
+                f"isolate '{self.isolate}': expected auto, on or off")
 
         self._lock = threading.Lock()
         self._kv: Optional[_Pool] = None
@@ -888,6 +903,18 @@ class HiCacheKvtier(_HiCacheStorage):
         if self.backend != "auto" and "backend=" not in uri and "://" in uri and \
                 not uri.startswith("s3://"):
             uri += ("&" if "?" in uri else "?") + f"backend={self.backend}"
+        if not uri.startswith("mem://"):
+            params = {}
+            if self.deadline_ms is not None and "deadline_ms=" not in uri:
+                params["deadline_ms"] = str(self.deadline_ms)
+            if self.isolate and not uri.startswith("s3://") and "isolate=" not in uri:
+                params["isolate"] = self.isolate
+            if params:
+                if "://" not in uri:  # a plain directory
+                    uri = "file://" + uri.replace("%", "%25").replace("?", "%3F") \
+                        .replace(",", "%2C")
+                uri += ("&" if "?" in uri else "?") + "&".join(
+                    f"{k}={v}" for k, v in params.items())
         return kvtier.Store(
             uri, model=self.model_name, dtype=dtype, layout=layout, page_tokens=page_tokens,
             piece_bytes=piece_bytes, pieces_per_page=pieces, tp=tp,

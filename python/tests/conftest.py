@@ -81,3 +81,61 @@ def writer_and_reader(write, read, writes, last_rounds):
     for t in threads:
         t.join()
     return errors
+
+
+class HangFs:
+    """The kvtier_hangfs helper (src/testing/hangfs.cc): a pass-through FUSE mount whose
+    operations block on command. Waits for its answers, never for time."""
+
+    def __init__(self, helper, root):
+        import subprocess
+        self.backing = os.path.join(root, "backing")
+        self.mount = os.path.join(root, "mnt")
+        os.makedirs(self.backing)
+        os.makedirs(self.mount)
+        self._proc = subprocess.Popen([helper, self.backing, self.mount], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.mounted = self._until("mounted")
+
+    def _until(self, want):
+        # readline ends at the helper's answer or its exit (the test's own ceiling is ctest's).
+        for line in self._proc.stdout:
+            if line.strip() == want:
+                return True
+        return False
+
+    def _command(self, cmd, ack):
+        self._proc.stdin.write(cmd + "\n")
+        self._proc.stdin.flush()
+        assert self._until(ack), f"kvtier_hangfs did not answer {cmd}"
+
+    def hang(self):
+        self._command("hang", "hung")
+
+    def release(self):
+        self._command("release", "released")
+
+    def close(self):
+        try:
+            self._proc.stdin.close()  # the helper releases, unmounts and exits
+        except OSError:
+            pass
+        self._proc.wait()
+
+
+@pytest.fixture
+def hangfs(tmp_path):
+    """A FUSE mount that hangs on command; skips, saying why, where FUSE is missing."""
+    helper = os.environ.get("KVTIER_HANGFS")
+    if not helper or not os.path.exists(helper):
+        pytest.skip("kvtier_hangfs is not built (no libfuse3 at configure time)")
+    if os.geteuid() != 0:
+        pytest.skip("mounting FUSE needs root")
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        pytest.skip("/dev/fuse is not usable here")
+    fs = HangFs(helper, str(tmp_path))
+    if not fs.mounted:
+        fs.close()
+        pytest.skip("kvtier_hangfs could not mount: FUSE is not available here")
+    yield fs
+    fs.close()

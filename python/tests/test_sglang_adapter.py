@@ -476,6 +476,60 @@ def test_a_bad_location_parameter_fails_registration_naming_it(store_dir):
         a.close()
 
 
+def test_a_hung_mount_costs_misses_by_the_deadline_never_a_hung_call(hangfs):
+    """SGLang's prefetch and backup threads call synchronously: on a mount whose server is
+    gone (kvtier_hangfs, hung on command) every call still returns by deadline_ms, as
+    misses; the location is then skipped at once, reported in the metrics, and serves again
+    once it answers."""
+    pool = HostPool()
+    pool.fill_random(seed=11)
+    a = adapter(os.path.join(hangfs.mount, "kv"), pool, deadline_ms=400)
+    store = a.counters()["store"]
+    assert "fuse" in store["isolation"], store["isolation"]
+    keys = keys_for("hung", 8)
+    assert a.batch_set_v1(keys, host_indices(range(8), pool.page_size)) == [True] * 8
+    expected = [pool.page_bytes(p * pool.page_size) for p in range(8)]
+    slots = host_indices(range(8, 16), pool.page_size)
+    before = [pool.page_bytes(p * pool.page_size) for p in range(8, 16)]
+
+    hangfs.hang()
+    start = time.monotonic()
+    assert a.batch_get_v1(keys, slots) == [False] * 8
+    assert time.monotonic() - start < 0.4 + 1.5  # the deadline, and scheduling slack
+    # Skipped at once from now on: no second wait.
+    start = time.monotonic()
+    assert a.batch_exists(keys) == 0
+    assert a.batch_set_v1(keys_for("hung-more", 8), host_indices(range(8), pool.page_size)) \
+        == [False] * 8
+    assert time.monotonic() - start < 0.4
+    store = a.counters()["store"]
+    assert store["locations_unhealthy"] == 1
+    assert store["deadline_misses"] >= 8
+    assert "not answering" in store["health"]
+    assert "kvtier_locations_unhealthy{" in a.prometheus()
+
+    hangfs.release()
+    deadline = time.monotonic() + 120  # a ceiling for a hang only
+    while a.counters()["store"]["locations_unhealthy"] and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert a.counters()["store"]["health"] == "answering"
+    # The late reads never reached SGLang's slots; a read now does.
+    for p, old in zip(range(8, 16), before):
+        assert np.array_equal(pool.page_bytes(p * pool.page_size), old)
+    assert a.batch_get_v1(keys, slots) == [True] * 8
+    for p, want in zip(range(8, 16), expected):
+        assert np.array_equal(pool.page_bytes(p * pool.page_size), want)
+    a.close()
+
+
+def test_deadline_and_isolate_options(store_dir):
+    a = adapter(store_dir, HostPool(), deadline_ms=250, isolate="on")
+    assert a.counters()["store"]["isolation"].endswith(": on")
+    a.close()
+    with pytest.raises(kvtier.InvalidArgumentError, match="isolate"):
+        adapter(store_dir, HostPool(), isolate="sometimes")
+
+
 def test_capacity_evicts_least_recently_used_pages(store_dir):
     pool = HostPool(tokens=256)
     pool.fill_random(seed=18)

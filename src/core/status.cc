@@ -17,8 +17,8 @@ std::string_view status_code_name(StatusCode code) {
       return "CORRUPT";
     case StatusCode::kUnavailable:
       return "UNAVAILABLE";
-    case StatusCode::kTimeout:
-      return "TIMEOUT";
+    case StatusCode::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
     case StatusCode::kCancelled:
       return "CANCELLED";
     case StatusCode::kInvalidArgument:
@@ -62,8 +62,8 @@ Status corrupt_error(std::string m) {
 Status unavailable_error(std::string m, bool retryable) {
   return {StatusCode::kUnavailable, std::move(m), retryable};
 }
-Status timeout_error(std::string m) {
-  return {StatusCode::kTimeout, std::move(m), true};
+Status deadline_exceeded_error(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m), true};
 }
 Status cancelled_error(std::string m) {
   return {StatusCode::kCancelled, std::move(m)};
@@ -126,7 +126,7 @@ ErrnoClass classify_errno(int err) {
     case ENODEV:
       return {StatusCode::kUnavailable, false};
     case ETIMEDOUT:
-      return {StatusCode::kTimeout, true};
+      return {StatusCode::kDeadlineExceeded, true};
     case ECANCELED:
       return {StatusCode::kCancelled, false};
     case EEXIST:

@@ -49,7 +49,7 @@ TEST(Status, ErrnoMappingClassifiesAndNamesPathOffsetLength) {
   EXPECT_EQ(errno_status(EINTR, "read").code(), StatusCode::kUnavailable);
   EXPECT_TRUE(errno_status(EAGAIN, "read").retryable());
   EXPECT_EQ(errno_status(EIO, "read").code(), StatusCode::kUnavailable);
-  EXPECT_EQ(errno_status(ETIMEDOUT, "connect").code(), StatusCode::kTimeout);
+  EXPECT_EQ(errno_status(ETIMEDOUT, "connect").code(), StatusCode::kDeadlineExceeded);
   EXPECT_EQ(errno_status(EINVAL, "read").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(errno_status(EEXIST, "link").code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(errno_status(EOPNOTSUPP, "open").code(), StatusCode::kUnsupported);

@@ -55,10 +55,10 @@ class Router {
   std::string manifest_path(size_t i) const;
   // The clear generation object (base 0 only: one per namespace).
   std::string generation_path() const;
-
- private:
+  // The base a key hash lives on (what route() picks).
   size_t pick_base(const Hash128& key_hash) const;
 
+ private:
   std::vector<std::string> bases_;
   std::vector<std::string> ns_dirs_;
   std::vector<uint64_t> base_seeds_;

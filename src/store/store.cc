@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdio>
 
 #include "kvtier/backends/builtin.h"
 #include "store_impl.h"
@@ -53,8 +55,10 @@ size_t BatchResult::ok_prefix() const {
   return n;
 }
 
-Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Store::~Store() = default;
+Store::Store(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Store::~Store() {
+  if (impl_) impl_->close();
+}
 
 namespace {
 
@@ -72,6 +76,42 @@ Status check_segments_config(const StoreConfig& config) {
   if (config.segment_bytes < (uint64_t{1} << 20)) {
     return invalid_argument_error(fmt::format(
         "segment_bytes {} is below the smallest segment (1 MiB)", config.segment_bytes));
+  }
+  return ok_status();
+}
+
+// deadline_ms, probe_interval_ms and isolate in a FILE store's URI are the store's: taken out
+// of the backend's parameters, and used where the config does not set them.
+Status take_guard_params(StoreConfig& cfg) {
+  BackendParams& params = cfg.location.params;
+  auto take_ms = [&](const std::string& name, std::optional<uint64_t>& field,
+                     uint64_t fallback) -> Status {
+    if (auto it = params.find(name); it != params.end()) {
+      const std::string& v = it->second;
+      uint64_t ms = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
+      if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
+        return invalid_argument_error(
+            fmt::format("{}='{}' is not a whole number of milliseconds", name, v));
+      }
+      if (!field) field = ms;
+      params.erase(it);
+    }
+    if (!field) field = fallback;
+    return ok_status();
+  };
+  KVTIER_RETURN_IF_ERROR(take_ms("deadline_ms", cfg.deadline_ms, 10000));
+  KVTIER_RETURN_IF_ERROR(take_ms("probe_interval_ms", cfg.probe_interval_ms, 1000));
+  if (*cfg.probe_interval_ms == 0) {
+    return invalid_argument_error("probe_interval_ms is 0 (a probe needs an interval)");
+  }
+  if (auto it = params.find("isolate"); it != params.end()) {
+    if (cfg.isolate.empty()) cfg.isolate = it->second;
+    params.erase(it);
+  }
+  if (cfg.isolate.empty()) cfg.isolate = "auto";
+  if (cfg.isolate != "auto" && cfg.isolate != "on" && cfg.isolate != "off") {
+    return invalid_argument_error(fmt::format("isolate '{}' (use auto, on or off)", cfg.isolate));
   }
   return ok_status();
 }
@@ -148,15 +188,20 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
       KVTIER_RETURN_IF_ERROR(check_segments_config(config));
     }
   }
+  // A FILE store's deadline and isolation are the store's parameters, not the backend's.
+  StoreConfig cfg = config;
+  if (cfg.location.storage_class == StorageClass::kFile) {
+    KVTIER_RETURN_IF_ERROR(take_guard_params(cfg));
+  }
   AgentConfig ac;
-  ac.backend = config.backend.empty() ? config.location.backend : config.backend;
-  ac.storage_class = config.location.storage_class;
-  ac.params = config.location.params;
+  ac.backend = cfg.backend.empty() ? cfg.location.backend : cfg.backend;
+  ac.storage_class = cfg.location.storage_class;
+  ac.params = cfg.location.params;
   ac.registry = &builtin_backends();
   ac.decorate = config.decorate;
   KVTIER_ASSIGN_OR_RETURN(Agent agent, Agent::create(ac));
   routing::Router router(config.location.bases, config.ns.id());
-  auto impl = std::make_unique<Impl>(config, std::move(agent), std::move(router));
+  auto impl = std::make_shared<Impl>(cfg, std::move(agent), std::move(router));
   impl->layout = layout;
   impl->layout_summary = std::string(store_layout_name(layout));
   if (auto_layout) {
@@ -196,7 +241,81 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
       impl->segments_adopt_abandoned();
     }
   }
+  KVTIER_RETURN_IF_ERROR(impl->start_guard());
   return std::unique_ptr<Store>(new Store(std::move(impl)));
+}
+
+Status Store::Impl::start_guard() {
+  const StoreConfig& c = config;
+  if (c.location.storage_class != StorageClass::kFile || *c.deadline_ms == 0) return ok_status();
+  guard::GuardConfig gc;
+  gc.deadline = std::chrono::milliseconds(*c.deadline_ms);
+  gc.probe_interval = std::chrono::milliseconds(*c.probe_interval_ms);
+  gc.threads_per_lane = c.guard_threads;
+  gc.on_health_change = c.on_health_change;
+  if (!gc.on_health_change) {
+    gc.on_health_change = [](std::string_view line) {
+      std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+    };
+  }
+  bool any = false;
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    KVTIER_ASSIGN_OR_RETURN(guard::Isolation iso,
+                            guard::decide_isolation(router.namespace_dir(b), c.isolate));
+    any = any || iso.on;
+    gc.isolation.push_back(std::move(iso));
+    gc.probe_dirs.push_back(router.temp_dir(b));
+    gc.base_names.push_back(router.base(b));
+  }
+  if (any) {
+    // A store is as bounded as its slowest base: the bases share locks and files (the segment
+    // table, the capacity ledger and the clear generation on base 0), so one that hangs can
+    // hold a call to another. Every base then runs through the guard.
+    for (guard::Isolation& iso : gc.isolation) {
+      if (!iso.on) iso = {true, fmt::format("on (another base can hang; here {})", iso.why)};
+    }
+  }
+  isolation_summary.clear();
+  for (size_t b = 0; b < gc.isolation.size(); ++b) {
+    isolation_summary +=
+        fmt::format("{}{}: {}", b ? "; " : "", gc.base_names[b], gc.isolation[b].why);
+  }
+  if (!any) return ok_status();
+  guard::Guard::Ops ops;
+  Impl* p = this;
+  ops.put = [p](std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
+    return p->put_here(keys, pieces);
+  };
+  ops.get = [p](std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces) {
+    return p->get_here(keys, pieces);
+  };
+  ops.batch_exists = [p](std::span<const std::string_view> keys) {
+    return p->batch_exists_here(keys);
+  };
+  ops.validate = [p](std::string_view key, std::span<const ConstBuffer> pieces, uint64_t* payload) {
+    Status st = p->validate_page(key, pieces, payload);
+    if (!st.ok()) {
+      bump(p->counters.invalid_requests);
+      p->count_error(st);
+    }
+    return st;
+  };
+  ops.indexed = [p](const Hash128& h) { return p->index.contains(h); };
+  ops.base_of = [p](const Hash128& h) { return p->router.pick_base(h); };
+  ops.staging = [p](uint64_t bytes, std::byte** data) -> std::shared_ptr<void> {
+    StagingPool::Lease lease = p->staging.acquire(bytes);
+    if (!lease) return nullptr;
+    *data = lease.data();
+    return std::make_shared<StagingPool::Lease>(std::move(lease));
+  };
+  ops.count_failure = [p](bool put, const Status& st) {
+    bump(put ? p->counters.put_failures : p->counters.get_failures);
+    p->count_error(st);
+  };
+  guard_deadline = gc.deadline;
+  guard = std::make_unique<guard::Guard>(std::move(gc), std::move(ops),
+                                         std::weak_ptr<void>(shared_from_this()));
+  return ok_status();
 }
 
 Result<Registration> Store::register_memory(void* addr, size_t length) {
@@ -237,31 +356,41 @@ BatchResult Store::batch_get(std::span<const std::string_view> keys,
 
 Result<bool> Store::exists(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
-  bump(impl_->counters.exists_queries);
-  impl_->observe_generation();
-  const routing::Route r = impl_->router.route(key);
-  if (impl_->index.contains(r.key_hash)) return true;
-  if (impl_->layout == StoreLayout::kSegments) {
+  if (impl_->guard) return impl_->guard->batch_exists({&key, 1}) == 1;
+  return impl_->exists_here(key);
+}
+
+size_t Store::batch_exists(std::span<const std::string_view> keys) {
+  BatchTimer timer(impl_->counters, impl_->counters.exists_latency);
+  return impl_->guard ? impl_->guard->batch_exists(keys) : impl_->batch_exists_here(keys);
+}
+
+Result<bool> Store::Impl::exists_here(std::string_view key) {
+  KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
+  bump(counters.exists_queries);
+  observe_generation();
+  const routing::Route r = router.route(key);
+  if (index.contains(r.key_hash)) return true;
+  if (layout == StoreLayout::kSegments) {
     // Not indexed: perhaps another writer appended it since this store looked.
-    bump(impl_->counters.index_stats);
-    impl_->segments_refresh();
-    return impl_->index.contains(r.key_hash);
+    bump(counters.index_stats);
+    segments_refresh();
+    return index.contains(r.key_hash);
   }
   // Not indexed: perhaps another process wrote it since this one looked.
-  bump(impl_->counters.index_stats);
-  Result<ObjectInfo> info = impl_->agent.stat(r.path);
+  bump(counters.index_stats);
+  Result<ObjectInfo> info = agent.stat(r.path);
   if (info.ok()) {
     if (info->is_dir || info->size <= kHeaderBytes) return false;
-    impl_->index.put_cold({r.key_hash, static_cast<uint32_t>(r.base), info->size});
+    index.put_cold({r.key_hash, static_cast<uint32_t>(r.base), info->size});
     return true;
   }
   if (info.status().code() == StatusCode::kNotFound) return false;
   return info.status();
 }
 
-size_t Store::batch_exists(std::span<const std::string_view> keys) {
-  Impl& impl = *impl_;
-  BatchTimer timer(impl.counters, impl.counters.exists_latency);
+size_t Store::Impl::batch_exists_here(std::span<const std::string_view> keys) {
+  Impl& impl = *this;
   impl.observe_generation();
   size_t n = 0;
   // Indexed keys cost no system call; from the first one that is not, ask storage.

@@ -91,7 +91,8 @@ Status BatchTicket::wait(std::chrono::nanoseconds timeout) const {
   MutexLock lock(state_->mu);
   if (!lock.wait_for(state_->cv, timeout,
                      [&]() KVTIER_REQUIRES(state_->mu) { return state_->done; })) {
-    return timeout_error(fmt::format("batch of {} pages still running", state_->keys.size()));
+    return deadline_exceeded_error(
+        fmt::format("batch of {} pages still running", state_->keys.size()));
   }
   return ok_status();
 }

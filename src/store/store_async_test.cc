@@ -94,7 +94,7 @@ TEST_F(StoreAsync, WaitTimesOutThenCompletesAndTakeGivesTheResultOnce) {
   BatchTicket t = store_->submit_put(testing::views(keys), in(0, 2));
   EXPECT_FALSE(t.done());
   EXPECT_EQ(t.take().status.code(), StatusCode::kInvalidArgument) << "take before done";
-  EXPECT_EQ(t.wait(20ms).code(), StatusCode::kTimeout);
+  EXPECT_EQ(t.wait(20ms).code(), StatusCode::kDeadlineExceeded);
   faults_->release_batches();
   KVTIER_ASSERT_OK(t.wait(testing::kHungCeiling));
   EXPECT_TRUE(t.done());

@@ -24,10 +24,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "clear_generation.h"
+#include "guard.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/mutex.h"
@@ -193,7 +195,7 @@ struct Segments {
   std::vector<uint64_t> dir_mtime KVTIER_GUARDED_BY(refresh_mu);  // per base, last listed
 };
 
-struct Store::Impl {
+struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   Impl(StoreConfig cfg, Agent a, routing::Router r)
       : config(std::move(cfg)),
         agent(std::move(a)),
@@ -207,10 +209,19 @@ struct Store::Impl {
 
   ~Impl() {
     // Submitted batches use this store: let every one finish before anything goes.
+    wait_for_submitted();
+    async_pool.reset();
+  }
+
+  // Before the Store lets go: submitted batches finish (each within its deadline), then the
+  // guard's threads get the deadline to end; those still in the kernel finish alone.
+  void close() {
+    wait_for_submitted();
+    if (guard) guard->close(guard_deadline);
+  }
+  void wait_for_submitted() {
     MutexLock lock(async_mu);
     lock.wait(async_idle, [&]() KVTIER_REQUIRES(async_mu) { return async_pending == 0; });
-    lock.unlock();
-    async_pool.reset();
   }
 
   StoreConfig config;
@@ -230,6 +241,10 @@ struct Store::Impl {
   // kBlockBytes of zeros, registered: the source of every object's tail padding.
   AlignedBuffer zeros;
   Registration zeros_registration;
+  // Locations that hang (guard.h): set up by start_guard() where a base is isolated. Last
+  // member: it goes first.
+  std::chrono::milliseconds guard_deadline{0};
+  std::string isolation_summary;  // StoreStats::isolation
   // Per base directory: its direct I/O alignment, when direct I/O is on and possible there.
   std::vector<std::optional<DirectIoAlignment>> dio;
   std::string dio_summary = "off";
@@ -255,19 +270,60 @@ struct Store::Impl {
   // Rewrites the generation object with a value never used before.
   Status publish_generation();
 
-  // A put or get batch: timed into its latency histogram, run in windows, failures counted.
+  // A put or get batch, timed into its latency histogram: pages of isolated bases go through
+  // the guard, the others run on this thread.
   BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
-    if (layout == StoreLayout::kSegments) {
-      return timed_batch(counters.put_latency, keys, pieces,
-                         [this](auto&&... args) { put_window_segments(args...); });
-    }
-    return timed_batch(counters.put_latency, keys, pieces,
-                       [this](auto&&... args) { put_window(args...); });
+    BatchTimer timer(counters, counters.put_latency);
+    return guard ? guarded(keys, pieces) : put_here(keys, pieces);
   }
   BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces) {
-    return timed_batch(counters.get_latency, keys, pieces,
-                       [this](auto&&... args) { get_window(args...); });
+    BatchTimer timer(counters, counters.get_latency);
+    return guard ? guarded(keys, pieces) : get_here(keys, pieces);
   }
+  // The same on this thread, in windows, failures counted.
+  BatchResult put_here(std::span<const std::string_view> keys,
+                       std::span<const ConstBuffer> pieces) {
+    BatchResult r =
+        layout == StoreLayout::kSegments
+            ? run_batch(keys, pieces, [this](auto&&... args) { put_window_segments(args...); })
+            : run_batch(keys, pieces, [this](auto&&... args) { put_window(args...); });
+    count_errors(r);
+    return r;
+  }
+  BatchResult get_here(std::span<const std::string_view> keys,
+                       std::span<const MutableBuffer> pieces) {
+    BatchResult r = run_batch(keys, pieces, [this](auto&&... args) { get_window(args...); });
+    count_errors(r);
+    return r;
+  }
+  template <typename Buffer>
+  BatchResult guarded(std::span<const std::string_view> keys, std::span<const Buffer> pieces) {
+    BatchResult r;
+    size_t k = 0;
+    r.status = check_shape(keys, pieces, &k);
+    if (!r.status.ok()) {
+      bump(counters.invalid_requests);
+      return r;
+    }
+    if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
+      return guard->put(keys, pieces, k);
+    } else {
+      return guard->get(keys, pieces, k);
+    }
+  }
+  void count_error(const Status& st) {
+    if (!st.ok() && st.code() != StatusCode::kNotFound) {
+      bump(counters.errors_by_code[static_cast<size_t>(st.code()) % 16]);
+    }
+  }
+  // exists/batch_exists on this thread (Store::exists and Store::batch_exists go through the
+  // guard where a base is isolated).
+  Result<bool> exists_here(std::string_view key);
+  size_t batch_exists_here(std::span<const std::string_view> keys);
+  // Whether base `b` serves now (a base that is not isolated always does).
+  bool serving(size_t b) { return !guard || guard->healthy(b); }
+  // Sets up the guard when a base is isolated and the deadline is not 0 (store.cc).
+  Status start_guard();
   // Failed pages by status code, for stats() (misses are not failures).
   void count_errors(const BatchResult& r) {
     for (const Status& st : r.pages) {
@@ -455,16 +511,6 @@ struct Store::Impl {
   // layout=auto on this store's location and namespace (store.cc).
   Result<AutoLayout> choose_layout();
 
-  // Times a batch call into `latency`, runs it in windows and counts its failed pages.
-  template <typename Buffer, typename Window>
-  BatchResult timed_batch(Counters::Histogram& latency, std::span<const std::string_view> keys,
-                          std::span<const Buffer> pieces, Window window) {
-    BatchTimer timer(counters, latency);
-    BatchResult r = run_batch(keys, pieces, window);
-    count_errors(r);
-    return r;
-  }
-
   // Runs a batch in windows of at most budget.capacity() pages, each holding its permits.
   template <typename Buffer, typename Window>
   BatchResult run_batch(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
@@ -582,6 +628,8 @@ struct Store::Impl {
   // Creates the namespace's directories and manifest on every base, sweeps temporaries left
   // by dead writers and probes direct I/O (store_namespace.cc).
   Status open_namespace();
+
+  std::unique_ptr<guard::Guard> guard;  // last: destroyed first
 };
 
 }  // namespace kvtier

@@ -20,7 +20,7 @@ StoreStats Store::stats() const {
   s.bytes = impl_->index.bytes();
   s.capacity_bytes = impl_->config.capacity_bytes;
   s.min_free_bytes = impl_->config.min_free_bytes;
-  if (impl_->ledger) {
+  if (impl_->ledger && impl_->serving(0)) {  // the ledger lives on base 0
     Result<uint64_t> used = impl_->ledger->used();
     if (used.ok()) s.used_bytes = *used;
   }
@@ -28,6 +28,16 @@ StoreStats Store::stats() const {
   s.objects_open = impl_->budget.in_use();
   s.direct_io = impl_->dio_summary;
   s.layout = impl_->layout_summary;
+  s.isolation = impl_->isolation_summary;
+  s.health = "answering";
+  if (impl_->guard) {
+    guard::Guard::Snapshot g = impl_->guard->snapshot();
+    s.deadline_misses = g.deadline_misses;
+    s.unhealthy_refusals = g.unhealthy_refusals;
+    s.locations_unhealthy = g.locations_unhealthy;
+    s.threads_stuck = g.threads_stuck;
+    s.health = std::move(g.health);
+  }
   for (size_t code = 1; code < c.errors_by_code.size(); ++code) {
     if (const uint64_t n = v(c.errors_by_code[code]); n != 0) {
       s.errors_by_code[std::string(status_code_name(static_cast<StatusCode>(code)))] = n;

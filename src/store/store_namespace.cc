@@ -127,6 +127,7 @@ std::optional<clear_generation::Generation> Store::Impl::read_generation() {
 }
 
 void Store::Impl::observe_generation() {
+  if (!serving(0)) return;  // the generation lives on base 0
   std::optional<clear_generation::Generation> now = read_generation();
   if (!now) return;
   MutexLock lock(generation_mu);

@@ -583,6 +583,17 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   if (seg->sync_appends) sync_records(work, by_seg, out);
   {
     MutexLock lock(seg->mu);
+    if (guard::call_abandoned()) {
+      // The caller has gone (its deadline passed): the records stay without entries, never
+      // found, and their space is reclaimed with their segment.
+      for (std::vector<size_t>& pages : by_seg) {
+        for (size_t i : pages) {
+          out[work[i].page] =
+              deadline_exceeded_error("the call's deadline passed before the page was published");
+        }
+        pages.clear();
+      }
+    }
     const uint64_t grown_before = seg->grown;
     for (const uint32_t id : used) {
       std::vector<segment::Entry> entries;

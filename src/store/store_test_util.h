@@ -189,8 +189,8 @@ inline int wait_exit(pid_t pid) {
 // ceiling only fails a child that hangs; it is not how long anything is expected to take.
 class ChildPipe {
  public:
-  static constexpr int kEnd = 0;       // the child is gone
-  static constexpr int kTimeout = -1;  // nothing came within the ceiling
+  static constexpr int kEnd = 0;                // the child is gone
+  static constexpr int kDeadlineExceeded = -1;  // nothing came within the ceiling
 
   ChildPipe() {
     int fds[2];
@@ -209,13 +209,13 @@ class ChildPipe {
   // the last and its end is seen.
   void parent_side() { write_.reset(); }
 
-  // In the parent: the child's next event, kEnd or kTimeout.
+  // In the parent: the child's next event, kEnd or kDeadlineExceeded.
   int next(std::chrono::milliseconds ceiling = kHungCeiling) const {
     pollfd p{read_.get(), POLLIN, 0};
     for (;;) {
       const int n = ::poll(&p, 1, static_cast<int>(ceiling.count()));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return kTimeout;
+      if (n <= 0) return kDeadlineExceeded;
       char c = 0;
       const ssize_t got = ::read(read_.get(), &c, 1);
       if (got < 0 && errno == EINTR) continue;

@@ -137,6 +137,11 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
       auto& w = work[i];
       Status st = c.error;
       if (st.ok()) st = page_result(*c.xfer, w);
+      // A call whose caller has gone (its deadline passed) publishes nothing: the temporary
+      // goes with the target.
+      if (st.ok() && guard::call_abandoned()) {
+        st = deadline_exceeded_error("the call's deadline passed before the page was published");
+      }
       if (st.ok()) st = w.target.publish(PublishOptions{.durable = config.fsync});
       if (st.ok()) {
         bump(counters.put_pages);

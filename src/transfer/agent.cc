@@ -327,7 +327,7 @@ Status Transfer::wait(std::chrono::nanoseconds timeout) {
   if (!lock.wait_for(impl_->cv, timeout, [&]() KVTIER_REQUIRES(impl_->mu) {
         return impl_->state != TransferState::kInFlight;
       })) {
-    return timeout_error(
+    return deadline_exceeded_error(
         fmt::format("transfer of {} descriptors still in flight after {} ms", impl_->descs_.size(),
                     std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
   }

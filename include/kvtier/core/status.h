@@ -8,7 +8,7 @@
 //   kNotFound            a miss: recompute the page.
 //   kCorrupt             the stored page is damaged or foreign: drop it, treat as a miss.
 //   kUnavailable         transient storage fault (EIO, a server that does not answer).
-//   kTimeout             a deadline passed.
+//   kDeadlineExceeded    a deadline passed (DEADLINE_EXCEEDED).
 //   kCancelled           the caller cancelled the operation.
 //   kInvalidArgument     a caller bug: wrong size, unregistered memory, malformed key.
 //   kPermissionDenied    the storage refused access (EACCES, EPERM, EROFS).
@@ -37,7 +37,7 @@ enum class StatusCode : uint8_t {
   kNotFound,
   kCorrupt,
   kUnavailable,
-  kTimeout,
+  kDeadlineExceeded,
   kCancelled,
   kInvalidArgument,
   kPermissionDenied,
@@ -93,7 +93,7 @@ inline Status ok_status() noexcept {
 Status not_found_error(std::string message);
 Status corrupt_error(std::string message);
 Status unavailable_error(std::string message, bool retryable = true);
-Status timeout_error(std::string message);
+Status deadline_exceeded_error(std::string message);
 Status cancelled_error(std::string message);
 Status invalid_argument_error(std::string message);
 Status permission_denied_error(std::string message);

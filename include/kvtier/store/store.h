@@ -44,6 +44,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -146,6 +147,24 @@ struct StoreConfig {
   // docs/architecture.md).
   uint64_t capacity_bytes = 0;
   uint64_t min_free_bytes = 0;
+  // Locations that can hang (docs/architecture.md, "Locations that hang"). FILE stores only.
+  // `isolate`: which bases run their I/O on the store's own threads, through staging it owns,
+  // so that a call returns by its deadline whatever the kernel does: "auto" (network and FUSE
+  // filesystems, told by statfs), "on" or "off". Empty: the URI's `isolate`, else auto.
+  std::string isolate;
+  // The longest a put, get or exists call waits for an isolated base: its pages not done by
+  // then are DEADLINE_EXCEEDED and the base stops serving until a probe answers. Unset: the
+  // URI's `deadline_ms`, else 10000. 0: no deadline (no base is isolated).
+  std::optional<uint64_t> deadline_ms;
+  // How often a base that stopped answering is probed. Unset: the URI's `probe_interval_ms`,
+  // else 1000.
+  std::optional<uint64_t> probe_interval_ms;
+  // Threads per isolated base (and for exists calls): the most that can be blocked in the
+  // kernel on one hung base.
+  size_t guard_threads = 4;
+  // Called with one line for each change of a base's health (stopped answering, answers
+  // again); empty: the line goes to stderr.
+  std::function<void(std::string_view)> on_health_change;
   // Wraps the selected backend (fault injection in tests, metrics).
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> decorate;
 };
@@ -185,7 +204,7 @@ class BatchTicket {
 
   bool valid() const noexcept { return state_ != nullptr; }
   bool done() const;
-  // Blocks (no polling) until done or `timeout` passes: OK when done, kTimeout otherwise.
+  // Blocks (no polling) until done or `timeout` passes: OK when done, kDeadlineExceeded otherwise.
   Status wait(std::chrono::nanoseconds timeout) const;
   void wait() const;
   // The result, moved out. REQUIRES: done(), once.
@@ -233,7 +252,9 @@ struct LatencyHistogram {
   X(evicted_pages, "Pages evicted to stay within capacity.")                            \
   X(evicted_bytes, "Object bytes evicted.")                                             \
   X(capacity_refusals, "Pages refused: no room even after evicting.")                   \
-  X(index_stats, "Exists checks the index could not answer (a stat each).")
+  X(index_stats, "Exists checks the index could not answer (a stat each).")             \
+  X(deadline_misses, "Pages (and exists calls) whose location missed the deadline.")    \
+  X(unhealthy_refusals, "Pages refused at once: their location is not answering.")
 // Gauges, X(name, help): sampled when stats() is taken (Prometheus kvtier_<name>).
 #define KVTIER_STORE_GAUGES(X)                                      \
   X(pages, "Pages in this process's index.")                        \
@@ -242,7 +263,9 @@ struct LatencyHistogram {
   X(capacity_bytes, "The capacity (0: none).")                      \
   X(min_free_bytes, "Free space kept on the filesystem (0: none).") \
   X(batches_in_flight, "Batch calls running now.")                  \
-  X(objects_open, "Objects (descriptors) held open now.")
+  X(objects_open, "Objects (descriptors) held open now.")           \
+  X(locations_unhealthy, "Isolated locations not answering now.")   \
+  X(threads_stuck, "Guard threads still busy for a call whose deadline passed.")
 // Latency histograms of batch calls, X(name, metric, help) (Prometheus
 // kvtier_<metric>_seconds; put/get: whole batches, single pages included; exists: batches).
 #define KVTIER_STORE_HISTOGRAMS(X)                                   \
@@ -274,6 +297,10 @@ struct StoreStats {
   std::string direct_io;
   // The layout, and for layout=auto why: "segments (auto: pages of 131072 B, below 4 MiB)".
   std::string layout;
+  // Per base, whether its I/O is isolated and why: "/mnt/kv: on (auto: fuse, which can hang)".
+  std::string isolation;
+  // "answering", or which bases are not and why.
+  std::string health;
 #define KVTIER_STAT_FIELD(name, metric, help) LatencyHistogram name;
   KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_FIELD)
 #undef KVTIER_STAT_FIELD
@@ -292,6 +319,8 @@ struct StoreStats {
 #undef KVTIER_STAT_VISIT
     f(StatInfo{"direct_io", StatKind::kText, "", "Direct I/O mode, or why it is off."}, direct_io);
     f(StatInfo{"layout", StatKind::kText, "", "FILE layout, and for layout=auto why."}, layout);
+    f(StatInfo{"isolation", StatKind::kText, "", "Per base: isolated I/O, and why."}, isolation);
+    f(StatInfo{"health", StatKind::kText, "", "Bases not answering, or \"answering\"."}, health);
 #define KVTIER_STAT_VISIT(name, metric, help) \
   f(StatInfo{#name, StatKind::kHistogram, metric "_seconds", help}, name);
     KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_VISIT)
@@ -402,8 +431,10 @@ class Store {
 
  private:
   struct Impl;
-  explicit Store(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Store(std::shared_ptr<Impl> impl);
+  // Shared with the guard's threads while they run (a thread blocked in the kernel keeps the
+  // store's state alive after the Store is gone).
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace kvtier

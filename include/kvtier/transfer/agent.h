@@ -170,7 +170,7 @@ class Transfer {
   // Non-blocking.
   TransferState state() const;
   bool done() const { return state() == TransferState::kDone; }
-  // Blocks (no polling) until done or `timeout` passes: OK when done, kTimeout otherwise.
+  // Blocks (no polling) until done or `timeout` passes: OK when done, kDeadlineExceeded otherwise.
   Status wait(std::chrono::nanoseconds timeout);
   void wait();
   // Descriptors not yet started complete with kCancelled; returns at once (wait() for the

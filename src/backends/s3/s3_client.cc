@@ -275,8 +275,8 @@ struct Client::Impl {
     const auto now = Clock::now();
     if (r->cancel.load()) return finish(r, cancelled_error(what(*r) + ": cancelled"));
     if (now >= r->deadline) {
-      return finish(r, timeout_error(fmt::format("{}: deadline passed after {} attempt(s)",
-                                                 what(*r), r->attempts)));
+      return finish(r, deadline_exceeded_error(fmt::format(
+                           "{}: deadline passed after {} attempt(s)", what(*r), r->attempts)));
     }
     CURL* easy = nullptr;
     if (!idle.empty()) {
@@ -398,7 +398,8 @@ struct Client::Impl {
       retry = retryable_curl(result);
       const std::string msg =
           fmt::format("{}: {} ({})", what(*r), curl_easy_strerror(result), opt.endpoint);
-      st = result == CURLE_OPERATION_TIMEDOUT ? timeout_error(msg) : unavailable_error(msg);
+      st = result == CURLE_OPERATION_TIMEDOUT ? deadline_exceeded_error(msg)
+                                              : unavailable_error(msg);
     } else if (code >= 200 && code < 300) {
       st = ok_status();
     } else {

@@ -40,6 +40,8 @@ constexpr size_t kRoundRequests = 32;
 // Batches run on the caller's thread (FileBackend::submit_inline) merge what continues each
 // other into calls of up to 1 MiB, which the core's L2 holds until the store hashes it.
 constexpr uint64_t kInlineMergeBytes = 1 << 20;
+// The most kernel worker threads (io-wq) a ring may have for blocking file I/O.
+constexpr unsigned kMaxKernelWorkers = 16;
 
 // Work shared by the rings: units that each become one request, resubmitted until done.
 class Job {
@@ -449,6 +451,16 @@ Status Ring::start(bool fixed_buffers, std::string* fixed_problem) {
   }
   if (rc < 0) return errno_status(-rc, "io_uring_setup").with_context("io_uring unavailable");
   ring_up_ = true;
+  // Requests the kernel cannot run without blocking go to its worker threads for this ring
+  // (io-wq): on a mount that hangs each one holds a thread in the kernel, so they are capped
+  // (kernels without the call keep their own cap, 4 per CPU).
+  unsigned workers[2] = {0, 0};
+  if (io_uring_register_iowq_max_workers(&ring_, workers) == 0 &&
+      (workers[0] == 0 || workers[0] > kMaxKernelWorkers)) {
+    workers[0] = kMaxKernelWorkers;
+    workers[1] = 0;  // unbounded work (sockets): left as it is
+    (void)io_uring_register_iowq_max_workers(&ring_, workers);
+  }
   const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (efd < 0) return errno_status(errno, "eventfd");
   event_ = UniqueFd(efd);

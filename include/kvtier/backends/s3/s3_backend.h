@@ -11,7 +11,7 @@
 //
 // Faults: 5xx, 429, timeouts and connection failures are retried with jittered exponential
 // backoff, within a deadline per batch (`deadline_ms`); after it the remaining descriptors
-// fail with kTimeout/kUnavailable. Nothing blocks past the deadline.
+// fail with kDeadlineExceeded/kUnavailable. Nothing blocks past the deadline.
 //
 // Parameters (URI query or BackendParams):
 //   bucket          required (s3://bucket/... sets it)

@@ -1,0 +1,639 @@
+#include "guard.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <type_traits>
+
+#include "kvtier/core/aligned_buffer.h"
+#include "kvtier/core/checksum.h"
+#include "kvtier/core/clock.h"
+#include "kvtier/core/mutex.h"
+#include "kvtier/core/unique_fd.h"
+#include "routing.h"
+
+namespace kvtier::guard {
+namespace {
+
+thread_local const std::atomic<bool>* t_abandoned = nullptr;
+
+struct FsKind {
+  uint64_t magic;
+  std::string_view name;
+};
+// statfs f_type of filesystems whose calls can block for as long as a server is gone.
+constexpr FsKind kCanHang[] = {
+    {0x6969, "nfs"},      {0x65735546, "fuse"}, {0x00c36400, "ceph"},   {0x517b, "smb"},
+    {0xfe534d42, "smb2"}, {0xff534d42, "cifs"}, {0x0bd00bd0, "lustre"}, {0x47504653, "gpfs"},
+    {0x01021997, "9p"},   {0x5346414f, "afs"},  {0x6b414653, "kafs"},   {0x7461636f, "ocfs2"},
+    {0x01161970, "gfs2"}, {0x73757245, "coda"}, {0x564c, "ncp"},
+};
+// Local filesystems, named in the reason.
+constexpr FsKind kLocal[] = {
+    {0xef53, "ext4"},      {0x58465342, "xfs"},     {0x9123683e, "btrfs"}, {0x01021994, "tmpfs"},
+    {0x858458f6, "ramfs"}, {0x794c7630, "overlay"}, {0x2fc12fc1, "zfs"},   {0xf2f52010, "f2fs"},
+};
+
+std::string_view fs_name(uint64_t magic, std::span<const FsKind> kinds) {
+  for (const FsKind& k : kinds) {
+    if (k.magic == magic) return k.name;
+  }
+  return {};
+}
+
+// Creates, writes and removes a file in `dir`: each step goes to the server.
+Status probe_once(const std::string& dir) {
+  static std::atomic<uint64_t> seq{0};
+  const std::string path = fmt::format("{}/probe.{}.{}", dir, ::getpid(), seq.fetch_add(1));
+  UniqueFd fd(::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600));
+  if (!fd.valid()) return errno_status(errno, "open", path);
+  const ssize_t n = ::write(fd.get(), "k", 1);
+  const int write_err = errno;
+  fd.reset();
+  const int unlinked = ::unlink(path.c_str());
+  const int unlink_err = errno;
+  if (n != 1) return errno_status(write_err, "write", path);
+  if (unlinked != 0) return errno_status(unlink_err, "unlink", path);
+  return ok_status();
+}
+
+// A probe that got an answer from the server: success, or a refusal that is not a fault of
+// the connection (a read-only, full or forbidden location still answers).
+bool answered(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kOk:
+    case StatusCode::kPermissionDenied:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kAlreadyExists:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string seconds(uint64_t ns) {
+  return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9);
+}
+
+}  // namespace
+
+bool call_abandoned() noexcept {
+  const std::atomic<bool>* a = t_abandoned;
+  return a != nullptr && a->load(std::memory_order_acquire);
+}
+
+Result<Isolation> decide_isolation(const std::string& dir, std::string_view mode) {
+  if (mode == "on") return Isolation{true, "on"};
+  if (mode == "off") return Isolation{false, "off"};
+  if (mode != "auto") {
+    return invalid_argument_error(fmt::format("isolate '{}' (use auto, on or off)", mode));
+  }
+  struct statfs fs {};
+  if (::statfs(dir.c_str(), &fs) != 0) {
+    // Not a directory of this machine's (a memory backend on a FILE location): nothing there
+    // can hang.
+    return Isolation{false,
+                     fmt::format("off (auto: no filesystem at {}: {})", dir, std::strerror(errno))};
+  }
+  const auto magic = static_cast<uint64_t>(static_cast<uint32_t>(fs.f_type));
+  if (std::string_view name = fs_name(magic, kCanHang); !name.empty()) {
+    return Isolation{true, fmt::format("on (auto: {}, which can hang)", name)};
+  }
+  std::string_view name = fs_name(magic, kLocal);
+  return Isolation{false, name.empty() ? fmt::format("off (auto: local filesystem 0x{:x})", magic)
+                                       : fmt::format("off (auto: {}, local)", name)};
+}
+
+// ---- the pieces ----
+
+// One guarded call: its jobs report here, and the caller marks it abandoned when it leaves.
+struct Guard::Call {
+  Mutex mu;
+  std::condition_variable cv;
+  size_t pending KVTIER_GUARDED_BY(mu) = 0;
+  std::atomic<bool> abandoned{false};
+};
+
+// Pages of one call on one base (or an exists query), run on that base's lane.
+struct Guard::Job {
+  std::shared_ptr<void> owner;  // first: released last
+  std::shared_ptr<void> staging;
+  std::shared_ptr<Call> call;
+  const Ops* ops = nullptr;
+  size_t base = 0;  // the lane: a base, or the exists lane
+  enum class Kind : uint8_t { kPut, kGet, kExists } kind = Kind::kGet;
+  std::vector<size_t> pages;  // indexes in the caller's batch
+  std::vector<std::string> keys;
+  std::vector<std::string_view> views;
+  std::vector<ConstBuffer> put_pieces;    // in staging
+  std::vector<MutableBuffer> get_pieces;  // in staging
+  BatchResult result;                     // written before `done`
+  size_t exists_found = 0;
+  bool done = false;     // under call->mu
+  bool started = false;  // under the lane's mutex
+
+  void execute() {
+    if (!call->abandoned.load(std::memory_order_acquire)) {
+      t_abandoned = &call->abandoned;
+      switch (kind) {
+        case Kind::kPut:
+          result = ops->put(views, put_pieces);
+          break;
+        case Kind::kGet:
+          result = ops->get(views, get_pieces);
+          break;
+        case Kind::kExists:
+          exists_found = ops->batch_exists(views);
+          break;
+      }
+      t_abandoned = nullptr;
+    }
+    {
+      MutexLock lock(call->mu);
+      done = true;
+      --call->pending;
+    }
+    call->cv.notify_all();
+  }
+};
+
+// The threads of one base (or of exists calls): started on demand, at most `max_threads`.
+struct Guard::Lane {
+  explicit Lane(size_t max) : max_threads(max) {}
+  const size_t max_threads;
+  Mutex mu;
+  std::condition_variable cv;      // work or stop
+  std::condition_variable exited;  // a thread ended
+  std::deque<std::shared_ptr<Job>> queue KVTIER_GUARDED_BY(mu);
+  std::vector<const Job*> running KVTIER_GUARDED_BY(mu);
+  size_t threads KVTIER_GUARDED_BY(mu) = 0;
+  bool stop KVTIER_GUARDED_BY(mu) = false;
+
+  static void loop(const std::shared_ptr<Lane>& lane) {
+    MutexLock lock(lane->mu);
+    for (;;) {
+      lock.wait(lane->cv,
+                [&]() KVTIER_REQUIRES(lane->mu) { return lane->stop || !lane->queue.empty(); });
+      if (lane->queue.empty()) break;  // stopping, nothing left
+      std::shared_ptr<Job> job = std::move(lane->queue.front());
+      lane->queue.pop_front();
+      job->started = true;
+      lane->running.push_back(job.get());
+      lock.unlock();
+      job->execute();
+      lock.lock();
+      std::erase(lane->running, job.get());
+      lock.unlock();
+      // Outside the lock: the job's reference may be the store's last, whose close stops
+      // this lane.
+      job.reset();
+      lock.lock();
+    }
+    --lane->threads;
+    lane->exited.notify_all();
+  }
+};
+
+// A base's health: failed (a deadline missed, or a probe that did not answer) until a probe
+// answers; a probe in the kernel longer than the deadline also counts as not answering.
+struct Guard::Health {
+  std::string name;
+  std::string probe_dir;
+  uint64_t deadline_ns = 0;
+  std::chrono::milliseconds interval{1000};
+  std::function<void(std::string_view)> log;
+  std::atomic<bool> failed{false};
+  std::atomic<uint64_t> probe_since_ns{0};  // when the probe in the kernel started; 0: none
+  std::atomic<bool> reported_serving{true};
+  Mutex mu;
+  std::condition_variable cv;
+  bool probing KVTIER_GUARDED_BY(mu) = false;
+  bool stop KVTIER_GUARDED_BY(mu) = false;
+  std::string reason KVTIER_GUARDED_BY(mu);
+  uint64_t since_ns KVTIER_GUARDED_BY(mu) = 0;  // when it last stopped answering
+
+  bool serving() const {
+    if (failed.load(std::memory_order_acquire)) return false;
+    const uint64_t s = probe_since_ns.load(std::memory_order_acquire);
+    return s == 0 || now_ns() - s <= deadline_ns;
+  }
+
+  // Logs a change of state once: the thread that flips `reported_serving` writes the line.
+  void report() {
+    const bool now = serving();
+    bool before = !now;
+    if (!reported_serving.compare_exchange_strong(before, now)) return;
+    std::string line;
+    {
+      MutexLock lock(mu);
+      if (!now) {
+        since_ns = now_ns();
+        if (!failed.load()) reason = "a probe has had no answer within the deadline";
+        line = fmt::format(
+            "kvtier: location {} is not answering ({}); its pages are misses until a probe "
+            "answers (every {} ms)",
+            name, reason, interval.count());
+      } else {
+        line = fmt::format("kvtier: location {} answers again after {}; serving its pages", name,
+                           seconds(now_ns() - since_ns));
+      }
+    }
+    if (log) log(line);
+  }
+
+  static void probe_loop(const std::shared_ptr<Health>& h) {
+    for (;;) {
+      h->probe_since_ns.store(now_ns(), std::memory_order_release);
+      const Status st = probe_once(h->probe_dir);
+      h->probe_since_ns.store(0, std::memory_order_release);
+      if (answered(st)) {
+        h->failed.store(false, std::memory_order_release);
+        h->report();
+        break;
+      }
+      {
+        MutexLock lock(h->mu);
+        h->reason = fmt::format("probe: {}", st.to_string());
+      }
+      h->failed.store(true, std::memory_order_release);
+      h->report();
+      MutexLock lock(h->mu);
+      if (lock.wait_for(h->cv, h->interval, [&]() KVTIER_REQUIRES(h->mu) { return h->stop; })) {
+        break;
+      }
+    }
+    MutexLock lock(h->mu);
+    h->probing = false;
+  }
+};
+
+// ---- Guard ----
+
+Guard::Guard(GuardConfig config, Ops ops, std::weak_ptr<void> owner)
+    : config_(std::move(config)), ops_(std::move(ops)), owner_(std::move(owner)) {
+  const size_t bases = config_.isolation.size();
+  for (size_t b = 0; b <= bases; ++b) {
+    lanes_.push_back(std::make_shared<Lane>(std::max<size_t>(1, config_.threads_per_lane)));
+  }
+  for (size_t b = 0; b < bases; ++b) {
+    auto h = std::make_shared<Health>();
+    h->name = config_.base_names[b];
+    h->probe_dir = config_.probe_dirs[b];
+    h->deadline_ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(config_.deadline).count());
+    h->interval = config_.probe_interval;
+    h->log = config_.on_health_change;
+    health_.push_back(std::move(h));
+  }
+}
+
+Guard::~Guard() {
+  // Threads still busy end on their own; they hold their lane and what their job uses.
+  for (const auto& lane : lanes_) {
+    MutexLock lock(lane->mu);
+    lane->stop = true;
+    lane->cv.notify_all();
+  }
+  for (const auto& h : health_) {
+    MutexLock lock(h->mu);
+    h->stop = true;
+    h->cv.notify_all();
+  }
+}
+
+bool Guard::any_isolated() const {
+  return std::any_of(config_.isolation.begin(), config_.isolation.end(),
+                     [](const Isolation& i) { return i.on; });
+}
+
+bool Guard::healthy(size_t b) {
+  if (!isolated(b)) return true;
+  Health& h = *health_[b];
+  const bool serving = h.serving();
+  if (serving != h.reported_serving.load(std::memory_order_relaxed)) h.report();
+  return serving;
+}
+
+void Guard::start_probe(size_t b) {
+  const std::shared_ptr<Health>& h = health_[b];
+  {
+    MutexLock lock(h->mu);
+    if (h->probing || h->stop) return;
+    h->probing = true;
+  }
+  std::thread([h] { Health::probe_loop(h); }).detach();
+}
+
+void Guard::mark_unhealthy(size_t b, std::string reason) {
+  Health& h = *health_[b];
+  {
+    MutexLock lock(h.mu);
+    h.reason = std::move(reason);
+  }
+  h.failed.store(true, std::memory_order_release);
+  h.report();
+  start_probe(b);
+}
+
+void Guard::submit(const std::shared_ptr<Lane>& lane, const std::shared_ptr<Job>& job) {
+  MutexLock lock(lane->mu);
+  lane->queue.push_back(job);
+  // A thread more while the idle ones are fewer than the jobs waiting, up to the bound.
+  const size_t idle = lane->threads - lane->running.size();
+  if (idle < lane->queue.size() && lane->threads < lane->max_threads) {
+    ++lane->threads;
+    std::thread([lane] { Lane::loop(lane); }).detach();
+  }
+  lane->cv.notify_one();
+}
+
+template <typename Buffer>
+BatchResult Guard::run_pages(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
+                             size_t k) {
+  constexpr bool kPut = std::is_same_v<Buffer, ConstBuffer>;
+  const auto deadline = std::chrono::steady_clock::now() + config_.deadline;
+  const size_t n = keys.size();
+  BatchResult out;
+  out.pages.resize(n);
+  auto fail = [&](size_t i, Status st) {
+    ops_.count_failure(kPut, st);
+    out.pages[i] = std::move(st);
+  };
+
+  // Route the pages: caller errors answered here, pages of bases that do not hang run on this
+  // thread, pages of unhealthy bases fail at once, the rest go to their base's lane.
+  std::vector<size_t> here;
+  std::vector<std::vector<size_t>> by_base(config_.isolation.size());
+  std::vector<uint64_t> payload(n, 0);
+  std::vector<ConstBuffer> view(k);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t p = 0; p < k; ++p) view[p] = {pieces[i * k + p].data, pieces[i * k + p].size};
+    Status st = ops_.validate(keys[i], view, &payload[i]);
+    if (!st.ok()) {
+      out.pages[i] = std::move(st);  // counted by validate
+      continue;
+    }
+    const size_t b = ops_.base_of(hash128(keys[i]));
+    if (!isolated(b)) {
+      here.push_back(i);
+    } else if (!healthy(b)) {
+      unhealthy_refusals_.fetch_add(1, std::memory_order_relaxed);
+      fail(i, unavailable_error(fmt::format("location {} is not answering; page not {}",
+                                            config_.base_names[b], kPut ? "stored" : "read")));
+    } else {
+      by_base[b].push_back(i);
+    }
+  }
+
+  // Jobs of at most kJobPages pages and kJobBytes of staging, pages 4096-aligned in it.
+  auto call = std::make_shared<Call>();
+  std::shared_ptr<void> owner = owner_.lock();
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (size_t b = 0; b < by_base.size(); ++b) {
+    const std::vector<size_t>& pages = by_base[b];
+    for (size_t first = 0; first < pages.size();) {
+      size_t last = first;
+      uint64_t bytes = 0;
+      while (last < pages.size() && last - first < kJobPages &&
+             (last == first || bytes + align_up(payload[pages[last]], 4096) <= kJobBytes)) {
+        bytes += align_up(payload[pages[last]], 4096);
+        ++last;
+      }
+      std::byte* data = nullptr;
+      std::shared_ptr<void> staging = ops_.staging(bytes, &data);
+      if (!staging) {
+        for (size_t j = first; j < last; ++j) {
+          fail(pages[j], resource_exhausted_error(fmt::format(
+                             "no staging memory for {} B (StoreConfig::staging_bytes); page not {}",
+                             bytes, kPut ? "stored" : "read")));
+        }
+        first = last;
+        continue;
+      }
+      auto job = std::make_shared<Job>();
+      job->owner = owner;
+      job->staging = std::move(staging);
+      job->call = call;
+      job->ops = &ops_;
+      job->base = b;
+      job->kind = kPut ? Job::Kind::kPut : Job::Kind::kGet;
+      uint64_t at = 0;
+      for (size_t j = first; j < last; ++j) {
+        const size_t i = pages[j];
+        job->pages.push_back(i);
+        job->keys.emplace_back(keys[i]);
+        uint64_t off = at;
+        for (size_t p = 0; p < k; ++p) {
+          const Buffer& src = pieces[i * k + p];
+          if constexpr (kPut) {
+            std::memcpy(data + off, src.data, src.size);
+            job->put_pieces.push_back({data + off, src.size});
+          } else {
+            job->get_pieces.push_back({data + off, src.size});
+          }
+          off += src.size;
+        }
+        at += align_up(payload[i], 4096);
+      }
+      job->views.assign(job->keys.begin(), job->keys.end());
+      jobs.push_back(std::move(job));
+      first = last;
+    }
+  }
+  {
+    MutexLock lock(call->mu);
+    call->pending = jobs.size();
+  }
+  for (const auto& job : jobs) submit(lanes_[job->base], job);
+
+  // This thread's own pages meanwhile.
+  if (!here.empty()) {
+    std::vector<std::string_view> hk;
+    std::vector<Buffer> hp;
+    for (size_t i : here) {
+      hk.push_back(keys[i]);
+      for (size_t p = 0; p < k; ++p) hp.push_back(pieces[i * k + p]);
+    }
+    BatchResult r;
+    if constexpr (kPut) {
+      r = ops_.put(hk, hp);
+    } else {
+      r = ops_.get(hk, hp);
+    }
+    for (size_t j = 0; j < here.size(); ++j) {
+      out.pages[here[j]] = r.status.ok() ? std::move(r.pages[j]) : r.status;
+    }
+  }
+
+  // Wait for the jobs until the deadline; those not done are abandoned.
+  std::vector<std::shared_ptr<Job>> late;
+  {
+    MutexLock lock(call->mu);
+    const auto left = deadline - std::chrono::steady_clock::now();
+    lock.wait_for(call->cv, std::max(left, decltype(left)::zero()),
+                  [&]() KVTIER_REQUIRES(call->mu) { return call->pending == 0; });
+    for (const auto& job : jobs) {
+      if (!job->done) late.push_back(job);
+    }
+    if (!late.empty()) call->abandoned.store(true, std::memory_order_release);
+  }
+  for (const auto& job : jobs) {
+    if (std::find(late.begin(), late.end(), job) != late.end()) continue;
+    const BatchResult& r = job->result;
+    size_t piece = 0;
+    for (size_t j = 0; j < job->pages.size(); ++j) {
+      const size_t i = job->pages[j];
+      out.pages[i] = r.status.ok() ? r.pages[j] : r.status;
+      if constexpr (!kPut) {
+        // Copied out while the call is live, and only what checked out.
+        if (out.pages[i].ok()) {
+          for (size_t p = 0; p < k; ++p) {
+            const MutableBuffer& dst = pieces[i * k + p];
+            std::memcpy(dst.data, job->get_pieces[piece + p].data, dst.size);
+          }
+        }
+      }
+      piece += k;
+    }
+  }
+  std::vector<bool> missed(config_.isolation.size(), false);
+  for (const auto& job : late) {
+    {
+      // Not started: it never will be.
+      Lane& lane = *lanes_[job->base];
+      MutexLock lock(lane.mu);
+      if (!job->started) std::erase(lane.queue, job);
+    }
+    missed[job->base] = true;
+    deadline_misses_.fetch_add(job->pages.size(), std::memory_order_relaxed);
+    for (size_t i : job->pages) {
+      fail(i,
+           deadline_exceeded_error(fmt::format(
+               "location {} did not answer within the deadline of {} ms; page not {}",
+               config_.base_names[job->base], config_.deadline.count(), kPut ? "stored" : "read")));
+    }
+  }
+  for (size_t b = 0; b < missed.size(); ++b) {
+    if (missed[b]) {
+      mark_unhealthy(b,
+                     fmt::format("a call missed its deadline of {} ms", config_.deadline.count()));
+    }
+  }
+  return out;
+}
+
+BatchResult Guard::put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,
+                       size_t per_page) {
+  return run_pages(keys, pieces, per_page);
+}
+
+BatchResult Guard::get(std::span<const std::string_view> keys,
+                       std::span<const MutableBuffer> pieces, size_t per_page) {
+  return run_pages(keys, pieces, per_page);
+}
+
+size_t Guard::batch_exists(std::span<const std::string_view> keys) {
+  // The prefix ends at a key of a base that is not answering.
+  size_t m = 0;
+  for (; m < keys.size(); ++m) {
+    if (!routing::validate_key(keys[m]).ok()) break;
+    const size_t b = ops_.base_of(hash128(keys[m]));
+    if (!healthy(b)) {
+      unhealthy_refusals_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+  }
+  const auto prefix = keys.first(m);
+  auto call = std::make_shared<Call>();
+  auto job = std::make_shared<Job>();
+  job->owner = owner_.lock();
+  job->call = call;
+  job->ops = &ops_;
+  job->base = lanes_.size() - 1;
+  job->kind = Job::Kind::kExists;
+  job->keys.assign(prefix.begin(), prefix.end());
+  job->views.assign(job->keys.begin(), job->keys.end());
+  {
+    MutexLock lock(call->mu);
+    call->pending = 1;
+  }
+  submit(lanes_.back(), job);
+  {
+    MutexLock lock(call->mu);
+    if (lock.wait_for(call->cv, config_.deadline,
+                      [&]() KVTIER_REQUIRES(call->mu) { return call->pending == 0; })) {
+      return job->exists_found;
+    }
+    call->abandoned.store(true, std::memory_order_release);
+  }
+  {
+    Lane& lane = *lanes_.back();
+    MutexLock lock(lane.mu);
+    if (!job->started) std::erase(lane.queue, job);
+  }
+  deadline_misses_.fetch_add(1, std::memory_order_relaxed);
+  // Which base held it up is unknown: each isolated base is probed, and one whose probe does
+  // not answer within the deadline stops serving.
+  for (size_t b = 0; b < config_.isolation.size(); ++b) {
+    if (isolated(b)) start_probe(b);
+  }
+  // What the index knows, without storage.
+  size_t n = 0;
+  while (n < m && ops_.indexed(hash128(prefix[n]))) ++n;
+  return n;
+}
+
+size_t Guard::close(std::chrono::milliseconds bound) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  for (const auto& h : health_) {
+    MutexLock lock(h->mu);
+    h->stop = true;
+    h->cv.notify_all();
+  }
+  size_t left = 0;
+  for (const auto& lane : lanes_) {
+    MutexLock lock(lane->mu);
+    lane->stop = true;
+    lane->cv.notify_all();
+    const auto rest = until - std::chrono::steady_clock::now();
+    lock.wait_for(lane->exited, std::max(rest, decltype(rest)::zero()),
+                  [&]() KVTIER_REQUIRES(lane->mu) { return lane->threads == 0; });
+    left += lane->threads;
+  }
+  return left;
+}
+
+Guard::Snapshot Guard::snapshot() {
+  Snapshot s;
+  s.deadline_misses = deadline_misses_.load(std::memory_order_relaxed);
+  s.unhealthy_refusals = unhealthy_refusals_.load(std::memory_order_relaxed);
+  for (const auto& lane : lanes_) {
+    MutexLock lock(lane->mu);
+    for (const Job* job : lane->running) {
+      if (job->call->abandoned.load(std::memory_order_relaxed)) ++s.threads_stuck;
+    }
+  }
+  std::string isolation, health;
+  for (size_t b = 0; b < config_.isolation.size(); ++b) {
+    isolation +=
+        fmt::format("{}{}: {}", b ? "; " : "", config_.base_names[b], config_.isolation[b].why);
+    if (!isolated(b) || healthy(b)) continue;
+    ++s.locations_unhealthy;
+    Health& h = *health_[b];
+    MutexLock lock(h.mu);
+    health += fmt::format("{}{}: not answering for {} ({})", health.empty() ? "" : "; ", h.name,
+                          seconds(now_ns() - h.since_ns), h.reason);
+  }
+  s.isolation = std::move(isolation);
+  s.health = health.empty() ? "answering" : std::move(health);
+  return s;
+}
+
+}  // namespace kvtier::guard

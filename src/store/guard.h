@@ -1,0 +1,146 @@
+// Deadlines on FILE locations that can hang (docs/architecture.md, "Locations that hang").
+//
+// A system call on a network or FUSE filesystem can block for as long as its server is gone,
+// and no signal ends it (ceph-fuse, NFS `hard`, Lustre). The guard keeps such a call from
+// holding the caller:
+//
+// - A batch's pages on an isolated base run on that base's own threads, through staging the
+//   store owns: a put's pages are copied in before the call is handed over, a get's pages are
+//   copied out by the caller, and only for jobs that finished in time. The caller waits until
+//   its deadline; pages not done by then are DEADLINE_EXCEEDED. Nothing a late thread does
+//   afterwards touches the caller's memory, and a late put publishes nothing: the publish step
+//   checks that its call is still live (call_abandoned()) and abandons the temporary (files)
+//   or leaves the record without a summary entry (segments).
+// - A base whose call missed a deadline is unhealthy: its pages fail at once (UNAVAILABLE)
+//   and exists calls stop at its keys, while one probe thread creates and removes a file in
+//   its temporaries directory every probe interval; the base serves again once a probe
+//   answers. A probe that itself stays in the kernel longer than the deadline keeps the base
+//   unhealthy. Each change of state is reported once (StoreConfig::on_health_change).
+// - exists/batch_exists run on a store-wide lane with the same deadline; when one misses it,
+//   every isolated base is probed, and those whose probe does not answer become unhealthy.
+//
+// Bounds: at most StoreConfig::guard_threads threads per isolated base and for the exists
+// lane, plus one probe thread per base; threads are started on demand and never more. A thread
+// blocked in the kernel holds its job's staging (at most kJobBytes) and the store's state until
+// it returns; closing the store waits for busy threads at most the deadline, then leaves them
+// to finish alone (they hold what they use).
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/core/status.h"
+#include "kvtier/store/store.h"
+
+namespace kvtier::guard {
+
+// Whether a base's I/O is isolated from the caller, and why ("on (auto: fuse)").
+struct Isolation {
+  bool on = false;
+  std::string why;
+};
+// `mode` is "auto" (network and FUSE filesystems, by statfs), "on" or "off".
+Result<Isolation> decide_isolation(const std::string& dir, std::string_view mode);
+
+// The most staging bytes and pages one job holds: larger partitions run as several jobs, side
+// by side on the base's threads.
+inline constexpr uint64_t kJobBytes = uint64_t{32} << 20;
+inline constexpr size_t kJobPages = 128;
+
+// True on a guard thread whose call's caller has returned (its deadline passed): the publish
+// steps check it last, so a late write is never published.
+bool call_abandoned() noexcept;
+
+struct GuardConfig {
+  std::chrono::milliseconds deadline{10000};
+  std::chrono::milliseconds probe_interval{1000};
+  size_t threads_per_lane = 4;
+  std::vector<Isolation> isolation;     // per base
+  std::vector<std::string> probe_dirs;  // per base: where the probe creates its file
+  std::vector<std::string> base_names;  // per base, for messages
+  std::function<void(std::string_view)> on_health_change;
+};
+
+class Guard {
+ public:
+  // What the guard runs on its threads: the store's own calls, on the calling thread.
+  struct Ops {
+    std::function<BatchResult(std::span<const std::string_view>, std::span<const ConstBuffer>)> put;
+    std::function<BatchResult(std::span<const std::string_view>, std::span<const MutableBuffer>)>
+        get;
+    std::function<size_t(std::span<const std::string_view>)> batch_exists;
+    // Checks a page's key and memory (the caller's, before any staging): OK with its payload.
+    std::function<Status(std::string_view, std::span<const ConstBuffer>, uint64_t*)> validate;
+    std::function<bool(const Hash128&)> indexed;
+    std::function<size_t(const Hash128&)> base_of;
+    // Registered staging of at least `bytes` (4096-aligned), or empty.
+    std::function<std::shared_ptr<void>(uint64_t bytes, std::byte** data)> staging;
+    // Counts pages the guard failed itself (deadline, unhealthy, no staging).
+    std::function<void(bool put, const Status&)> count_failure;
+  };
+
+  // `owner` (the store's state) is held by every job while it runs.
+  Guard(GuardConfig config, Ops ops, std::weak_ptr<void> owner);
+  ~Guard();
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+
+  bool isolated(size_t base) const { return config_.isolation[base].on; }
+  bool any_isolated() const;
+  // Whether base `b` serves now (always for bases that are not isolated); reports a change.
+  bool healthy(size_t b);
+
+  BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,
+                  size_t per_page);
+  BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
+                  size_t per_page);
+  size_t batch_exists(std::span<const std::string_view> keys);
+
+  // Stops taking work and waits for busy threads at most `bound`; those still in the kernel
+  // then finish alone. Returns how many were left.
+  size_t close(std::chrono::milliseconds bound);
+
+  struct Snapshot {
+    uint64_t deadline_misses = 0;
+    uint64_t unhealthy_refusals = 0;
+    uint64_t locations_unhealthy = 0;
+    uint64_t threads_stuck = 0;
+    std::string isolation;
+    std::string health;
+  };
+  Snapshot snapshot();
+
+ private:
+  struct Lane;
+  struct Job;
+  struct Call;
+  struct Health;
+
+  template <typename Buffer>
+  BatchResult run_pages(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
+                        size_t per_page);
+  void submit(const std::shared_ptr<Lane>& lane, const std::shared_ptr<Job>& job);
+  void mark_unhealthy(size_t b, std::string reason);
+  void start_probe(size_t b);
+  void report(size_t b);
+
+  GuardConfig config_;
+  Ops ops_;
+  std::weak_ptr<void> owner_;
+  std::vector<std::shared_ptr<Lane>> lanes_;  // per base, then the exists lane
+  std::vector<std::shared_ptr<Health>> health_;
+  std::atomic<uint64_t> deadline_misses_{0};
+  std::atomic<uint64_t> unhealthy_refusals_{0};
+};
+
+}  // namespace kvtier::guard

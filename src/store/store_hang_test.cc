@@ -1,0 +1,460 @@
+// Locations that hang (guard.h): a FUSE filesystem whose operations block on command
+// (src/testing/hangfs.cc) stands for a mount whose server is gone. Every call on it returns by
+// its deadline, nothing touches the caller's memory after the return, nothing written during
+// the hang is published, the base fails fast while it hangs, and serves again once it answers.
+// Skips, with the reason, where FUSE cannot be mounted (no /dev/fuse, not root, no helper).
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "src/store/store_test_util.h"
+
+extern char** environ;
+
+namespace kvtier {
+namespace {
+
+using namespace kvtier::testing;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kDeadlineMs = 400;
+// What a call may take beyond its deadline in these tests: scheduling on a loaded 2-core
+// machine under sanitizers (the slack measured on an idle one is in docs/benchmarks.md).
+constexpr milliseconds kSlack{1500};
+
+// The kvtier_hangfs helper, mounted on a fresh directory for one test.
+class HangFs {
+ public:
+  HangFs() {
+#ifndef KVTIER_HANGFS
+    skip_ = "kvtier_hangfs is not built (no libfuse3 at configure time)";
+    return;
+#else
+    if (::geteuid() != 0) {
+      skip_ = "mounting FUSE needs root";
+      return;
+    }
+    if (::access("/dev/fuse", R_OK | W_OK) != 0) {
+      skip_ = std::string("/dev/fuse is not usable here: ") + std::strerror(errno);
+      return;
+    }
+    std::filesystem::create_directories(backing());
+    std::filesystem::create_directories(mount());
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+      skip_ = "pipe failed";
+      return;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    const std::string helper = KVTIER_HANGFS;
+    const std::string b = backing(), m = mount();
+    char* argv[] = {const_cast<char*>(helper.c_str()), const_cast<char*>(b.c_str()),
+                    const_cast<char*>(m.c_str()), nullptr};
+    const int rc = ::posix_spawn(&pid_, helper.c_str(), &fa, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(in[0]);
+    ::close(out[1]);
+    to_ = in[1];
+    from_ = out[0];
+    if (rc != 0) {
+      pid_ = -1;
+      skip_ = std::string("cannot start kvtier_hangfs: ") + std::strerror(rc);
+      return;
+    }
+    if (!wait_line("mounted")) {
+      skip_ = "kvtier_hangfs could not mount (its stderr says why): FUSE is not available here";
+    }
+#endif
+  }
+
+  ~HangFs() {
+    if (to_ >= 0) ::close(to_);  // end of stdin: the helper releases, unmounts and exits
+    if (pid_ > 0) {
+      int st = 0;
+      ::waitpid(pid_, &st, 0);
+    }
+    if (from_ >= 0) ::close(from_);
+  }
+
+  const std::string& skip_reason() const {
+    return skip_;
+  }
+  std::string backing() const {
+    return dir_.file("backing");
+  }
+  std::string mount() const {
+    return dir_.file("mnt");
+  }
+
+  void hang() {
+    command("hang", "hung");
+  }
+  void release() {
+    command("release", "released");
+  }
+  // Operations that have blocked so far (reads what the helper said).
+  unsigned long blocked() {
+    drain();
+    return blocked_;
+  }
+
+ private:
+  void command(const std::string& cmd, const std::string& ack) {
+    const std::string line = cmd + "\n";
+    ASSERT_EQ(::write(to_, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    ASSERT_TRUE(wait_line(ack)) << "kvtier_hangfs did not answer '" << cmd << "'";
+  }
+
+  // Reads lines until `want` (true) or the helper ends (false), within the hang ceiling.
+  bool wait_line(const std::string& want) {
+    const auto until = Clock::now() + kHungCeiling;
+    for (;;) {
+      if (take_line(want)) return true;
+      const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{from_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+      char buf[256];
+      const ssize_t n = ::read(from_, buf, sizeof(buf));
+      if (n <= 0) return false;
+      pending_.append(buf, static_cast<size_t>(n));
+    }
+  }
+  // Consumes complete lines; true when one equals `want`.
+  bool take_line(const std::string& want) {
+    for (size_t nl; (nl = pending_.find('\n')) != std::string::npos;) {
+      const std::string line = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      if (line.rfind("blocked ", 0) == 0) blocked_ = std::stoul(line.substr(8));
+      if (!want.empty() && line == want) return true;
+    }
+    return false;
+  }
+  void drain() {
+    pollfd p{from_, POLLIN, 0};
+    while (::poll(&p, 1, 0) > 0) {
+      char buf[256];
+      const ssize_t n = ::read(from_, buf, sizeof(buf));
+      if (n <= 0) break;
+      pending_.append(buf, static_cast<size_t>(n));
+    }
+    take_line("");
+  }
+
+  TempDir dir_;
+  std::string skip_;
+  pid_t pid_ = -1;
+  int to_ = -1;
+  int from_ = -1;
+  std::string pending_;
+  unsigned long blocked_ = 0;
+};
+
+size_t thread_count() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// The lines a store reports about its bases' health, and a way to wait for the next one.
+struct HealthLog {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> lines;
+
+  std::function<void(std::string_view)> sink() {
+    return [this](std::string_view line) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        lines.emplace_back(line);
+      }
+      cv.notify_all();
+    };
+  }
+  // Waits (within the hang ceiling) until `n` lines have been reported.
+  bool wait_for(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, kHungCeiling, [&] { return lines.size() >= n; });
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu);
+    return lines.size();
+  }
+};
+
+// Waits until `pred` holds, looking again after each yield, within the hang ceiling.
+template <typename Pred>
+bool eventually(Pred pred) {
+  const auto until = Clock::now() + kHungCeiling;
+  while (!pred()) {
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return true;
+}
+
+class StoreHang : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!fs_.skip_reason().empty()) GTEST_SKIP() << fs_.skip_reason();
+  }
+
+  // A store on the mount (and on `local` too when given), deadline kDeadlineMs.
+  std::unique_ptr<Store> open(const std::string& extra_base = {}) {
+    StoreConfig cfg;
+    std::string uri = "file://" + fs_.mount() + "/store";
+    if (!extra_base.empty()) uri += "," + extra_base;
+    uri += "?layout=" + GetParam() + "&deadline_ms=" + std::to_string(kDeadlineMs) +
+           "&probe_interval_ms=10";
+    Result<StoreLocation> loc = parse_store_uri(uri);
+    EXPECT_TRUE(loc.ok()) << loc.status().to_string();
+    cfg.location = *loc;
+    cfg.ns = test_namespace();
+    cfg.ns.piece_bytes = kPage;
+    cfg.ns.pieces_per_page = 1;
+    cfg.on_health_change = health_.sink();
+    return open_store(std::move(cfg));
+  }
+
+  // Waits until the store serves again and no guard thread is left in the kernel.
+  void wait_recovered(Store& store) {
+    ASSERT_TRUE(eventually([&] {
+      const StoreStats s = store.stats();
+      return s.locations_unhealthy == 0 && s.threads_stuck == 0;
+    })) << store.stats().health;
+  }
+
+  static constexpr size_t kPage = 64 << 10;
+  static constexpr size_t kPages = 16;
+  HangFs fs_;
+  HealthLog health_;
+};
+
+TEST_P(StoreHang, GetReturnsByItsDeadlineAndNothingWritesTheBuffersAfter) {
+  auto store = open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_NE(store->stats().isolation.find("fuse"), std::string::npos) << store->stats().isolation;
+  PagePool pool(*store, 2 * kPages, kPage);
+  const auto keys = keys_for("hang-get", kPages);
+  const auto batch = pool.fill_batch(kPages, kPage);
+  ASSERT_TRUE(store->batch_put(views(keys), batch.in).all_ok());
+
+  fs_.hang();
+  for (size_t i = 0; i < kPages; ++i) pool.fill(kPages + i, kPage, 1000 + i);  // canaries
+  const auto t0 = Clock::now();
+  BatchResult r = store->batch_get(views(keys), batch.out);
+  const auto took = Clock::now() - t0;
+  ASSERT_TRUE(r.status.ok());
+  for (const Status& st : r.pages)
+    EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.to_string();
+  EXPECT_LT(took, milliseconds(kDeadlineMs) + kSlack);
+  EXPECT_GE(fs_.blocked(), 1u) << "no call reached the mount";
+  ASSERT_TRUE(health_.wait_for(1));
+  EXPECT_NE(health_.lines[0].find("not answering"), std::string::npos) << health_.lines[0];
+
+  // While it hangs the base fails fast: no second wait for the deadline.
+  const auto t1 = Clock::now();
+  r = store->batch_get(views(keys), batch.out);
+  EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
+  for (const Status& st : r.pages) EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+  StoreStats s = store->stats();
+  EXPECT_EQ(s.locations_unhealthy, 1u);
+  EXPECT_GE(s.deadline_misses, kPages);
+  EXPECT_EQ(s.unhealthy_refusals, kPages);
+  EXPECT_GE(s.threads_stuck, 1u);
+  EXPECT_NE(s.health.find("not answering"), std::string::npos) << s.health;
+
+  fs_.release();
+  wait_recovered(*store);
+  ASSERT_TRUE(health_.wait_for(2));
+  EXPECT_NE(health_.lines[1].find("answers again"), std::string::npos) << health_.lines[1];
+  // The late reads finished after the release: none of them reached the caller's memory.
+  for (size_t i = 0; i < kPages; ++i) {
+    EXPECT_TRUE(pool.holds(kPages + i, kPage, 1000 + i)) << "page " << i << " written late";
+  }
+  r = store->batch_get(views(keys), batch.out);
+  ASSERT_TRUE(r.all_ok());
+  for (size_t i = 0; i < kPages; ++i) EXPECT_TRUE(pool.holds(kPages + i, kPage, i)) << i;
+  EXPECT_EQ(health_.count(), 2u) << "one line per change of state";
+}
+
+TEST_P(StoreHang, APutThatMissesItsDeadlineIsNeverPublished) {
+  auto store = open();
+  ASSERT_NE(store, nullptr);
+  PagePool pool(*store, 2 * kPages, kPage);
+  const auto keys = keys_for("hang-put", kPages);
+  const auto batch = pool.fill_batch(kPages, kPage);
+
+  fs_.hang();
+  const auto t0 = Clock::now();
+  BatchResult r = store->batch_put(views(keys), batch.in);
+  EXPECT_LT(Clock::now() - t0, milliseconds(kDeadlineMs) + kSlack);
+  for (const Status& st : r.pages)
+    EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.to_string();
+  // The caller reuses its memory at once.
+  for (size_t i = 0; i < kPages; ++i) pool.fill(i, kPage, 5000 + i);
+  fs_.release();
+  wait_recovered(*store);
+
+  // Nothing of the late write is found, by this store or a fresh one.
+  EXPECT_EQ(store->batch_exists(views(keys)), 0u);
+  r = store->batch_get(views(keys), batch.out);
+  for (const Status& st : r.pages) EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.to_string();
+  store.reset();
+  auto again = open();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->batch_exists(views(keys)), 0u);
+  if (GetParam() == "files") {
+    // The abandoned temporaries are gone.
+    for (const std::string& f : list_files(fs_.backing())) {
+      EXPECT_EQ(f.find(".tmp"), std::string::npos) << f;
+    }
+  }
+}
+
+TEST_P(StoreHang, ExistsReturnsByItsDeadline) {
+  const auto keys = keys_for("hang-exists", kPages);
+  {
+    auto writer = open();
+    ASSERT_NE(writer, nullptr);
+    PagePool pool(*writer, 2 * kPages, kPage);
+    const auto batch = pool.fill_batch(kPages, kPage);
+    ASSERT_TRUE(writer->batch_put(views(keys), batch.in).all_ok());
+  }
+  auto store = open();  // its index may not know the pages: it must ask the mount
+  ASSERT_NE(store, nullptr);
+  fs_.hang();
+  const auto t0 = Clock::now();
+  const size_t found = store->batch_exists(views(keys));
+  EXPECT_LT(Clock::now() - t0, milliseconds(kDeadlineMs) + kSlack);
+  EXPECT_LE(found, kPages);
+  // The base is probed; the probe hangs too, and the base stops serving.
+  ASSERT_TRUE(eventually([&] { return store->stats().locations_unhealthy == 1; }));
+  const auto t1 = Clock::now();
+  EXPECT_EQ(store->batch_exists(views(keys)), 0u);
+  EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
+  fs_.release();
+  wait_recovered(*store);
+  EXPECT_EQ(store->batch_exists(views(keys)), kPages);
+}
+
+TEST_P(StoreHang, AnotherBaseKeepsServingWhileOneHangs) {
+  TempDir local;
+  auto store = open(local.path());
+  ASSERT_NE(store, nullptr);
+  constexpr size_t n = 48;
+  PagePool pool(*store, 2 * n, kPage);
+  const auto keys = keys_for("two-bases", n);
+  const auto batch = pool.fill_batch(n, kPage);
+  ASSERT_TRUE(store->batch_put(views(keys), batch.in).all_ok());
+
+  fs_.hang();
+  BatchResult r = store->batch_get(views(keys), batch.out);
+  size_t ok = 0, late = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (r.pages[i].ok()) {
+      ++ok;
+      EXPECT_TRUE(pool.holds(n + i, kPage, i)) << i;
+    } else {
+      EXPECT_EQ(r.pages[i].code(), StatusCode::kDeadlineExceeded) << r.pages[i].to_string();
+      ++late;
+    }
+  }
+  EXPECT_GT(ok, 0u);
+  EXPECT_GT(late, 0u);
+  EXPECT_EQ(ok + late, n);
+  // Again while it hangs: the same pages read, the others fail at once.
+  const auto t1 = Clock::now();
+  r = store->batch_get(views(keys), batch.out);
+  EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
+  EXPECT_EQ(r.ok_count(), ok);
+  // Writes too: pages of the base that answers are stored, within the deadline.
+  const auto more = keys_for("two-bases-more", n);
+  const auto t2 = Clock::now();
+  r = store->batch_put(views(more), batch.in);
+  EXPECT_LT(Clock::now() - t2, milliseconds(kDeadlineMs) + kSlack);
+  EXPECT_GT(r.ok_count(), 0u);
+  std::vector<bool> stored;
+  for (const Status& st : r.pages) stored.push_back(st.ok());
+  fs_.release();
+  wait_recovered(*store);
+  EXPECT_TRUE(store->batch_get(views(keys), batch.out).all_ok());
+  r = store->batch_get(views(more), batch.out);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(r.pages[i].ok(), stored[i]) << i << ": " << r.pages[i].to_string();
+    if (stored[i]) {
+      EXPECT_TRUE(pool.holds(n + i, kPage, i)) << i;
+    }
+  }
+}
+
+TEST_P(StoreHang, CloseReturnsWhileIoIsStuckAndThreadsStayBounded) {
+  const size_t threads_before = thread_count();
+  const size_t fds_before = open_fds();
+  {
+    auto store = open();
+    ASSERT_NE(store, nullptr);
+    PagePool pool(*store, 2 * kPages, kPage);
+    const auto keys = keys_for("close", kPages);
+    const auto batch = pool.fill_batch(kPages, kPage);
+    ASSERT_TRUE(store->batch_put(views(keys), batch.in).all_ok());
+    fs_.hang();
+    // Callers on four threads while the mount hangs: a first round of calls blocks what it
+    // blocks (the base's guard threads, the backend's kernel workers, one probe); the rounds
+    // after fail fast and add no thread.
+    auto round = [&](int calls) {
+      std::vector<std::thread> callers;
+      for (int t = 0; t < 4; ++t) {
+        callers.emplace_back([&, t] {
+          std::vector<MutableBuffer> out(batch.out.begin(), batch.out.end());
+          for (int c = 0; c < calls; ++c) {
+            BatchResult r = t % 2 ? store->batch_get(views(keys), out)
+                                  : store->batch_put(views(keys), batch.in);
+            for (const Status& st : r.pages) EXPECT_FALSE(st.ok());
+          }
+        });
+      }
+      for (auto& c : callers) c.join();
+    };
+    round(1);
+    const size_t after_first = thread_count();
+    round(20);
+    EXPECT_LE(thread_count(), after_first) << "threads grew while the mount hung";
+    EXPECT_LE(store->stats().threads_stuck, 4u) << "more than guard_threads stuck";
+    const auto t0 = Clock::now();
+    store.reset();
+    EXPECT_LT(Clock::now() - t0, milliseconds(kDeadlineMs) + kSlack);
+  }
+  fs_.release();
+  // The stuck threads return, finish and end; they held every descriptor they opened.
+  EXPECT_TRUE(eventually([&] { return thread_count() <= threads_before; }))
+      << thread_count() << " threads, " << threads_before << " before";
+  EXPECT_TRUE(eventually([&] { return open_fds() <= fds_before; }))
+      << open_fds() << " descriptors, " << fds_before << " before";
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, StoreHang, ::testing::Values("files", "segments"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace kvtier
