@@ -120,7 +120,14 @@ ErrnoClass classify_errno(int err) {
     case ECONNREFUSED:
     case EHOSTUNREACH:
     case ENETUNREACH:
+    case ENOTCONN:
+    case ECONNABORTED:
+    case ENETDOWN:
+    case ENETRESET:
+    case EHOSTDOWN:
       return {StatusCode::kUnavailable, true};
+    case ESHUTDOWN:  // a network filesystem's client cut off (ceph-fuse until remounted)
+      return {StatusCode::kUnavailable, false};
     case EIO:
     case ENXIO:
     case ENODEV:

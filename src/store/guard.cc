@@ -216,6 +216,10 @@ struct Guard::Health {
   std::condition_variable cv;
   bool probing KVTIER_GUARDED_BY(mu) = false;
   bool stop KVTIER_GUARDED_BY(mu) = false;
+  // Held while `log` runs; once `closed` is set (the store closing) it is never called again,
+  // even by a probe thread that outlives the store.
+  Mutex log_mu;
+  bool closed KVTIER_GUARDED_BY(log_mu) = false;
   std::string reason KVTIER_GUARDED_BY(mu);
   uint64_t since_ns KVTIER_GUARDED_BY(mu) = 0;  // when it last stopped answering
 
@@ -245,7 +249,19 @@ struct Guard::Health {
                            seconds(now_ns() - since_ns));
       }
     }
-    if (log) log(line);
+    MutexLock lock(log_mu);
+    if (log && !closed) log(line);
+  }
+
+  // Stops the probe and the log: returns once no line is being written.
+  void shut() {
+    {
+      MutexLock lock(mu);
+      stop = true;
+      cv.notify_all();
+    }
+    MutexLock lock(log_mu);
+    closed = true;
   }
 
   static void probe_loop(const std::shared_ptr<Health>& h) {
@@ -301,11 +317,7 @@ Guard::~Guard() {
     lane->stop = true;
     lane->cv.notify_all();
   }
-  for (const auto& h : health_) {
-    MutexLock lock(h->mu);
-    h->stop = true;
-    h->cv.notify_all();
-  }
+  for (const auto& h : health_) h->shut();
 }
 
 bool Guard::any_isolated() const {
@@ -367,9 +379,8 @@ BatchResult Guard::run_pages(std::span<const std::string_view> keys, std::span<c
     out.pages[i] = std::move(st);
   };
 
-  // Route the pages: caller errors answered here, pages of bases that do not hang run on this
-  // thread, pages of unhealthy bases fail at once, the rest go to their base's lane.
-  std::vector<size_t> here;
+  // Route the pages: caller errors are answered here, pages of unhealthy bases fail at
+  // once, the rest go to their base's lane.
   std::vector<std::vector<size_t>> by_base(config_.isolation.size());
   std::vector<uint64_t> payload(n, 0);
   std::vector<ConstBuffer> view(k);
@@ -381,9 +392,7 @@ BatchResult Guard::run_pages(std::span<const std::string_view> keys, std::span<c
       continue;
     }
     const size_t b = ops_.base_of(hash128(keys[i]));
-    if (!isolated(b)) {
-      here.push_back(i);
-    } else if (!healthy(b)) {
+    if (!healthy(b)) {
       unhealthy_refusals_.fetch_add(1, std::memory_order_relaxed);
       fail(i, unavailable_error(fmt::format("location {} is not answering; page not {}",
                                             config_.base_names[b], kPut ? "stored" : "read")));
@@ -392,7 +401,9 @@ BatchResult Guard::run_pages(std::span<const std::string_view> keys, std::span<c
     }
   }
 
-  // Jobs of at most kJobPages pages and kJobBytes of staging, pages 4096-aligned in it.
+  // Jobs of at most kJobPages pages and kJobBytes of staging (pages 4096-aligned in it), each
+  // handed to its lane as soon as it is filled: a put's copy into staging overlaps the writes
+  // of the jobs before it.
   auto call = std::make_shared<Call>();
   std::shared_ptr<void> owner = owner_.lock();
   std::vector<std::shared_ptr<Job>> jobs;
@@ -443,56 +454,41 @@ BatchResult Guard::run_pages(std::span<const std::string_view> keys, std::span<c
         at += align_up(payload[i], 4096);
       }
       job->views.assign(job->keys.begin(), job->keys.end());
+      {
+        MutexLock lock(call->mu);
+        ++call->pending;
+      }
+      submit(lanes_[b], job);
       jobs.push_back(std::move(job));
       first = last;
     }
   }
-  {
-    MutexLock lock(call->mu);
-    call->pending = jobs.size();
-  }
-  for (const auto& job : jobs) submit(lanes_[job->base], job);
 
-  // This thread's own pages meanwhile.
-  if (!here.empty()) {
-    std::vector<std::string_view> hk;
-    std::vector<Buffer> hp;
-    for (size_t i : here) {
-      hk.push_back(keys[i]);
-      for (size_t p = 0; p < k; ++p) hp.push_back(pieces[i * k + p]);
-    }
-    BatchResult r;
-    if constexpr (kPut) {
-      r = ops_.put(hk, hp);
-    } else {
-      r = ops_.get(hk, hp);
-    }
-    for (size_t j = 0; j < here.size(); ++j) {
-      out.pages[here[j]] = r.status.ok() ? std::move(r.pages[j]) : r.status;
-    }
-  }
-
-  // Wait for the jobs until the deadline; those not done are abandoned.
+  // Each job in turn until the deadline: a get's pages are copied out as soon as their job is
+  // done (while later jobs still read), and only those that checked out. Jobs not done by the
+  // deadline are abandoned.
   std::vector<std::shared_ptr<Job>> late;
-  {
-    MutexLock lock(call->mu);
-    const auto left = deadline - std::chrono::steady_clock::now();
-    lock.wait_for(call->cv, std::max(left, decltype(left)::zero()),
-                  [&]() KVTIER_REQUIRES(call->mu) { return call->pending == 0; });
-    for (const auto& job : jobs) {
-      if (!job->done) late.push_back(job);
-    }
-    if (!late.empty()) call->abandoned.store(true, std::memory_order_release);
-  }
   for (const auto& job : jobs) {
-    if (std::find(late.begin(), late.end(), job) != late.end()) continue;
+    {
+      MutexLock lock(call->mu);
+      if (late.empty()) {
+        const auto left = deadline - std::chrono::steady_clock::now();
+        lock.wait_for(call->cv, std::max(left, decltype(left)::zero()),
+                      [&]() KVTIER_REQUIRES(call->mu) { return job->done; });
+      }
+      if (!job->done) {
+        // From here on no late job publishes or is copied out.
+        call->abandoned.store(true, std::memory_order_release);
+        late.push_back(job);
+        continue;
+      }
+    }
     const BatchResult& r = job->result;
     size_t piece = 0;
     for (size_t j = 0; j < job->pages.size(); ++j) {
       const size_t i = job->pages[j];
       out.pages[i] = r.status.ok() ? r.pages[j] : r.status;
       if constexpr (!kPut) {
-        // Copied out while the call is live, and only what checked out.
         if (out.pages[i].ok()) {
           for (size_t p = 0; p < k; ++p) {
             const MutableBuffer& dst = pieces[i * k + p];
@@ -502,6 +498,9 @@ BatchResult Guard::run_pages(std::span<const std::string_view> keys, std::span<c
       }
       piece += k;
     }
+    // Done with its staging: back to the pool now, for the next call (the job's thread may
+    // still hold the job a moment).
+    job->staging.reset();
   }
   std::vector<bool> missed(config_.isolation.size(), false);
   for (const auto& job : late) {
@@ -592,11 +591,7 @@ size_t Guard::batch_exists(std::span<const std::string_view> keys) {
 
 size_t Guard::close(std::chrono::milliseconds bound) {
   const auto until = std::chrono::steady_clock::now() + bound;
-  for (const auto& h : health_) {
-    MutexLock lock(h->mu);
-    h->stop = true;
-    h->cv.notify_all();
-  }
+  for (const auto& h : health_) h->shut();
   size_t left = 0;
   for (const auto& lane : lanes_) {
     MutexLock lock(lane->mu);

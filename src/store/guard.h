@@ -54,7 +54,7 @@ Result<Isolation> decide_isolation(const std::string& dir, std::string_view mode
 
 // The most staging bytes and pages one job holds: larger partitions run as several jobs, side
 // by side on the base's threads.
-inline constexpr uint64_t kJobBytes = uint64_t{32} << 20;
+inline constexpr uint64_t kJobBytes = uint64_t{4} << 20;
 inline constexpr size_t kJobPages = 128;
 
 // True on a guard thread whose call's caller has returned (its deadline passed): the publish
@@ -107,7 +107,8 @@ class Guard {
   size_t batch_exists(std::span<const std::string_view> keys);
 
   // Stops taking work and waits for busy threads at most `bound`; those still in the kernel
-  // then finish alone. Returns how many were left.
+  // then finish alone. No health change is reported after it returns. Returns how many
+  // threads were left.
   size_t close(std::chrono::milliseconds bound);
 
   struct Snapshot {

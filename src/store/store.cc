@@ -80,10 +80,10 @@ Status check_segments_config(const StoreConfig& config) {
   return ok_status();
 }
 
-// deadline_ms, probe_interval_ms and isolate in a FILE store's URI are the store's: taken out
-// of the backend's parameters, and used where the config does not set them.
-Status take_guard_params(StoreConfig& cfg) {
-  BackendParams& params = cfg.location.params;
+// deadline_ms, probe_interval_ms and isolate of a FILE store's URI (StoreLocation::
+// store_params): used where the config does not set them.
+Status resolve_guard_params(StoreConfig& cfg) {
+  const BackendParams& params = cfg.location.store_params;
   auto take_ms = [&](const std::string& name, std::optional<uint64_t>& field,
                      uint64_t fallback) -> Status {
     if (auto it = params.find(name); it != params.end()) {
@@ -95,7 +95,6 @@ Status take_guard_params(StoreConfig& cfg) {
             fmt::format("{}='{}' is not a whole number of milliseconds", name, v));
       }
       if (!field) field = ms;
-      params.erase(it);
     }
     if (!field) field = fallback;
     return ok_status();
@@ -105,9 +104,8 @@ Status take_guard_params(StoreConfig& cfg) {
   if (*cfg.probe_interval_ms == 0) {
     return invalid_argument_error("probe_interval_ms is 0 (a probe needs an interval)");
   }
-  if (auto it = params.find("isolate"); it != params.end()) {
-    if (cfg.isolate.empty()) cfg.isolate = it->second;
-    params.erase(it);
+  if (auto it = params.find("isolate"); it != params.end() && cfg.isolate.empty()) {
+    cfg.isolate = it->second;
   }
   if (cfg.isolate.empty()) cfg.isolate = "auto";
   if (cfg.isolate != "auto" && cfg.isolate != "on" && cfg.isolate != "off") {
@@ -191,7 +189,7 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   // A FILE store's deadline and isolation are the store's parameters, not the backend's.
   StoreConfig cfg = config;
   if (cfg.location.storage_class == StorageClass::kFile) {
-    KVTIER_RETURN_IF_ERROR(take_guard_params(cfg));
+    KVTIER_RETURN_IF_ERROR(resolve_guard_params(cfg));
   }
   AgentConfig ac;
   ac.backend = cfg.backend.empty() ? cfg.location.backend : cfg.backend;

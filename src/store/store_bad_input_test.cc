@@ -174,6 +174,9 @@ TEST_F(StoreBadInput, UnknownAndUnparsableLocationParameters) {
                              {"file://" + base + "?backend=posix&io_threads=x", "io_threads"},
                              {"file://" + base + "?backend=posix&queue_depth=8", "queue_depth"},
                              {"file://" + base + "?use_tmpfile=maybe", "use_tmpfile"},
+                             {"file://" + base + "?deadline_ms=soon", "deadline_ms"},
+                             {"file://" + base + "?probe_interval_ms=0", "probe_interval_ms"},
+                             {"file://" + base + "?isolate=maybe", "isolate"},
                              {"mem://strict?io_threads=4", "io_threads"},
                              {"s3://kvtier-test/p?max_parallel=lots", "max_parallel"},
                              {"s3://kvtier-test/p?regoin=eu", "regoin"}};

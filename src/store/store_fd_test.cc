@@ -182,15 +182,25 @@ TEST_F(StoreFds, CorruptPage) {
   EXPECT_EQ(open_fds(), base_);
 }
 
-TEST_F(StoreFds, MissingDirectoryIsRecreated) {
-  // Someone removed the whole tree under a running store.
-  std::filesystem::remove_all(dir_.file("store"));
+TEST_F(StoreFds, MissingNamespaceDirectoryIsRecreatedUnderItsBase) {
+  // Someone removed the namespace's tree under a running store; its base is still there.
+  std::filesystem::remove_all(dir_.file("store") + "/kvtier");
   EXPECT_EQ(store_->get("gone", pool_->slot(128), kPage).code(), StatusCode::kNotFound);
   EXPECT_EQ(open_fds(), base_) << "get";
   KVTIER_EXPECT_OK(store_->put("again", pool_->slot(0), kPage));
   EXPECT_EQ(open_fds(), base_) << "put";
   KVTIER_EXPECT_OK(store_->get("again", pool_->slot(128), kPage));
   EXPECT_TRUE(pool_->holds(128, kPage, 0));
+  EXPECT_EQ(open_fds(), base_);
+}
+
+TEST_F(StoreFds, AVanishedBaseIsNeverRecreated) {
+  // The base itself is gone: so may be the filesystem it was on (a network mount detached
+  // under the store), and a put must not make a tree on whatever lies beneath.
+  std::filesystem::remove_all(dir_.file("store"));
+  const Status st = store_->put("again", pool_->slot(0), kPage);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.to_string();
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("store")));
   EXPECT_EQ(open_fds(), base_);
 }
 

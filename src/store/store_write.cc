@@ -76,6 +76,20 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
     specs.push_back(std::move(spec));
   }
   std::vector<Result<Target>> opened = agent.open_targets(specs);
+  // A namespace whose directories were removed under the store (by hand) gets them again, but
+  // only under a base directory that is still there: a base that is gone may be a filesystem
+  // that is gone (a network mount detached), and what lies beneath is not the store's.
+  std::vector<bool> remade(router.base_count(), false);
+  for (size_t i = 0; i < work.size(); ++i) {
+    const size_t b = work[i].route.base;
+    if (opened[i].ok() || opened[i].status().code() != StatusCode::kNotFound) continue;
+    if (!remade[b]) {
+      remade[b] = true;
+      Result<ObjectInfo> base = agent.stat(router.base(b));
+      if (!base.ok() || !base->is_dir || !agent.make_dirs(router.temp_dir(b)).ok()) continue;
+    }
+    opened[i] = agent.open_target(specs[i]);
+  }
 
   // Pages go out in chunks that grow from 1 MiB to 16 MiB: while the backend writes one
   // chunk, this thread checksums the next, so checksumming overlaps the copy.

@@ -118,6 +118,10 @@ std::string StoreLocation::uri() const {
                      is_secret_param(k) ? "REDACTED" : percent_encode(v, kValueSpecials));
     sep = '&';
   }
+  for (const auto& [k, v] : store_params) {
+    s += fmt::format("{}{}={}", sep, k, percent_encode(v, kValueSpecials));
+    sep = '&';
+  }
   return s;
 }
 
@@ -161,6 +165,11 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
 
   if (scheme == "file") {
     loc.storage_class = StorageClass::kFile;
+    for (const std::string_view name : {"deadline_ms", "probe_interval_ms", "isolate"}) {
+      if (auto it = loc.params.find(name); it != loc.params.end()) {
+        loc.store_params.insert(loc.params.extract(it));
+      }
+    }
     while (!rest.empty()) {
       const size_t comma = rest.find(',');
       KVTIER_ASSIGN_OR_RETURN(std::string raw, percent_decode(rest.substr(0, comma)));

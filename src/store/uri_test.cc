@@ -21,6 +21,25 @@ TEST(StoreUri, PlainPathAndFileUri) {
   EXPECT_EQ(b->bases, a->bases);
 }
 
+TEST(StoreUri, DeadlineAndIsolationAreTheStoresParametersOnFileLocations) {
+  Result<StoreLocation> a =
+      parse_store_uri("file:///mnt/a?deadline_ms=500&isolate=on&io_threads=4&probe_interval_ms=9");
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(a->params, (BackendParams{{"io_threads", "4"}}));
+  EXPECT_EQ(a->store_params,
+            (BackendParams{{"deadline_ms", "500"}, {"isolate", "on"}, {"probe_interval_ms", "9"}}));
+  Result<StoreLocation> again = parse_store_uri(a->uri());
+  ASSERT_TRUE(again.ok()) << a->uri();
+  EXPECT_EQ(again->params, a->params);
+  EXPECT_EQ(again->store_params, a->store_params);
+  // On S3 deadline_ms is the backend's (its requests' deadline).
+  Result<StoreLocation> s3 = parse_store_uri("s3://bucket-x/p?deadline_ms=700");
+  if (s3.ok()) {
+    EXPECT_EQ(s3->params.at("deadline_ms"), "700");
+    EXPECT_TRUE(s3->store_params.empty());
+  }
+}
+
 TEST(StoreUri, RelativePathsBecomeAbsolute) {
   Result<StoreLocation> a = parse_store_uri("data/../kv");
   ASSERT_TRUE(a.ok());

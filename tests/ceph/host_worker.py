@@ -44,6 +44,9 @@ class HostStore:
         self.reg = self.store.register_memory(self.pool)
         self.lock = threading.Lock()  # one batch at a time uses the pool
         self.loop = None
+        # Read slots of pages the last get did not read: zeros it left there, which nothing
+        # may write after the call returned (a late completion into the caller's memory).
+        self.unread = []
 
     def slot(self, half, i):
         off = (half * MAX_BATCH + i) * PAGE_BYTES
@@ -64,11 +67,13 @@ class HostStore:
         """Per key: "MISS", "CODE:<code>", "BAD" (bytes of no writer) or the writer's name."""
         assert len(keys) <= MAX_BATCH
         with self.lock:
+            late = sum(1 for i in self.unread if self.slot(1, i).any())
             dst = [self.slot(1, i) for i in range(len(keys))]
             for d in dst:
                 d[:] = 0
             r = self.store.batch_get(keys, dst)
-            out = []
+            self.unread = [i for i, st in enumerate(r.pages) if st.code != "OK"]
+            out = ["LATE"] * late
             for k, d, st in zip(keys, dst, r.pages):
                 if st.code == "NOT_FOUND":
                     out.append("MISS")

@@ -146,10 +146,13 @@ class Location:
         return os.path.join(self.cluster[f"KVTIER_CEPH_MNT_{host}"], self.name)
 
     def uri(self, host):
+        # FILE stores on ceph-fuse are isolated (docs/architecture.md, "Locations that hang"):
+        # a deadline only a hang reaches, unless the test sets one.
+        extra = f"&{self.query}" if self.query else f"&deadline_ms={S3_DEADLINE_MS}"
         if self.kind == "file":
-            return f"file://{self.path(host)}?layout=files"
+            return f"file://{self.path(host)}?layout=files{extra}"
         if self.kind == "file-segments":
-            return f"file://{self.path(host)}?layout=segments"
+            return f"file://{self.path(host)}?layout=segments{extra}"
         c = self.cluster
         q = (f"endpoint={c['KVTIER_CEPH_S3_ENDPOINT']}&region={c['KVTIER_CEPH_S3_REGION']}"
              f"&deadline_ms={S3_DEADLINE_MS}")
@@ -664,3 +667,77 @@ def test_a_host_that_dies_mid_batch_stalls_no_one_and_leaves_nothing_readable(
         subprocess.run([script, "up", state, "a"], timeout=CEILING)
         # remount's own ceilings (cluster.sh's KVTIER_CEPH_TIMEOUT, 300 s) come first.
         subprocess.run([script, "remount", state, "a"], timeout=2 * CEILING)
+
+
+# A host whose own mount hangs: A keeps reading and writing while its cable is out. ceph-fuse
+# then blocks A's system calls that need the servers for as long as the cable is out (SIGKILL
+# included; what its cache holds it still answers), and answers ESHUTDOWN until remounted once
+# the cable is back (../shared/reference/CEPHFS-HERE.md). A's writes create files (page files,
+# or a new segment per batch: segments of 1 MiB), which need the MDS. Every call on A returns by
+# its deadline (plus slack for a loaded machine); once A's store has missed one, the mount is
+# skipped at once; nothing is written into A's memory after a call returned (LATE); nothing
+# half-written is ever read, on A or elsewhere; A's guard threads stay bounded; and A stores
+# and reads pages again after the remount. Pages A wrote just before the cut may be lost with
+# its client's cache (blocklisted): those read as misses, never as wrong bytes.
+HANG_DEADLINE_MS = 2000
+HANG_SLACK_S = 3.0
+
+
+@pytest.mark.parametrize("kind", ["file", "file-segments"])
+def test_a_host_whose_mount_hangs_returns_every_call_by_its_deadline(cluster, hosts, kind):
+    loc = Location(cluster, kind, "hangs",
+                   query=f"deadline_ms={HANG_DEADLINE_MS}&probe_interval_ms=200")
+    a, b = hosts["a"], hosts["b"]
+    ka, kn = keys("ha", 64), keys("hn", 32)
+    for h in (a, b):
+        h.call("open", name="s", uri=loc.uri(h.name), model=MODEL, segment_bytes=1 << 20)
+    assert a.call("put", name="s", keys=ka[:32], writer="a")["codes"] == ["OK"] * 32
+    a.call("loop_start", name="s", loop="r", kind="get", keys=ka[:32], writers=["a"], batch=16)
+    a.call("loop_start", name="s", loop="w", kind="put", keys=ka[32:], writer="a", batch=16)
+    wait_batches(a, "r", 2)
+    wait_batches(a, "w", 2)
+    state = cluster["STATE_DIR"]
+    script = os.path.join(HERE, "cluster.sh")
+    try:
+        subprocess.run([script, "down", state, "a"], check=True, timeout=CEILING)
+        marks = {"r": a.call("loop_batches", loop="r")["batches"],
+                 "w": a.call("loop_batches", loop="w")["batches"]}
+        # The loops go on while the mount hangs: every batch returns.
+        wait_batches(a, "r", marks["r"] + 12)
+        wait_batches(a, "w", marks["w"] + 12)
+        stats = a.call("stats", name="s")["stats"]
+        rr = a.call("loop_stop", loop="r")
+        rw = a.call("loop_stop", loop="w")
+        print(f"{kind}: longest batch on the hung host: get {rr['max_batch_s']:.2f} s, put "
+              f"{rw['max_batch_s']:.2f} s (deadline {HANG_DEADLINE_MS} ms); deadline misses "
+              f"{stats['deadline_misses']}, refused at once {stats['unhealthy_refusals']}, "
+              f"threads stuck {stats['threads_stuck']}")
+        assert rr["error"] is None and rw["error"] is None, (rr, rw)
+        assert rr["max_batch_s"] < HANG_DEADLINE_MS / 1000 + HANG_SLACK_S, rr
+        assert rw["max_batch_s"] < HANG_DEADLINE_MS / 1000 + HANG_SLACK_S, rw
+        print(f"{kind}: outcomes while cut off: get {rr['outcomes']}, put {rw['outcomes']}")
+        misses = {"CODE:DEADLINE_EXCEEDED", "CODE:UNAVAILABLE"}
+        assert set(rr["outcomes"]) <= {"a"} | misses, rr  # never BAD, never LATE
+        assert set(rw["outcomes"]) <= {"OK"} | {m[5:] for m in misses}, rw
+        # The cut reached the store: a call missed its deadline and the mount was skipped.
+        assert stats["deadline_misses"] >= 1 and stats["unhealthy_refusals"] >= 1, stats
+        assert stats["threads_stuck"] <= 4, stats  # guard_threads
+    finally:
+        subprocess.run([script, "up", state, "a"], timeout=CEILING)
+        remount = subprocess.run([script, "remount", state, "a"], timeout=2 * CEILING,
+                                 capture_output=True, text=True)
+    # The remount finds the mount point empty: nothing of A's (late calls included) made a
+    # directory beneath the detached mount.
+    assert remount.returncode == 0, remount.stderr
+    # A serves again once its probe finds the remounted directory answering.
+    until = time.monotonic() + CEILING
+    while a.call("stats", name="s")["stats"]["locations_unhealthy"]:
+        assert time.monotonic() < until, "A's store never served again"
+        time.sleep(0.05)
+    assert set(a.call("get", name="s", keys=ka, writers=["a"])["got"]) <= {"a", "MISS"}
+    assert a.call("put", name="s", keys=kn, writer="a")["codes"] == ["OK"] * 32
+    assert a.call("get", name="s", keys=kn, writers=["a"])["got"] == ["a"] * 32
+    # Nothing A half-wrote while cut off is read anywhere.
+    assert set(b.call("get", name="s", keys=ka, writers=["a"])["got"]) <= {"a", "MISS"}
+    verify = b.kvtier("verify", "--json", "--quiet", loc.uri("b"))
+    assert verify["corrupt"] == [], verify

@@ -163,7 +163,8 @@ struct StoreConfig {
   // kernel on one hung base.
   size_t guard_threads = 4;
   // Called with one line for each change of a base's health (stopped answering, answers
-  // again); empty: the line goes to stderr.
+  // again); empty: the line goes to stderr. Called on a store thread, never after the Store
+  // is destroyed; it may call the store (stats()).
   std::function<void(std::string_view)> on_health_change;
   // Wraps the selected backend (fault injection in tests, metrics).
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> decorate;

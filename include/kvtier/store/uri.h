@@ -11,9 +11,10 @@
 //                                           `prefix`
 //
 // Query parameters: `backend` picks the backend ("auto" by default), `layout` the FILE
-// layout ("auto" by default, "files" or "segments"); every other parameter
-// goes to the backend (io_threads, max_io_bytes, endpoint, region, ...), which rejects a name
-// it does not know and a value it cannot parse when the store opens (kInvalidArgument naming
+// layout ("auto" by default, "files" or "segments"), and on file:// `deadline_ms`,
+// `probe_interval_ms` and `isolate` go to the store (StoreLocation::store_params); every other
+// parameter goes to the backend (io_threads, max_io_bytes, endpoint, region, ...), which rejects a
+// name it does not know and a value it cannot parse when the store opens (kInvalidArgument naming
 // the parameter; see BackendRegistry). uri() prints
 // parameters that hold secrets (names with "secret", "token" or "password") as REDACTED.
 #pragma once
@@ -38,6 +39,10 @@ struct StoreLocation {
   // parameter.
   std::string layout = "auto";
   BackendParams params;
+  // FILE locations: the store's own parameters, not the backend's: `deadline_ms`,
+  // `probe_interval_ms` and `isolate` (docs/architecture.md, "Locations that hang"), checked
+  // when the store opens. Tools that only inspect a location ignore them.
+  BackendParams store_params;
 
   // The URI that parses back to this location: '%', control bytes and the separators of each
   // part ('?' and ',' in paths, '&' in values) are %-encoded. Secret parameters print as

@@ -93,8 +93,9 @@ struct DirectIoAlignment {
 };
 
 struct PublishOptions {
-  bool durable = false;        // data and directory entry on stable storage before returning
-  bool create_parents = true;  // create missing parent directories of the path
+  bool durable = false;  // data and directory entry on stable storage before returning
+  // Create the path's directory if it is missing (one level: its parent must exist).
+  bool create_parents = true;
 };
 
 // A storage object opened by a backend. Owns whatever the backend opened for it (a descriptor,

@@ -256,7 +256,7 @@ Status FileBackend::publish(BackendTarget& base, const PublishOptions& options) 
   }
   Status st = t.anonymous() ? link_anonymous(t) : rename_named(t);
   if (st.code() == StatusCode::kNotFound && options.create_parents) {
-    KVTIER_RETURN_IF_ERROR(make_dirs(dirname_of(t.path())));
+    KVTIER_RETURN_IF_ERROR(make_dir_in_place(dirname_of(t.path())));
     st = t.anonymous() ? link_anonymous(t) : rename_named(t);
   }
   KVTIER_RETURN_IF_ERROR(st);
@@ -275,6 +275,18 @@ Status FileBackend::sync(BackendTarget& base) {
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) return errno_status(errno, "fdatasync", t.path());
   return ok_status();
+}
+
+// One directory, in a parent that must exist. A missing parent is kNotFound: the directories
+// above a store's own (its base, its namespace) exist for as long as the filesystem they are on
+// is there, and when one is gone so may be the filesystem (a network mount detached while a
+// writer was blocked in it): recreating them would put pages on whatever lies beneath.
+Status FileBackend::make_dir_in_place(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) == 0) return ok_status();
+  if (errno != EEXIST) return errno_status(errno, "mkdir", dir);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return ok_status();
+  return errno_status(ENOTDIR, "mkdir", dir);
 }
 
 Status FileBackend::make_dirs(std::string_view path) {
@@ -455,8 +467,8 @@ Result<std::unique_ptr<BackendTarget>> FileBackend::open_create(const TargetSpec
   const std::string temp_dir = temp_dir_for(spec);
   Result<std::unique_ptr<BackendTarget>> t = try_create(spec, temp_dir);
   if (t.ok() || t.status().code() != StatusCode::kNotFound) return t;
-  // The temporary directory is missing (first use, or removed by hand): make it, once.
-  KVTIER_RETURN_IF_ERROR(make_dirs(temp_dir));
+  // The temporary directory is missing (removed by hand): make it again, once, where it was.
+  KVTIER_RETURN_IF_ERROR(make_dir_in_place(temp_dir));
   return try_create(spec, temp_dir);
 }
 
