@@ -17,7 +17,7 @@ Needs root and /dev/fuse for part 1 (skipped otherwise, saying why), and the kvt
 module (PYTHONPATH=build/python) with build/tests/kvtier_hangfs.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/hung_mount.py [--rounds 5] [--batch 128]
-      [--page-kib 128] [--deadline-ms 500] [--staging-dirs /tmp/x,/mnt/cephfs/x] [--mib 512]
+      [--page-kib 128] [--deadline-ms 500] [--staging-dirs /tmp,fuse,/mnt/cephfs/x] [--mib 512]
 """
 
 import argparse
@@ -103,7 +103,9 @@ def hung_root(args):
         lat = {"both answering": [], "root A hung": []}
         slack, hung_b, alone_b = [], [], []
         with both.register_memory(pool), alone.register_memory(pool):
-            assert both.batch_put(keys, src).all_ok
+            for c in range(0, n, args.batch):
+                put = both.batch_put(keys[c:c + args.batch], src[c:c + args.batch])
+                assert put.all_ok, [str(s) for s in put.pages if not s][:3]
             # Which pages live on B: the store on B alone finds exactly those.
             on_b = [i for i in range(n) if alone.exists(keys[i])]
             for r in range(args.rounds):
@@ -167,17 +169,24 @@ def staging(args):
           f"{args.rounds} rounds, alternating")
     print("| directory | filesystem | write on/off | read on/off |")
     print("|---|---|---|---|")
+    mounts = []
     for d in [x for x in args.staging_dirs.split(",") if x]:
+        if d == "fuse":  # a pass-through FUSE mount over the temporary directory
+            if os.geteuid() != 0 or not os.path.exists(HANGFS):
+                print("| fuse | (skipped: needs root and kvtier_hangfs) | | |")
+                continue
+            mounts.append(HangFs(tempfile.mkdtemp(prefix="kvtier-fuse-")))
+            d = mounts[-1].mount
         pool = numpy.random.default_rng(2).integers(0, 255, 2 * n * page, dtype=numpy.uint8)
         src = [pool[i * page:(i + 1) * page] for i in range(n)]
         dst = [pool[(n + i) * page:(n + i + 1) * page] for i in range(n)]
         res = {"on": ([], []), "off": ([], [])}
-        fs = ""
+        fs = subprocess.run(["stat", "-f", "-c", "%T", d], capture_output=True,
+                            text=True).stdout.strip()
         for r in range(args.rounds):
             for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
                 where = os.path.join(d, f"staging-{mode}")
                 s = open_store(f"file://{where}?isolate={mode}", page)
-                fs = fs or s.stats()["isolation"]
                 keys = keys_for(f"staging-{r}-{mode}", n)
                 with s.register_memory(pool):
                     t0 = time.perf_counter()
@@ -193,11 +202,13 @@ def staging(args):
                 shutil.rmtree(where, ignore_errors=True)
         w = [x / y for x, y in zip(res["on"][0], res["off"][0])]
         rd = [x / y for x, y in zip(res["on"][1], res["off"][1])]
-        print(f"| {d} | {fs.split(': ', 1)[-1]} | "
+        print(f"| {d} | {fs} | "
               f"{statistics.median(res['on'][0]):.2f}/{statistics.median(res['off'][0]):.2f} GB/s "
               f"= {statistics.median(w):.2f}x | "
               f"{statistics.median(res['on'][1]):.2f}/{statistics.median(res['off'][1]):.2f} GB/s "
               f"= {statistics.median(rd):.2f}x |")
+    for m in mounts:
+        m.close()
 
 
 def main():
@@ -209,7 +220,9 @@ def main():
     p.add_argument("--deadline-ms", type=int, default=500)
     p.add_argument("--probe-ms", type=int, default=100)
     p.add_argument("--mib", type=int, default=512, help="staging: MiB written and read per round")
-    p.add_argument("--staging-dirs", default=tempfile.gettempdir())
+    p.add_argument("--staging-dirs", default=tempfile.gettempdir() + ",fuse",
+                   help="directories to compare isolate=on/off on; 'fuse': a pass-through "
+                        "FUSE mount (kvtier_hangfs) of the temporary directory")
     p.add_argument("--skip-hung", action="store_true")
     args = p.parse_args()
     print(f"kvtier {kvtier.__version__}; {os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d')}")

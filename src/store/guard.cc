@@ -118,6 +118,10 @@ struct Guard::Call {
   Mutex mu;
   std::condition_variable cv;
   size_t pending KVTIER_GUARDED_BY(mu) = 0;
+  // Jobs touch the caller's memory (copy a put's pages in, a get's pages out) holding `live`
+  // shared, and only while `abandoned` is false; the caller sets it holding `live` exclusively
+  // before it returns, so no copy runs past the return.
+  SharedMutex live;
   std::atomic<bool> abandoned{false};
 };
 
@@ -134,6 +138,9 @@ struct Guard::Job {
   std::vector<std::string_view> views;
   std::vector<ConstBuffer> put_pieces;    // in staging
   std::vector<MutableBuffer> get_pieces;  // in staging
+  std::vector<ConstBuffer> from;          // put: the caller's pieces
+  std::vector<MutableBuffer> to;          // get: the caller's pieces
+  std::vector<char> copied;               // get: per page, copied to the caller
   BatchResult result;                     // written before `done`
   size_t exists_found = 0;
   bool done = false;     // under call->mu
@@ -144,11 +151,17 @@ struct Guard::Job {
       t_abandoned = &call->abandoned;
       switch (kind) {
         case Kind::kPut:
-          result = ops->put(views, put_pieces);
+          if (copy_in()) result = ops->put(views, put_pieces);
           break;
-        case Kind::kGet:
-          result = ops->get(views, get_pieces);
+        case Kind::kGet: {
+          // Each page goes to the caller as it checks out, from the thread that read and
+          // hashed it (still in that core's caches), while other pages are being read.
+          copied.assign(pages.size(), 0);
+          const PageDone done = [this](size_t j) { copy_page(j); };
+          result = ops->get(views, get_pieces, &done);
+          copy_out();
           break;
+        }
         case Kind::kExists:
           exists_found = ops->batch_exists(views);
           break;
@@ -161,6 +174,33 @@ struct Guard::Job {
       --call->pending;
     }
     call->cv.notify_all();
+  }
+
+  // The caller's pages into staging, while its call is live; false when it is not.
+  bool copy_in() {
+    ReaderLock lock(call->live);
+    if (call->abandoned.load(std::memory_order_relaxed)) return false;
+    for (size_t p = 0; p < from.size(); ++p) {
+      std::memcpy(const_cast<void*>(put_pieces[p].data), from[p].data, from[p].size);
+    }
+    return true;
+  }
+  // Page j from staging to the caller, while its call is live.
+  void copy_page(size_t j) {
+    const size_t k = to.size() / pages.size();
+    ReaderLock lock(call->live);
+    if (call->abandoned.load(std::memory_order_relaxed)) return;
+    for (size_t p = j * k; p < (j + 1) * k; ++p) {
+      std::memcpy(to[p].data, get_pieces[p].data, to[p].size);
+    }
+    copied[j] = 1;
+  }
+  // Pages that checked out but were not copied as they did.
+  void copy_out() {
+    if (!result.status.ok()) return;
+    for (size_t j = 0; j < pages.size() && j < result.pages.size(); ++j) {
+      if (result.pages[j].ok() && !copied[j]) copy_page(j);
+    }
   }
 };
 
@@ -442,14 +482,15 @@ BatchResult Guard::run_pages(std::span<const std::string_view> keys, std::span<c
         job->keys.emplace_back(keys[i]);
         uint64_t off = at;
         for (size_t p = 0; p < k; ++p) {
-          const Buffer& src = pieces[i * k + p];
+          const Buffer& mine = pieces[i * k + p];
           if constexpr (kPut) {
-            std::memcpy(data + off, src.data, src.size);
-            job->put_pieces.push_back({data + off, src.size});
+            job->from.push_back(mine);
+            job->put_pieces.push_back({data + off, mine.size});
           } else {
-            job->get_pieces.push_back({data + off, src.size});
+            job->to.push_back(mine);
+            job->get_pieces.push_back({data + off, mine.size});
           }
-          off += src.size;
+          off += mine.size;
         }
         at += align_up(payload[i], 4096);
       }
@@ -464,9 +505,9 @@ BatchResult Guard::run_pages(std::span<const std::string_view> keys, std::span<c
     }
   }
 
-  // Each job in turn until the deadline: a get's pages are copied out as soon as their job is
-  // done (while later jobs still read), and only those that checked out. Jobs not done by the
-  // deadline are abandoned.
+  // Each job in turn until the deadline; jobs not done by then are abandoned: once
+  // `abandoned` is set (with `live` held exclusively: no copy is running) no job copies to or
+  // from the caller's memory or publishes a page.
   std::vector<std::shared_ptr<Job>> late;
   for (const auto& job : jobs) {
     {
@@ -477,30 +518,23 @@ BatchResult Guard::run_pages(std::span<const std::string_view> keys, std::span<c
                       [&]() KVTIER_REQUIRES(call->mu) { return job->done; });
       }
       if (!job->done) {
-        // From here on no late job publishes or is copied out.
-        call->abandoned.store(true, std::memory_order_release);
         late.push_back(job);
         continue;
       }
     }
     const BatchResult& r = job->result;
-    size_t piece = 0;
     for (size_t j = 0; j < job->pages.size(); ++j) {
-      const size_t i = job->pages[j];
-      out.pages[i] = r.status.ok() ? r.pages[j] : r.status;
-      if constexpr (!kPut) {
-        if (out.pages[i].ok()) {
-          for (size_t p = 0; p < k; ++p) {
-            const MutableBuffer& dst = pieces[i * k + p];
-            std::memcpy(dst.data, job->get_pieces[piece + p].data, dst.size);
-          }
-        }
-      }
-      piece += k;
+      out.pages[job->pages[j]] = !r.status.ok()       ? r.status
+                                 : j < r.pages.size() ? r.pages[j]
+                                                      : internal_error("page not run");
     }
     // Done with its staging: back to the pool now, for the next call (the job's thread may
     // still hold the job a moment).
     job->staging.reset();
+  }
+  if (!late.empty()) {
+    WriterLock lock(call->live);
+    call->abandoned.store(true, std::memory_order_release);
   }
   std::vector<bool> missed(config_.isolation.size(), false);
   for (const auto& job : late) {

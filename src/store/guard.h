@@ -54,12 +54,15 @@ Result<Isolation> decide_isolation(const std::string& dir, std::string_view mode
 
 // The most staging bytes and pages one job holds: larger partitions run as several jobs, side
 // by side on the base's threads.
-inline constexpr uint64_t kJobBytes = uint64_t{4} << 20;
+inline constexpr uint64_t kJobBytes = uint64_t{16} << 20;
 inline constexpr size_t kJobPages = 128;
 
 // True on a guard thread whose call's caller has returned (its deadline passed): the publish
 // steps check it last, so a late write is never published.
 bool call_abandoned() noexcept;
+
+// Called with a page's index in its batch as the page checks out (the read path's hook).
+using PageDone = std::function<void(size_t)>;
 
 struct GuardConfig {
   std::chrono::milliseconds deadline{10000};
@@ -76,7 +79,8 @@ class Guard {
   // What the guard runs on its threads: the store's own calls, on the calling thread.
   struct Ops {
     std::function<BatchResult(std::span<const std::string_view>, std::span<const ConstBuffer>)> put;
-    std::function<BatchResult(std::span<const std::string_view>, std::span<const MutableBuffer>)>
+    std::function<BatchResult(std::span<const std::string_view>, std::span<const MutableBuffer>,
+                              const PageDone*)>
         get;
     std::function<size_t(std::span<const std::string_view>)> batch_exists;
     // Checks a page's key and memory (the caller's, before any staging): OK with its payload.

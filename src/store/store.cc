@@ -284,9 +284,8 @@ Status Store::Impl::start_guard() {
   ops.put = [p](std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
     return p->put_here(keys, pieces);
   };
-  ops.get = [p](std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces) {
-    return p->get_here(keys, pieces);
-  };
+  ops.get = [p](std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
+                const guard::PageDone* done) { return p->get_here(keys, pieces, done); };
   ops.batch_exists = [p](std::span<const std::string_view> keys) {
     return p->batch_exists_here(keys);
   };

@@ -41,13 +41,18 @@ struct Store::Impl::ReadWindow {
   std::unique_ptr<std::atomic<uint32_t>[]> pending;        // descriptors left, per page
   std::unique_ptr<std::atomic<bool>[]> failed;             // a descriptor failed, per page
   Result<Transfer> xfer = Transfer();
+  // Called with (first + page) as each page checks out (PageDone).
+  const PageDone* done = nullptr;
+  size_t first = 0;
 };
 
 void Store::Impl::get_window(std::span<const std::string_view> keys,
-                             std::span<const MutableBuffer> pieces, size_t k,
-                             std::span<Status> out) {
+                             std::span<const MutableBuffer> pieces, size_t k, std::span<Status> out,
+                             const PageDone* done, size_t first) {
   ReadWindow rw;
   rw.keys = keys;
+  rw.done = done;
+  rw.first = first;
   rw.work = plan(keys, pieces, k, out);
   if (layout == StoreLayout::kSegments) {
     open_records(rw, out);
@@ -197,6 +202,7 @@ void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st)
                         .subspan(rw.first_chunk[ref.page],
                                  rw.first_chunk[ref.page + 1] - rw.first_chunk[ref.page]);
   rw.verdicts[ref.page] = verify_page(w, rw.keys[w.page], rw.header_blocks->block(ref.page), sums);
+  if (rw.done != nullptr && rw.verdicts[ref.page].ok()) (*rw.done)(rw.first + w.page);
 }
 
 Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
