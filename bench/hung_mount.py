@@ -36,33 +36,16 @@ import kvtier
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HANGFS = os.path.join(HERE, "..", "build", "tests", "kvtier_hangfs")
+sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))
+from hangfs import HangFs  # noqa: E402
 
 
-class HangFs:
-    def __init__(self, root):
-        self.backing = os.path.join(root, "backing")
-        self.mount = os.path.join(root, "mnt")
-        os.makedirs(self.backing)
-        os.makedirs(self.mount)
-        self.proc = subprocess.Popen([HANGFS, self.backing, self.mount], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
-        if not self._until("mounted"):
-            raise RuntimeError("kvtier_hangfs could not mount")
+def mount(root):
+    fs = HangFs(HANGFS, root)
+    if not fs.mounted:
+        raise RuntimeError("kvtier_hangfs could not mount")
+    return fs
 
-    def _until(self, want):
-        for line in self.proc.stdout:
-            if line.strip() == want:
-                return True
-        return False
-
-    def command(self, cmd, ack):
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
-        assert self._until(ack)
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait()
 
 
 def keys_for(prefix, n):
@@ -88,7 +71,7 @@ def hung_root(args):
         return
     page = args.page_kib << 10
     root = tempfile.mkdtemp(prefix="kvtier-hung-")
-    a, b = HangFs(os.path.join(root, "a")), HangFs(os.path.join(root, "b"))
+    a, b = mount(os.path.join(root, "a")), mount(os.path.join(root, "b"))
     try:
         uri = (f"file://{a.mount}/kv,{b.mount}/kv?deadline_ms={args.deadline_ms}"
                f"&probe_interval_ms={args.probe_ms}")
@@ -113,7 +96,7 @@ def hung_root(args):
                               ("root A hung", "both answering")):
                     hung = state == "root A hung"
                     if hung:
-                        a.command("hang", "hung")
+                        a.hang()
                     ok_bytes, busy = 0, 0.0
                     for c in range(args.batches):
                         sl = slice(c * args.batch, (c + 1) * args.batch)
@@ -128,7 +111,7 @@ def hung_root(args):
                             ok_bytes += sum(1 for s in res.pages if s) * page
                     if hung:
                         hung_b.append(ok_bytes / busy / 1e9)
-                        a.command("release", "released")
+                        a.release()
                         while both.stats()["locations_unhealthy"] or \
                                 both.stats()["threads_stuck"]:
                             time.sleep(0.005)
@@ -175,7 +158,7 @@ def staging(args):
             if os.geteuid() != 0 or not os.path.exists(HANGFS):
                 print("| fuse | (skipped: needs root and kvtier_hangfs) | | |")
                 continue
-            mounts.append(HangFs(tempfile.mkdtemp(prefix="kvtier-fuse-")))
+            mounts.append(mount(tempfile.mkdtemp(prefix="kvtier-fuse-")))
             d = mounts[-1].mount
         pool = numpy.random.default_rng(2).integers(0, 255, 2 * n * page, dtype=numpy.uint8)
         src = [pool[i * page:(i + 1) * page] for i in range(n)]

@@ -6,6 +6,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from hangfs import HangFs  # noqa: E402
+
 
 def open_fds():
     """Open descriptors of this process."""
@@ -81,46 +83,6 @@ def writer_and_reader(write, read, writes, last_rounds):
     for t in threads:
         t.join()
     return errors
-
-
-class HangFs:
-    """The kvtier_hangfs helper (src/testing/hangfs.cc): a pass-through FUSE mount whose
-    operations block on command. Waits for its answers, never for time."""
-
-    def __init__(self, helper, root):
-        import subprocess
-        self.backing = os.path.join(root, "backing")
-        self.mount = os.path.join(root, "mnt")
-        os.makedirs(self.backing)
-        os.makedirs(self.mount)
-        self._proc = subprocess.Popen([helper, self.backing, self.mount], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True, bufsize=1)
-        self.mounted = self._until("mounted")
-
-    def _until(self, want):
-        # readline ends at the helper's answer or its exit (the test's own ceiling is ctest's).
-        for line in self._proc.stdout:
-            if line.strip() == want:
-                return True
-        return False
-
-    def _command(self, cmd, ack):
-        self._proc.stdin.write(cmd + "\n")
-        self._proc.stdin.flush()
-        assert self._until(ack), f"kvtier_hangfs did not answer {cmd}"
-
-    def hang(self):
-        self._command("hang", "hung")
-
-    def release(self):
-        self._command("release", "released")
-
-    def close(self):
-        try:
-            self._proc.stdin.close()  # the helper releases, unmounts and exits
-        except OSError:
-            pass
-        self._proc.wait()
 
 
 @pytest.fixture

@@ -236,6 +236,26 @@ class StoreHang : public ::testing::TestWithParam<std::string> {
     return open_store(std::move(cfg));
   }
 
+  // A store on the mount with kPages pages written through a registered pool (slots
+  // 0..kPages-1 hold them, kPages.. are for reading back).
+  struct Written {
+    std::unique_ptr<Store> store;
+    std::unique_ptr<PagePool> pool;
+    std::vector<std::string> keys;
+    PagePool::Batch batch;
+  };
+  Written written(const std::string& prefix) {
+    Written w;
+    w.store = open();
+    EXPECT_NE(w.store, nullptr);
+    if (!w.store) return w;
+    w.pool = std::make_unique<PagePool>(*w.store, 2 * kPages, kPage);
+    w.keys = keys_for(prefix, kPages);
+    w.batch = w.pool->fill_batch(kPages, kPage);
+    EXPECT_TRUE(w.store->batch_put(views(w.keys), w.batch.in).all_ok());
+    return w;
+  }
+
   // Waits until the store serves again and no guard thread is left in the kernel.
   void wait_recovered(Store& store) {
     ASSERT_TRUE(eventually([&] {
@@ -251,13 +271,13 @@ class StoreHang : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(StoreHang, GetReturnsByItsDeadlineAndNothingWritesTheBuffersAfter) {
-  auto store = open();
-  ASSERT_NE(store, nullptr);
+  Written w = written("hang-get");
+  ASSERT_NE(w.store, nullptr);
+  auto& store = w.store;
+  PagePool& pool = *w.pool;
+  const auto& keys = w.keys;
+  const auto& batch = w.batch;
   EXPECT_NE(store->stats().isolation.find("fuse"), std::string::npos) << store->stats().isolation;
-  PagePool pool(*store, 2 * kPages, kPage);
-  const auto keys = keys_for("hang-get", kPages);
-  const auto batch = pool.fill_batch(kPages, kPage);
-  ASSERT_TRUE(store->batch_put(views(keys), batch.in).all_ok());
 
   fs_.hang();
   for (size_t i = 0; i < kPages; ++i) pool.fill(kPages + i, kPage, 1000 + i);  // canaries
@@ -333,12 +353,11 @@ TEST_P(StoreHang, APutThatMissesItsDeadlineIsNeverPublished) {
 }
 
 TEST_P(StoreHang, SubmittedAndSinglePageCallsKeepTheDeadlineToo) {
-  auto store = open();
-  ASSERT_NE(store, nullptr);
-  PagePool pool(*store, 2 * kPages, kPage);
-  const auto keys = keys_for("hang-async", kPages);
-  const auto batch = pool.fill_batch(kPages, kPage);
-  ASSERT_TRUE(store->batch_put(views(keys), batch.in).all_ok());
+  Written w = written("hang-async");
+  ASSERT_NE(w.store, nullptr);
+  auto& store = w.store;
+  const auto& keys = w.keys;
+  const auto& batch = w.batch;
 
   fs_.hang();
   const auto t0 = Clock::now();
@@ -450,12 +469,11 @@ TEST_P(StoreHang, CloseReturnsWhileIoIsStuckAndThreadsStayBounded) {
   const size_t threads_before = thread_count();
   const size_t fds_before = open_fds();
   {
-    auto store = open();
-    ASSERT_NE(store, nullptr);
-    PagePool pool(*store, 2 * kPages, kPage);
-    const auto keys = keys_for("close", kPages);
-    const auto batch = pool.fill_batch(kPages, kPage);
-    ASSERT_TRUE(store->batch_put(views(keys), batch.in).all_ok());
+    Written w = written("close");
+    ASSERT_NE(w.store, nullptr);
+    auto& store = w.store;
+    const auto& keys = w.keys;
+    const auto& batch = w.batch;
     fs_.hang();
     // Callers on four threads while the mount hangs: a first round of calls blocks what it
     // blocks (the base's guard threads, the backend's kernel workers, one probe); the rounds

@@ -308,11 +308,8 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   BatchResult guarded(std::span<const std::string_view> keys, std::span<const Buffer> pieces) {
     BatchResult r;
     size_t k = 0;
-    r.status = check_shape(keys, pieces, &k);
-    if (!r.status.ok()) {
-      bump(counters.invalid_requests);
-      return r;
-    }
+    r.status = counted_shape(keys, pieces, &k);
+    if (!r.status.ok()) return r;
     if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
       return guard->put(keys, pieces, k);
     } else {
@@ -416,6 +413,15 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
     }
     *per_page = pieces.size() / keys.size();
     return ok_status();
+  }
+
+  // check_shape(), a failure counted as a caller error.
+  template <typename Buffer>
+  Status counted_shape(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
+                       size_t* per_page) {
+    Status st = check_shape(keys, pieces, per_page);
+    if (!st.ok()) bump(counters.invalid_requests);
+    return st;
   }
 
   // Picks buffered, direct or staged I/O for a page (see DirectIo).
@@ -525,11 +531,8 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
                         Window window) {
     BatchResult out;
     size_t k = 0;
-    out.status = check_shape(keys, pieces, &k);
-    if (!out.status.ok()) {
-      bump(counters.invalid_requests);
-      return out;
-    }
+    out.status = counted_shape(keys, pieces, &k);
+    if (!out.status.ok()) return out;
     out.pages.resize(keys.size());
     const size_t step = std::min<size_t>(budget.capacity(), 128);
     for (size_t first = 0; first < keys.size(); first += step) {
