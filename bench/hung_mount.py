@@ -18,6 +18,7 @@ module (PYTHONPATH=build/python) with build/tests/kvtier_hangfs.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/hung_mount.py [--rounds 5] [--batch 128]
       [--page-kib 128] [--deadline-ms 500] [--staging-dirs /tmp,fuse,/mnt/cephfs/x] [--mib 512]
+      [--cross /mnt/a/x,/mnt/b/x]
 """
 
 import argparse
@@ -166,23 +167,30 @@ def staging(args):
         res = {"on": ([], []), "off": ([], [])}
         fs = subprocess.run(["stat", "-f", "-c", "%T", d], capture_output=True,
                             text=True).stdout.strip()
-        for r in range(args.rounds):
+        # One store per mode, open for the whole run (staging is allocated once, as in a
+        # serving engine); fresh keys every round; round 0 warms up and is not counted.
+        stores = {m: open_store(f"file://{os.path.join(d, f'staging-{m}')}?isolate={m}", page)
+                  for m in ("on", "off")}
+        regs = [st.register_memory(pool) for st in stores.values()]
+        for r in range(args.rounds + 1):
             for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
-                where = os.path.join(d, f"staging-{mode}")
-                s = open_store(f"file://{where}?isolate={mode}", page)
+                s = stores[mode]
                 keys = keys_for(f"staging-{r}-{mode}", n)
-                with s.register_memory(pool):
-                    t0 = time.perf_counter()
-                    for c in range(0, n, args.batch):
-                        assert s.batch_put(keys[c:c + args.batch], src[c:c + args.batch]).all_ok
-                    res[mode][0].append(n * page / (time.perf_counter() - t0) / 1e9)
-                    t0 = time.perf_counter()
-                    for c in range(0, n, args.batch):
-                        assert s.batch_get(keys[c:c + args.batch], dst[c:c + args.batch]).all_ok
+                t0 = time.perf_counter()
+                for c in range(0, n, args.batch):
+                    assert s.batch_put(keys[c:c + args.batch], src[c:c + args.batch]).all_ok
+                wrote = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                for c in range(0, n, args.batch):
+                    assert s.batch_get(keys[c:c + args.batch], dst[c:c + args.batch]).all_ok
+                if r > 0:
+                    res[mode][0].append(n * page / wrote / 1e9)
                     res[mode][1].append(n * page / (time.perf_counter() - t0) / 1e9)
                 s.clear()
-                s.close()
-                shutil.rmtree(where, ignore_errors=True)
+        del regs
+        for m, st in stores.items():
+            st.close()
+            shutil.rmtree(os.path.join(d, f"staging-{m}"), ignore_errors=True)
         w = [x / y for x, y in zip(res["on"][0], res["off"][0])]
         rd = [x / y for x, y in zip(res["on"][1], res["off"][1])]
         print(f"| {d} | {fs} | "
@@ -192,6 +200,47 @@ def staging(args):
               f"= {statistics.median(rd):.2f}x |")
     for m in mounts:
         m.close()
+
+
+def cross_host(args):
+    """Reads through one mount of pages written through another mount of the same filesystem
+    (two ceph-fuse clients: the reader's cache is cold), isolate=on against off."""
+    writer_dir, reader_dir = args.cross.split(",")
+    page = args.page_kib << 10
+    n = (args.mib << 20) // page
+    pool = numpy.random.default_rng(3).integers(0, 255, 2 * n * page, dtype=numpy.uint8)
+    src = [pool[i * page:(i + 1) * page] for i in range(n)]
+    dst = [pool[(n + i) * page:(n + i + 1) * page] for i in range(n)]
+    # One writer and one reader per mode, open for the whole run (a serving engine keeps its
+    # store: staging is allocated once); fresh keys every round, so the reader's cache is cold.
+    res = {"on": [], "off": []}
+    name = f"cross-{os.getpid()}"
+    w = open_store(f"file://{os.path.join(writer_dir, name)}", page)
+    readers = {m: open_store(f"file://{os.path.join(reader_dir, name)}?isolate={m}", page)
+               for m in ("on", "off")}
+    regs = [w.register_memory(pool)] + [rd.register_memory(pool) for rd in readers.values()]
+    for r in range(args.rounds + 1):  # round 0 warms up and is not counted
+        for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            keys = keys_for(f"{name}-{r}-{mode}", n)
+            for c in range(0, n, args.batch):
+                assert w.batch_put(keys[c:c + args.batch], src[c:c + args.batch]).all_ok
+            t0 = time.perf_counter()
+            for c in range(0, n, args.batch):
+                assert readers[mode].batch_get(keys[c:c + args.batch],
+                                               dst[c:c + args.batch]).all_ok
+            if r > 0:
+                res[mode].append(n * page / (time.perf_counter() - t0) / 1e9)
+    del regs
+    w.clear()
+    for x in [w, *readers.values()]:
+        x.close()
+    shutil.rmtree(os.path.join(writer_dir, name), ignore_errors=True)
+    ratio = [a / b for a, b in zip(res["on"], res["off"])]
+    print(f"\n## Cold reads across mounts ({writer_dir} wrote, {reader_dir} read), {n} pages of "
+          f"{args.page_kib} KiB, {args.rounds} rounds: isolate=on "
+          f"{statistics.median(res['on']):.3f} GB/s, off {statistics.median(res['off']):.3f} GB/s, "
+          f"ratio {statistics.median(ratio):.2f}x (per round: "
+          f"{', '.join(f'{x:.2f}' for x in ratio)})")
 
 
 def main():
@@ -207,11 +256,16 @@ def main():
                    help="directories to compare isolate=on/off on; 'fuse': a pass-through "
                         "FUSE mount (kvtier_hangfs) of the temporary directory")
     p.add_argument("--skip-hung", action="store_true")
+    p.add_argument("--cross", default="",
+                   help="WRITER_DIR,READER_DIR: two mounts of one shared filesystem; cold reads "
+                        "through the second of pages written through the first, on against off")
     args = p.parse_args()
     print(f"kvtier {kvtier.__version__}; {os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d')}")
     if not args.skip_hung:
         hung_root(args)
     staging(args)
+    if args.cross:
+        cross_host(args)
 
 
 if __name__ == "__main__":
