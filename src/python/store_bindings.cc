@@ -598,6 +598,17 @@ Status values (falsy).)")
           "Removes every page of this store's namespace (and no other).")
       .def("stats", [](PyStore& self) { return stats_dict(self.get()->stats()); })
       .def(
+          "wait_health",
+          [](PyStore& self, bool answering, double timeout_s) {
+            return unlocked_call(self, [&](Store& s) {
+              return s.wait_health(answering, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  std::chrono::duration<double>(timeout_s)));
+            });
+          },
+          "answering"_a = true, "timeout_s"_a = 120.0,
+          "Waits (GIL released, no polling) until every location answers and no late I/O is "
+          "left (answering=True), or until one does not; True when it did in time.")
+      .def(
           "prometheus",
           [](PyStore& self, const std::variant<std::string, MetricLabels>& labels) {
             if (const auto* rendered = std::get_if<std::string>(&labels)) {

@@ -24,6 +24,33 @@ namespace {
 
 thread_local const std::atomic<bool>* t_abandoned = nullptr;
 
+// Every change a waiter may wait for (a job ended, a base's health changed, a guard thread
+// ended), in any store: waiters look at their condition again. A notifier changes its state
+// first, then takes `mu`, so a waiter that looked under `mu` and found nothing cannot miss it.
+struct Signal {
+  Mutex mu;
+  std::condition_variable cv;
+  std::atomic<size_t> threads{0};  // guard threads (lanes and probes) alive, every store
+};
+Signal& signal() {
+  static Signal* s = new Signal;  // never destroyed: detached threads may outlive main()
+  return *s;
+}
+void changed() {
+  { MutexLock lock(signal().mu); }
+  signal().cv.notify_all();
+}
+// A guard thread's body, counted while it runs.
+template <typename F>
+void spawn(F body) {
+  signal().threads.fetch_add(1);
+  std::thread([body = std::move(body)]() mutable {
+    body();
+    signal().threads.fetch_sub(1);
+    changed();
+  }).detach();
+}
+
 struct FsKind {
   uint64_t magic;
   std::string_view name;
@@ -83,6 +110,17 @@ std::string seconds(uint64_t ns) {
 }
 
 }  // namespace
+
+size_t threads_alive() {
+  return signal().threads.load();
+}
+
+bool wait_threads_at_most(size_t n, std::chrono::nanoseconds timeout) {
+  MutexLock lock(signal().mu);
+  return lock.wait_for(signal().cv, timeout, [&]() KVTIER_NO_THREAD_SAFETY_ANALYSIS {
+    return signal().threads.load() <= n;
+  });
+}
 
 bool call_abandoned() noexcept {
   const std::atomic<bool>* a = t_abandoned;
@@ -234,6 +272,7 @@ struct Guard::Lane {
       // Outside the lock: the job's reference may be the store's last, whose close stops
       // this lane.
       job.reset();
+      changed();
       lock.lock();
     }
     --lane->threads;
@@ -289,8 +328,11 @@ struct Guard::Health {
                            seconds(now_ns() - since_ns));
       }
     }
-    MutexLock lock(log_mu);
-    if (log && !closed) log(line);
+    {
+      MutexLock lock(log_mu);
+      if (log && !closed) log(line);
+    }
+    changed();
   }
 
   // Stops the probe and the log: returns once no line is being written.
@@ -380,7 +422,7 @@ void Guard::start_probe(size_t b) {
     if (h->probing || h->stop) return;
     h->probing = true;
   }
-  std::thread([h] { Health::probe_loop(h); }).detach();
+  spawn([h] { Health::probe_loop(h); });
 }
 
 void Guard::mark_unhealthy(size_t b, std::string reason) {
@@ -401,7 +443,7 @@ void Guard::submit(const std::shared_ptr<Lane>& lane, const std::shared_ptr<Job>
   const size_t idle = lane->threads - lane->running.size();
   if (idle < lane->queue.size() && lane->threads < lane->max_threads) {
     ++lane->threads;
-    std::thread([lane] { Lane::loop(lane); }).detach();
+    spawn([lane] { Lane::loop(lane); });
   }
   lane->cv.notify_one();
 }
@@ -623,7 +665,7 @@ size_t Guard::batch_exists(std::span<const std::string_view> keys) {
   return n;
 }
 
-size_t Guard::close(std::chrono::milliseconds bound) {
+size_t Guard::shut_down(std::chrono::milliseconds bound) {
   const auto until = std::chrono::steady_clock::now() + bound;
   for (const auto& h : health_) h->shut();
   size_t left = 0;
@@ -637,6 +679,40 @@ size_t Guard::close(std::chrono::milliseconds bound) {
     left += lane->threads;
   }
   return left;
+}
+
+bool Guard::wait_health(bool answering, std::chrono::nanoseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(signal().mu);
+  for (;;) {
+    // Looked at without reporting (a report takes signal().mu).
+    size_t unhealthy = 0;
+    auto wake = until;
+    for (size_t b = 0; b < health_.size(); ++b) {
+      const Health& h = *health_[b];
+      if (!isolated(b)) continue;
+      if (!h.serving()) ++unhealthy;
+      // A probe in the kernel stops serving once it has outlasted the deadline: a change no
+      // one signals, so the wait ends by then to look again.
+      if (const uint64_t since = h.probe_since_ns.load(); since != 0 && h.serving()) {
+        const auto left =
+            static_cast<int64_t>(since + h.deadline_ns) - static_cast<int64_t>(now_ns());
+        wake = std::min(wake, std::chrono::steady_clock::now() +
+                                  std::chrono::nanoseconds(std::max<int64_t>(left, 0) + 1));
+      }
+    }
+    size_t stuck = 0;
+    for (const auto& lane : lanes_) {
+      MutexLock l(lane->mu);
+      for (const Job* job : lane->running) {
+        if (job->call->abandoned.load(std::memory_order_relaxed)) ++stuck;
+      }
+    }
+    if (answering ? unhealthy == 0 && stuck == 0 : unhealthy > 0) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return false;
+    lock.wait_for(signal().cv, wake - now);
+  }
 }
 
 Guard::Snapshot Guard::snapshot() {

@@ -61,6 +61,11 @@ inline constexpr size_t kJobPages = 128;
 // steps check it last, so a late write is never published.
 bool call_abandoned() noexcept;
 
+// Guard threads (lanes and probes) alive in this process, in every store, and a wait (no
+// polling) until they are at most `n`; false when `timeout` passed first.
+size_t threads_alive();
+bool wait_threads_at_most(size_t n, std::chrono::nanoseconds timeout);
+
 // Called with a page's index in its batch as the page checks out (the read path's hook).
 using PageDone = std::function<void(size_t)>;
 
@@ -110,10 +115,15 @@ class Guard {
                   size_t per_page);
   size_t batch_exists(std::span<const std::string_view> keys);
 
+  // Waits (no polling) until every isolated base answers and no thread is busy for a call
+  // that gave up (`answering`), or until a base does not answer (!answering); false when
+  // `timeout` passed first.
+  bool wait_health(bool answering, std::chrono::nanoseconds timeout);
+
   // Stops taking work and waits for busy threads at most `bound`; those still in the kernel
   // then finish alone. No health change is reported after it returns. Returns how many
   // threads were left.
-  size_t close(std::chrono::milliseconds bound);
+  size_t shut_down(std::chrono::milliseconds bound);
 
   struct Snapshot {
     uint64_t deadline_misses = 0;

@@ -500,6 +500,11 @@ Status Store::clear() {
   return result;
 }
 
+bool Store::wait_health(bool answering, std::chrono::nanoseconds timeout) {
+  if (!impl_->guard) return answering;
+  return impl_->guard->wait_health(answering, timeout);
+}
+
 const NamespaceSpec& Store::namespace_spec() const {
   return impl_->config.ns;
 }

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "kvtier/core/unique_fd.h"
+#include "src/store/guard.h"
 #include "src/store/store_test_util.h"
 
 extern char** environ;
@@ -54,25 +56,30 @@ class HangFs {
     }
     std::filesystem::create_directories(backing());
     std::filesystem::create_directories(mount());
-    int in[2], out[2];
-    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+    int in_fds[2], out_fds[2];
+    if (::pipe2(in_fds, O_CLOEXEC) != 0) {
       skip_ = "pipe failed";
       return;
     }
+    UniqueFd in[2] = {UniqueFd(in_fds[0]), UniqueFd(in_fds[1])};
+    if (::pipe2(out_fds, O_CLOEXEC) != 0) {
+      skip_ = "pipe failed";
+      return;
+    }
+    UniqueFd out[2] = {UniqueFd(out_fds[0]), UniqueFd(out_fds[1])};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, in[0].get(), 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1].get(), 1);
     const std::string helper = KVTIER_HANGFS;
     const std::string b = backing(), m = mount();
     char* argv[] = {const_cast<char*>(helper.c_str()), const_cast<char*>(b.c_str()),
                     const_cast<char*>(m.c_str()), nullptr};
     const int rc = ::posix_spawn(&pid_, helper.c_str(), &fa, nullptr, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    ::close(in[0]);
-    ::close(out[1]);
-    to_ = in[1];
-    from_ = out[0];
+    // The child's ends close here (in[0], out[1] go out of scope).
+    to_ = std::move(in[1]);
+    from_ = std::move(out[0]);
     if (rc != 0) {
       pid_ = -1;
       skip_ = std::string("cannot start kvtier_hangfs: ") + std::strerror(rc);
@@ -85,12 +92,11 @@ class HangFs {
   }
 
   ~HangFs() {
-    if (to_ >= 0) ::close(to_);  // end of stdin: the helper releases, unmounts and exits
+    to_.reset();  // end of stdin: the helper releases, unmounts and exits
     if (pid_ > 0) {
       int st = 0;
       ::waitpid(pid_, &st, 0);
     }
-    if (from_ >= 0) ::close(from_);
   }
 
   const std::string& skip_reason() const {
@@ -118,7 +124,7 @@ class HangFs {
  private:
   void command(const std::string& cmd, const std::string& ack) {
     const std::string line = cmd + "\n";
-    ASSERT_EQ(::write(to_, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    ASSERT_EQ(::write(to_.get(), line.data(), line.size()), static_cast<ssize_t>(line.size()));
     ASSERT_TRUE(wait_line(ack)) << "kvtier_hangfs did not answer '" << cmd << "'";
   }
 
@@ -129,10 +135,10 @@ class HangFs {
       if (take_line(want)) return true;
       const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
       if (left.count() <= 0) return false;
-      pollfd p{from_, POLLIN, 0};
+      pollfd p{from_.get(), POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
       char buf[256];
-      const ssize_t n = ::read(from_, buf, sizeof(buf));
+      const ssize_t n = ::read(from_.get(), buf, sizeof(buf));
       if (n <= 0) return false;
       pending_.append(buf, static_cast<size_t>(n));
     }
@@ -148,10 +154,10 @@ class HangFs {
     return false;
   }
   void drain() {
-    pollfd p{from_, POLLIN, 0};
+    pollfd p{from_.get(), POLLIN, 0};
     while (::poll(&p, 1, 0) > 0) {
       char buf[256];
-      const ssize_t n = ::read(from_, buf, sizeof(buf));
+      const ssize_t n = ::read(from_.get(), buf, sizeof(buf));
       if (n <= 0) break;
       pending_.append(buf, static_cast<size_t>(n));
     }
@@ -161,8 +167,8 @@ class HangFs {
   TempDir dir_;
   std::string skip_;
   pid_t pid_ = -1;
-  int to_ = -1;
-  int from_ = -1;
+  UniqueFd to_;
+  UniqueFd from_;
   std::string pending_;
   unsigned long blocked_ = 0;
 };
@@ -201,17 +207,6 @@ struct HealthLog {
     return lines.size();
   }
 };
-
-// Waits until `pred` holds, looking again after each yield, within the hang ceiling.
-template <typename Pred>
-bool eventually(Pred pred) {
-  const auto until = Clock::now() + kHungCeiling;
-  while (!pred()) {
-    if (Clock::now() > until) return false;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return true;
-}
 
 class StoreHang : public ::testing::TestWithParam<std::string> {
  protected:
@@ -258,10 +253,7 @@ class StoreHang : public ::testing::TestWithParam<std::string> {
 
   // Waits until the store serves again and no guard thread is left in the kernel.
   void wait_recovered(Store& store) {
-    ASSERT_TRUE(eventually([&] {
-      const StoreStats s = store.stats();
-      return s.locations_unhealthy == 0 && s.threads_stuck == 0;
-    })) << store.stats().health;
+    ASSERT_TRUE(store.wait_health(/*answering=*/true, kHungCeiling)) << store.stats().health;
   }
 
   static constexpr size_t kPage = 64 << 10;
@@ -403,7 +395,8 @@ TEST_P(StoreHang, ExistsReturnsByItsDeadline) {
   EXPECT_LT(Clock::now() - t0, milliseconds(kDeadlineMs) + kSlack);
   EXPECT_LE(found, kPages);
   // The base is probed; the probe hangs too, and the base stops serving.
-  ASSERT_TRUE(eventually([&] { return store->stats().locations_unhealthy == 1; }));
+  ASSERT_TRUE(store->wait_health(/*answering=*/false, kHungCeiling));
+  EXPECT_EQ(store->stats().locations_unhealthy, 1u);
   const auto t1 = Clock::now();
   EXPECT_EQ(store->batch_exists(views(keys)), 0u);
   EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
@@ -466,7 +459,8 @@ TEST_P(StoreHang, CloseReturnsWhileIoIsStuckAndThreadsStayBounded) {
   // A store opened and closed first: what the process starts once and keeps (a sanitizer's
   // background thread) is in the baseline.
   open().reset();
-  const size_t threads_before = thread_count();
+  ASSERT_TRUE(guard::wait_threads_at_most(0, kHungCeiling));  // that store's threads have ended
+  const size_t guard_threads_before = guard::threads_alive();
   const size_t fds_before = open_fds();
   {
     Written w = written("close");
@@ -503,10 +497,9 @@ TEST_P(StoreHang, CloseReturnsWhileIoIsStuckAndThreadsStayBounded) {
   }
   fs_.release();
   // The stuck threads return, finish and end; they held every descriptor they opened.
-  EXPECT_TRUE(eventually([&] { return thread_count() <= threads_before; }))
-      << thread_count() << " threads, " << threads_before << " before";
-  EXPECT_TRUE(eventually([&] { return open_fds() <= fds_before; }))
-      << open_fds() << " descriptors, " << fds_before << " before";
+  EXPECT_TRUE(guard::wait_threads_at_most(guard_threads_before, kHungCeiling))
+      << guard::threads_alive() << " guard threads, " << guard_threads_before << " before";
+  EXPECT_EQ(open_fds(), fds_before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, StoreHang, ::testing::Values("files", "segments"),

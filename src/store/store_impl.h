@@ -218,7 +218,7 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // guard's threads get the deadline to end; those still in the kernel finish alone.
   void close() {
     wait_for_submitted();
-    if (guard) guard->close(guard_deadline);
+    if (guard) guard->shut_down(guard_deadline);
   }
   void wait_for_submitted() {
     MutexLock lock(async_mu);

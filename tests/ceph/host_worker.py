@@ -202,6 +202,9 @@ def main():
                 s = stores[req["name"]].store
                 res = {"batch_exists": s.batch_exists(req["keys"]),
                        "exists": [bool(s.exists(k)) for k in req["keys"]]}
+            elif op == "wait_health":
+                res = {"reached": stores[req["name"]].store.wait_health(
+                    answering=req["answering"], timeout_s=req["timeout_s"])}
             elif op == "stats":
                 res = {"stats": {k: v for k, v in stores[req["name"]].store.stats().items()
                                  if isinstance(v, (int, float))}}

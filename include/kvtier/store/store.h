@@ -420,6 +420,11 @@ class Store {
   Status clear();
 
   StoreStats stats() const;
+  // Locations that hang (StoreConfig::isolate): waits, without polling, until every location
+  // answers and no I/O of a call that gave up is still running (`answering`), or until a
+  // location does not answer (!answering). True when that happened within `timeout`. A store
+  // with no isolated location always answers.
+  bool wait_health(bool answering, std::chrono::nanoseconds timeout);
   const NamespaceSpec& namespace_spec() const;
   Hash128 namespace_id() const;
   const BackendSelection& backend_selection() const;
