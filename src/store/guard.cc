@@ -701,34 +701,31 @@ bool Guard::wait_health(bool answering, std::chrono::nanoseconds timeout) {
                                   std::chrono::nanoseconds(std::max<int64_t>(left, 0) + 1));
       }
     }
-    size_t stuck = 0;
-    for (const auto& lane : lanes_) {
-      MutexLock l(lane->mu);
-      for (const Job* job : lane->running) {
-        if (job->call->abandoned.load(std::memory_order_relaxed)) ++stuck;
-      }
-    }
-    if (answering ? unhealthy == 0 && stuck == 0 : unhealthy > 0) return true;
+    if (answering ? unhealthy == 0 && threads_stuck() == 0 : unhealthy > 0) return true;
     const auto now = std::chrono::steady_clock::now();
     if (now >= until) return false;
     lock.wait_for(signal().cv, wake - now);
   }
 }
 
+size_t Guard::threads_stuck() {
+  size_t n = 0;
+  for (const auto& lane : lanes_) {
+    MutexLock lock(lane->mu);
+    for (const Job* job : lane->running) {
+      if (job->call->abandoned.load(std::memory_order_relaxed)) ++n;
+    }
+  }
+  return n;
+}
+
 Guard::Snapshot Guard::snapshot() {
   Snapshot s;
   s.deadline_misses = deadline_misses_.load(std::memory_order_relaxed);
   s.unhealthy_refusals = unhealthy_refusals_.load(std::memory_order_relaxed);
-  for (const auto& lane : lanes_) {
-    MutexLock lock(lane->mu);
-    for (const Job* job : lane->running) {
-      if (job->call->abandoned.load(std::memory_order_relaxed)) ++s.threads_stuck;
-    }
-  }
-  std::string isolation, health;
+  s.threads_stuck = threads_stuck();
+  std::string health;
   for (size_t b = 0; b < config_.isolation.size(); ++b) {
-    isolation +=
-        fmt::format("{}{}: {}", b ? "; " : "", config_.base_names[b], config_.isolation[b].why);
     if (!isolated(b) || healthy(b)) continue;
     ++s.locations_unhealthy;
     Health& h = *health_[b];
@@ -736,7 +733,6 @@ Guard::Snapshot Guard::snapshot() {
     health += fmt::format("{}{}: not answering for {} ({})", health.empty() ? "" : "; ", h.name,
                           seconds(now_ns() - h.since_ns), h.reason);
   }
-  s.isolation = std::move(isolation);
   s.health = health.empty() ? "answering" : std::move(health);
   return s;
 }

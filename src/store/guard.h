@@ -130,7 +130,6 @@ class Guard {
     uint64_t unhealthy_refusals = 0;
     uint64_t locations_unhealthy = 0;
     uint64_t threads_stuck = 0;
-    std::string isolation;
     std::string health;
   };
   Snapshot snapshot();
@@ -147,7 +146,8 @@ class Guard {
   void submit(const std::shared_ptr<Lane>& lane, const std::shared_ptr<Job>& job);
   void mark_unhealthy(size_t b, std::string reason);
   void start_probe(size_t b);
-  void report(size_t b);
+  // Threads busy for a call that gave up.
+  size_t threads_stuck();
 
   GuardConfig config_;
   Ops ops_;
