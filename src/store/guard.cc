@@ -392,6 +392,7 @@ struct Guard::Health {
   static void probe_loop(const std::shared_ptr<Health>& h) {
     for (;;) {
       h->probe_since_ns.store(now_ns(), std::memory_order_release);
+      changed();  // a waiter learns when it stops serving if the probe does not return
       const Status st = probe_once(h->probe_dir);
       h->probe_since_ns.store(0, std::memory_order_release);
       if (answered(st)) {
