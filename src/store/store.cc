@@ -371,7 +371,9 @@ Result<bool> Store::Impl::exists_here(std::string_view key) {
   if (layout == StoreLayout::kSegments) {
     // Not indexed: perhaps another writer appended it since this store looked.
     bump(counters.index_stats);
-    segments_refresh();
+    std::vector<bool> base(router.base_count(), false);
+    base[r.base] = true;
+    segments_refresh(base);
     return index.contains(r.key_hash);
   }
   // Not indexed: perhaps another process wrote it since this one looked.
@@ -440,7 +442,11 @@ Status Store::remove(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   const routing::Route r = impl_->router.route(key);
   if (impl_->layout == StoreLayout::kSegments) {
-    if (!impl_->index.contains(r.key_hash)) impl_->segments_refresh();
+    if (!impl_->index.contains(r.key_hash)) {
+      std::vector<bool> base(impl_->router.base_count(), false);
+      base[r.base] = true;
+      impl_->segments_refresh(base);
+    }
     if (!impl_->index.erase(r.key_hash)) {
       return not_found_error(fmt::format("no page {} to remove", r.key_hash.hex()));
     }

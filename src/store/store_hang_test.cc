@@ -455,6 +455,57 @@ TEST_P(StoreHang, AnotherBaseKeepsServingWhileOneHangs) {
   }
 }
 
+// A put whose pages on the hung base block in the kernel (creating a segment, opening a file)
+// holds nothing the other base's pages need: they are stored and read back meanwhile, and
+// only the hung base misses its deadline and is marked as not answering.
+TEST_P(StoreHang, APutStuckOnOneBaseHoldsUpNoOtherBase) {
+  TempDir local;
+  auto store = open(local.path());
+  ASSERT_NE(store, nullptr);
+  constexpr size_t n = 48;
+  PagePool pool(*store, 2 * n, kPage);
+  const auto keys = keys_for("stuck-put", n);
+  const auto batch = pool.fill_batch(n, kPage);
+
+  fs_.hang();
+  BatchResult r = store->batch_put(views(keys), batch.in);
+  std::vector<bool> stored;
+  for (size_t i = 0; i < n; ++i) {
+    stored.push_back(r.pages[i].ok());
+    if (!r.pages[i].ok()) {
+      EXPECT_EQ(r.pages[i].code(), StatusCode::kDeadlineExceeded) << r.pages[i].to_string();
+    }
+  }
+  const size_t on_local = r.ok_count();
+  EXPECT_GT(on_local, 0u);
+  EXPECT_LT(on_local, n);
+  EXPECT_EQ(store->stats().locations_unhealthy, 1u) << store->stats().health;
+  // While it hangs: the local base's pages read back, and more of them are stored and read,
+  // each call within the deadline (the hung base's pages refused at once).
+  const auto t1 = Clock::now();
+  r = store->batch_get(views(keys), batch.out);
+  EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(r.pages[i].ok(), stored[i]) << i << ": " << r.pages[i].to_string();
+    if (stored[i]) {
+      EXPECT_TRUE(pool.holds(n + i, kPage, i)) << i;
+    }
+  }
+  const auto more = keys_for("stuck-put-more", n);
+  const auto t2 = Clock::now();
+  r = store->batch_put(views(more), batch.in);
+  EXPECT_LT(Clock::now() - t2, milliseconds(kDeadlineMs));
+  EXPECT_GT(r.ok_count(), 0u);
+  const auto t3 = Clock::now();
+  EXPECT_EQ(store->batch_get(views(more), batch.out).ok_count(), r.ok_count());
+  EXPECT_LT(Clock::now() - t3, milliseconds(kDeadlineMs));
+  EXPECT_EQ(store->stats().locations_unhealthy, 1u) << store->stats().health;
+  fs_.release();
+  wait_recovered(*store);
+  EXPECT_TRUE(store->batch_put(views(keys), batch.in).all_ok());
+  EXPECT_TRUE(store->batch_get(views(keys), batch.out).all_ok());
+}
+
 TEST_P(StoreHang, CloseReturnsWhileIoIsStuckAndThreadsStayBounded) {
   // A store opened and closed first: what the process starts once and keeps (a sanitizer's
   // background thread) is in the baseline.

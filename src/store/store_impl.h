@@ -163,9 +163,26 @@ struct SegmentFile {
   bool retired = false;      // no new records; sealed once in_flight drops to zero
 };
 
+// One base's share of the segment layout's I/O. Creating this store's segments there,
+// opening their append targets, appending their summary entries and learning what others
+// appended there run holding these mutexes, never Segments::mu (which guards only memory):
+// a base whose mount hangs holds up only the calls that need that base.
+struct SegmentBase {
+  // This store's segments on the base: rolls, appends and their targets (taken before
+  // Segments::mu, never while holding it).
+  Mutex io;
+  AlignedBuffer append_buf;  // summary entries being appended, used holding `io`
+  Registration append_reg;
+  // Learning what other writers appended on the base.
+  Mutex refresh;
+  AlignedBuffer read_buf;  // used holding `refresh`
+  Registration read_reg;
+  uint64_t dir_mtime KVTIER_GUARDED_BY(refresh) = 0;  // the directory's, when last listed
+};
+
 struct Segments {
   uint64_t writer = 0;  // this store's writer id (random)
-  Mutex mu;             // the table and this store's appends
+  Mutex mu;             // the table (memory only: no I/O is done holding it)
   uint32_t next_seq KVTIER_GUARDED_BY(mu) = 0;
   std::vector<SegmentFile> files KVTIER_GUARDED_BY(mu);  // index = the store's segment number
   std::unordered_map<std::string, uint32_t> by_name KVTIER_GUARDED_BY(mu);
@@ -183,17 +200,8 @@ struct Segments {
   // Reclaimable segments, oldest first (in the order they were last written, as this store
   // learnt of them); the clock hand is the front.
   std::deque<uint32_t> clock KVTIER_GUARDED_BY(mu);
-  // Bytes this store has added to its segment files (records, padding, headers, summary
-  // entries): what its writes charge against the capacity.
-  uint64_t grown KVTIER_GUARDED_BY(mu) = 0;
-  // Registered memory for summary entries being appended (used under `mu`).
-  AlignedBuffer append_buf;
-  Registration append_reg;
-  // Learning what other writers appended: one refresh at a time, with its own buffer.
-  Mutex refresh_mu;
-  AlignedBuffer read_buf;
-  Registration read_reg;
-  std::vector<uint64_t> dir_mtime KVTIER_GUARDED_BY(refresh_mu);  // per base, last listed
+  // Per base (router order).
+  std::unique_ptr<SegmentBase[]> bases;
 };
 
 struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
@@ -550,8 +558,10 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   Status segments_open();
   // Reads every summary of the namespace into the index (restart; never reads payloads).
   Status segments_scan();
-  // Applies what other writers appended since the last look (new segments, new entries).
-  void segments_refresh();
+  // Applies what other writers appended since the last look (new segments, new entries), on
+  // the bases `want` names (all when empty) that are serving (a base not answering is left
+  // alone: its pages are misses anyway).
+  void segments_refresh(const std::vector<bool>& want = {});
   // Appends records and their summary entries to this store's segments.
   void put_window_segments(std::span<const std::string_view> keys,
                            std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out);
@@ -583,18 +593,21 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   size_t forget_gone_segments();
   // The capacity limit given the usage now (min_free_bytes leaves room on the first base).
   uint64_t capacity_limit(uint64_t used);
-  // REQUIRES seg->mu: starts a new segment for active slot `slot` (base slot / lanes),
-  // retiring the one there.
-  Status roll_segment(size_t slot) KVTIER_REQUIRES(seg->mu);
-  Status append_entries(uint32_t id, std::span<const segment::Entry> entries)
-      KVTIER_REQUIRES(seg->mu);
-  void retire_segment(uint32_t id) KVTIER_REQUIRES(seg->mu);
-  void finish_in_flight(uint32_t id) KVTIER_REQUIRES(seg->mu);
-  // Reads `sum_path` from `from` (bytes) and calls fn(entry) for each intact entry up to the
-  // first that is not (a torn or unwritten tail): returns where that stopped.
-  Result<uint64_t> read_summary(const std::string& sum_path, uint64_t from,
-                                const std::function<void(const segment::Entry&)>& fn)
-      KVTIER_REQUIRES(seg->refresh_mu);
+  // The next four run holding the segment's base's `io` (SegmentBase), not seg->mu; what they
+  // add to this store's files is added to `*grown`.
+  // Starts a new segment for active slot `slot` (base slot / lanes), retiring the one there.
+  Status roll_segment(size_t slot, uint64_t* grown) KVTIER_EXCLUDES(seg->mu);
+  Status append_entries(uint32_t id, std::span<const segment::Entry> entries, uint64_t* grown)
+      KVTIER_EXCLUDES(seg->mu);
+  // No new records; sealed once no window has records in it in flight.
+  void retire_segment(uint32_t id, uint64_t* grown) KVTIER_EXCLUDES(seg->mu);
+  // A window's entries in segment `id` are written (or abandoned).
+  void finish_in_flight(uint32_t id, uint64_t* grown) KVTIER_EXCLUDES(seg->mu);
+  // Reads `sum_path` on base `b` (holding its `refresh`) from `from` (bytes) and calls
+  // fn(entry) for each intact entry up to the first that is not (a torn or unwritten tail):
+  // returns where that stopped.
+  Result<uint64_t> read_summary(size_t b, const std::string& sum_path, uint64_t from,
+                                const std::function<void(const segment::Entry&)>& fn);
   // Lists base `b`'s segment directory: fn(name) for each summary.
   Status list_summaries(size_t b, const std::function<void(const std::string&)>& fn);
 

@@ -340,15 +340,20 @@ void Store::Impl::index_reads(const ReadWindow& rw, std::span<const Status> out)
 // The segment layout's open step (store_segments.cc has the rest of the layout).
 void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
   // Where each page's record is; keys this store has not indexed are looked for once in what
-  // other writers appended since it last looked.
+  // other writers appended on their bases since it last looked.
   std::vector<std::optional<PageIndex::Page>> where(rw.work.size());
-  bool refreshed = false;
+  std::vector<bool> unindexed;
   for (size_t i = 0; i < rw.work.size(); ++i) {
     where[i] = index.find(rw.work[i].route.key_hash);
-    if (!where[i] && !refreshed) {
-      segments_refresh();
-      refreshed = true;
-      where[i] = index.find(rw.work[i].route.key_hash);
+    if (!where[i]) {
+      unindexed.resize(router.base_count(), false);
+      unindexed[rw.work[i].route.base] = true;
+    }
+  }
+  if (!unindexed.empty()) {
+    segments_refresh(unindexed);
+    for (size_t i = 0; i < rw.work.size(); ++i) {
+      if (!where[i]) where[i] = index.find(rw.work[i].route.key_hash);
     }
   }
   struct SegSpec {

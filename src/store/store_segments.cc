@@ -37,12 +37,16 @@ uint64_t random_writer_id() {
 Status Store::Impl::segments_open() {
   seg = std::make_unique<Segments>();
   seg->writer = random_writer_id();
-  KVTIER_ASSIGN_OR_RETURN(seg->append_buf, AlignedBuffer::allocate(kAppendBufBytes));
-  KVTIER_ASSIGN_OR_RETURN(seg->append_reg,
-                          agent.register_memory(seg->append_buf.data(), seg->append_buf.size()));
-  KVTIER_ASSIGN_OR_RETURN(seg->read_buf, AlignedBuffer::allocate(kReadBufBytes));
-  KVTIER_ASSIGN_OR_RETURN(seg->read_reg,
-                          agent.register_memory(seg->read_buf.data(), seg->read_buf.size()));
+  seg->bases = std::make_unique<SegmentBase[]>(router.base_count());
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    SegmentBase& sb = seg->bases[b];
+    KVTIER_ASSIGN_OR_RETURN(sb.append_buf, AlignedBuffer::allocate(kAppendBufBytes));
+    KVTIER_ASSIGN_OR_RETURN(sb.append_reg,
+                            agent.register_memory(sb.append_buf.data(), sb.append_buf.size()));
+    KVTIER_ASSIGN_OR_RETURN(sb.read_buf, AlignedBuffer::allocate(kReadBufBytes));
+    KVTIER_ASSIGN_OR_RETURN(sb.read_reg,
+                            agent.register_memory(sb.read_buf.data(), sb.read_buf.size()));
+  }
   seg->lanes = config.segment_lanes != 0
                    ? config.segment_lanes
                    : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kMaxAutoLanes);
@@ -58,10 +62,6 @@ Status Store::Impl::segments_open() {
     MutexLock lock(seg->mu);
     seg->active.assign(router.base_count() * seg->lanes, std::nullopt);
   }
-  {
-    MutexLock lock(seg->refresh_mu);
-    seg->dir_mtime.assign(router.base_count(), 0);
-  }
   for (size_t b = 0; b < router.base_count(); ++b) {
     KVTIER_RETURN_IF_ERROR(agent.make_dirs(segment_dir(router, b)));
   }
@@ -76,8 +76,9 @@ Status Store::Impl::list_summaries(size_t b, const std::function<void(const std:
   return st.code() == StatusCode::kNotFound ? ok_status() : st;
 }
 
-Result<uint64_t> Store::Impl::read_summary(const std::string& sum_path, uint64_t from,
+Result<uint64_t> Store::Impl::read_summary(size_t b, const std::string& sum_path, uint64_t from,
                                            const std::function<void(const segment::Entry&)>& fn) {
+  std::byte* const buf = seg->bases[b].read_buf.data();
   Result<Target> t = agent.open_target(TargetSpec{sum_path, TargetMode::kRead, 0, {}});
   if (!t.ok()) {
     // A summary removed since it was listed (a clear) has nothing more to say.
@@ -88,12 +89,10 @@ Result<uint64_t> Store::Impl::read_summary(const std::string& sum_path, uint64_t
   uint64_t at = from;
   while (at < end) {
     const uint64_t n = std::min<uint64_t>(end - at, kReadBufBytes);
-    KVTIER_RETURN_IF_ERROR(
-        object_io::transfer_range(agent, TransferOp::kRead, *t, seg->read_buf.data(), at, n));
+    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kRead, *t, buf, at, n));
     for (uint64_t o = 0; o < n; o += segment::kEntryBytes) {
-      const std::optional<segment::Entry> e =
-          segment::decode_entry(std::span<const std::byte, segment::kEntryBytes>(
-              seg->read_buf.data() + o, segment::kEntryBytes));
+      const std::optional<segment::Entry> e = segment::decode_entry(
+          std::span<const std::byte, segment::kEntryBytes>(buf + o, segment::kEntryBytes));
       // A torn or not yet written entry: stop before it, and look again next time.
       if (!e) return at + o;
       fn(*e);
@@ -104,7 +103,6 @@ Result<uint64_t> Store::Impl::read_summary(const std::string& sum_path, uint64_t
 }
 
 Status Store::Impl::segments_scan() {
-  MutexLock refresh(seg->refresh_mu);
   struct Summary {
     std::string name;
     uint32_t base;
@@ -156,8 +154,9 @@ Status Store::Impl::segments_scan() {
     // A summary of another namespace (copied in by hand) names no page of this one; the
     // begin entry comes first, so nothing is applied before it is known.
     bool ours = false;
+    MutexLock refresh(seg->bases[s.base].refresh);
     KVTIER_ASSIGN_OR_RETURN(
-        uint64_t read, read_summary(f.sum_path, 0, [&](const segment::Entry& e) {
+        uint64_t read, read_summary(s.base, f.sum_path, 0, [&](const segment::Entry& e) {
           switch (e.type) {
             case segment::EntryType::kBegin:
               ours = e.key_hash == ns_id;
@@ -190,16 +189,18 @@ Status Store::Impl::segments_scan() {
   return ok_status();
 }
 
-void Store::Impl::segments_refresh() {
-  MutexLock refresh(seg->refresh_mu);
+void Store::Impl::segments_refresh(const std::vector<bool>& want) {
   bool any_gone = false;
   for (size_t b = 0; b < router.base_count(); ++b) {
+    if ((!want.empty() && !want[b]) || !serving(b)) continue;
+    SegmentBase& sb = seg->bases[b];
+    MutexLock refresh(sb.refresh);
     // New segments change the directory; an unchanged one (older than the clock's coarse
     // tick, so a file created in the same tick cannot hide) need not be listed again.
     Result<ObjectInfo> dir = agent.stat(segment_dir(router, b));
     const uint64_t mtime = dir.ok() ? dir->mtime_ns : 0;
     const bool settled = mtime != 0 && mtime + 100'000'000 < wall_ns();
-    if (!(settled && mtime == seg->dir_mtime[b])) {
+    if (!(settled && mtime == sb.dir_mtime)) {
       size_t known_before;
       {
         MutexLock lock(seg->mu);
@@ -207,7 +208,7 @@ void Store::Impl::segments_refresh() {
       }
       std::vector<std::string> names;
       if (!list_summaries(b, [&](const std::string& n) { names.push_back(n); }).ok()) continue;
-      seg->dir_mtime[b] = mtime;
+      sb.dir_mtime = mtime;
       MutexLock lock(seg->mu);
       // A segment known before the listing began and missing from it was removed (reclaimed
       // by some store, or cleared): names are never used again, so it is gone for good.
@@ -234,118 +235,143 @@ void Store::Impl::segments_refresh() {
         seg->files.push_back(std::move(f));
       }
     }
-  }
-  // Others' summaries that may still grow.
-  struct Todo {
-    uint32_t id;
-    uint32_t base;
-    std::string path;
-    uint64_t from;
-  };
-  std::vector<Todo> todo;
-  {
-    MutexLock lock(seg->mu);
-    for (uint32_t id = 0; id < seg->files.size(); ++id) {
-      const SegmentFile& f = seg->files[id];
-      if (!f.ours && !f.sealed) todo.push_back({id, f.base, f.sum_path, f.summary_read});
-    }
-  }
-  for (const Todo& t : todo) {
-    // One stat tells whether it grew (a dead writer's summary never does).
-    Result<ObjectInfo> info = agent.stat(t.path);
-    if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
-    bool sealed = false;
-    uint64_t record_end = 0;
-    // A summary is read from its begin entry once; later reads start past it, and a summary
-    // of another namespace is marked sealed then and never read again.
-    bool ours_ns = t.from != 0;
-    Result<uint64_t> read = read_summary(t.path, t.from, [&](const segment::Entry& e) {
-      switch (e.type) {
-        case segment::EntryType::kBegin:
-          ours_ns = e.key_hash == ns_id;
-          sealed = sealed || !ours_ns;
-          break;
-        case segment::EntryType::kPut:
-          if (ours_ns) {
-            record_end = std::max(record_end, e.offset + e.record_bytes);
-            index.put_cold({e.key_hash, t.base, e.record_bytes, t.id, e.header_bytes, e.offset,
-                            e.payload_bytes});
-          }
-          break;
-        case segment::EntryType::kRemove:
-          if (ours_ns) index.erase(e.key_hash);
-          break;
-        case segment::EntryType::kSeal:
-          sealed = true;
-          break;
+    // Others' summaries on this base that may still grow.
+    struct Todo {
+      uint32_t id;
+      std::string path;
+      uint64_t from;
+    };
+    std::vector<Todo> todo;
+    {
+      MutexLock lock(seg->mu);
+      for (uint32_t id = 0; id < seg->files.size(); ++id) {
+        const SegmentFile& f = seg->files[id];
+        if (f.base == b && !f.ours && !f.sealed) todo.push_back({id, f.sum_path, f.summary_read});
       }
-    });
-    if (!read.ok()) continue;  // asked again next time
-    MutexLock lock(seg->mu);
-    SegmentFile& f = seg->files[t.id];
-    f.summary_read = *read;
-    f.record_end = std::max({f.record_end, record_end, segment::kSegmentHeaderBytes});
-    f.sealed = sealed || f.sealed;
-    if (f.sealed && !f.gone) make_reclaimable(t.id);
+    }
+    for (const Todo& t : todo) {
+      // One stat tells whether it grew (a dead writer's summary never does).
+      Result<ObjectInfo> info = agent.stat(t.path);
+      if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
+      bool sealed = false;
+      uint64_t record_end = 0;
+      // A summary is read from its begin entry once; later reads start past it, and a summary
+      // of another namespace is marked sealed then and never read again.
+      bool ours_ns = t.from != 0;
+      Result<uint64_t> read = read_summary(b, t.path, t.from, [&](const segment::Entry& e) {
+        switch (e.type) {
+          case segment::EntryType::kBegin:
+            ours_ns = e.key_hash == ns_id;
+            sealed = sealed || !ours_ns;
+            break;
+          case segment::EntryType::kPut:
+            if (ours_ns) {
+              record_end = std::max(record_end, e.offset + e.record_bytes);
+              index.put_cold({e.key_hash, static_cast<uint32_t>(b), e.record_bytes, t.id,
+                              e.header_bytes, e.offset, e.payload_bytes});
+            }
+            break;
+          case segment::EntryType::kRemove:
+            if (ours_ns) index.erase(e.key_hash);
+            break;
+          case segment::EntryType::kSeal:
+            sealed = true;
+            break;
+        }
+      });
+      if (!read.ok()) continue;  // asked again next time
+      MutexLock lock(seg->mu);
+      SegmentFile& f = seg->files[t.id];
+      f.summary_read = *read;
+      f.record_end = std::max({f.record_end, record_end, segment::kSegmentHeaderBytes});
+      f.sealed = sealed || f.sealed;
+      if (f.sealed && !f.gone) make_reclaimable(t.id);
+    }
   }
   if (any_gone) forget_gone_segments();
 }
 
-Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> entries) {
-  SegmentFile& f = seg->files[id];
+Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> entries,
+                                   uint64_t* grown) {
+  std::string sum_path;
+  uint64_t summary_end;
+  size_t b;
+  {
+    MutexLock lock(seg->mu);
+    const SegmentFile& f = seg->files[id];
+    sum_path = f.sum_path;
+    summary_end = f.summary_end;  // only appends (holding the base's io) move it
+    b = f.base;
+  }
+  std::byte* const buf = seg->bases[b].append_buf.data();
   KVTIER_ASSIGN_OR_RETURN(Target t,
-                          agent.open_target(TargetSpec{f.sum_path, TargetMode::kAppend, 0, {}}));
-  if (t.size() > f.summary_end) {
-    return internal_error(fmt::format("summary '{}' is {} bytes; this writer wrote {}", f.sum_path,
-                                      t.size(), f.summary_end));
+                          agent.open_target(TargetSpec{sum_path, TargetMode::kAppend, 0, {}}));
+  if (t.size() > summary_end) {
+    return internal_error(fmt::format("summary '{}' is {} bytes; this writer wrote {}", sum_path,
+                                      t.size(), summary_end));
   }
   const size_t per_call = kAppendBufBytes / segment::kEntryBytes;
   for (size_t first = 0; first < entries.size(); first += per_call) {
     const size_t n = std::min(per_call, entries.size() - first);
     for (size_t i = 0; i < n; ++i) {
-      segment::encode_entry(
-          entries[first + i],
-          std::span<std::byte, segment::kEntryBytes>(
-              seg->append_buf.data() + i * segment::kEntryBytes, segment::kEntryBytes));
+      segment::encode_entry(entries[first + i],
+                            std::span<std::byte, segment::kEntryBytes>(
+                                buf + i * segment::kEntryBytes, segment::kEntryBytes));
     }
-    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kWrite, t,
-                                                     seg->append_buf.data(), f.summary_end,
+    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kWrite, t, buf, summary_end,
                                                      n * segment::kEntryBytes));
-    f.summary_end += n * segment::kEntryBytes;
-    seg->grown += n * segment::kEntryBytes;
+    summary_end += n * segment::kEntryBytes;
+    *grown += n * segment::kEntryBytes;
+    MutexLock lock(seg->mu);
+    seg->files[id].summary_end = summary_end;
   }
   // The entries (puts, removes, a seal) are durable before anyone acts on them.
   if (seg->sync_appends) KVTIER_RETURN_IF_ERROR(t.sync());
   return ok_status();
 }
 
-void Store::Impl::retire_segment(uint32_t id) {
-  SegmentFile& f = seg->files[id];
-  f.retired = true;
-  if (f.in_flight == 0 && !f.sealed) {
-    const segment::Entry seal{segment::EntryType::kSeal, 0, {}, 0, 0, 0, wall_ns()};
-    // A segment left unsealed is only looked at again by others' refreshes (and reclaimed
-    // once a store opens alone and finds it abandoned).
-    if (append_entries(id, {&seal, 1}).ok()) {
-      f.sealed = true;
-      if (!f.gone) make_reclaimable(id);
-    }
+void Store::Impl::retire_segment(uint32_t id, uint64_t* grown) {
+  bool seal;
+  {
+    MutexLock lock(seg->mu);
+    SegmentFile& f = seg->files[id];
+    f.retired = true;
+    seal = f.in_flight == 0 && !f.sealed;
+  }
+  if (!seal) return;
+  const segment::Entry entry{segment::EntryType::kSeal, 0, {}, 0, 0, 0, wall_ns()};
+  // A segment left unsealed is only looked at again by others' refreshes (and reclaimed
+  // once a store opens alone and finds it abandoned).
+  if (append_entries(id, {&entry, 1}, grown).ok()) {
+    MutexLock lock(seg->mu);
+    SegmentFile& f = seg->files[id];
+    f.sealed = true;
+    if (!f.gone) make_reclaimable(id);
   }
 }
 
-void Store::Impl::finish_in_flight(uint32_t id) {
-  SegmentFile& f = seg->files[id];
-  if (f.in_flight > 0) --f.in_flight;
-  if (f.retired) retire_segment(id);
+void Store::Impl::finish_in_flight(uint32_t id, uint64_t* grown) {
+  bool retired;
+  {
+    MutexLock lock(seg->mu);
+    SegmentFile& f = seg->files[id];
+    if (f.in_flight > 0) --f.in_flight;
+    retired = f.retired;
+  }
+  if (retired) retire_segment(id, grown);
 }
 
-Status Store::Impl::roll_segment(size_t slot) {
-  if (const std::optional<uint32_t> a = seg->active[slot]) {
+Status Store::Impl::roll_segment(size_t slot, uint64_t* grown) {
+  std::optional<uint32_t> old;
+  uint32_t seq;
+  {
+    MutexLock lock(seg->mu);
+    old = seg->active[slot];
     seg->active[slot].reset();
-    retire_segment(*a);
+    seq = seg->next_seq++;
   }
+  if (old) retire_segment(*old, grown);
   const size_t b = slot / seg->lanes;
-  const uint32_t seq = seg->next_seq++;
   SegmentFile f;
   f.name = segment::segment_name(seg->writer, seq);
   f.base = static_cast<uint32_t>(b);
@@ -370,7 +396,8 @@ Status Store::Impl::roll_segment(size_t slot) {
       object_io::write_object(agent, f.sum_path, router.temp_dir(b), begin, publish));
   f.end = segment::kSegmentHeaderBytes;
   f.summary_end = segment::kEntryBytes;
-  seg->grown += segment::kSegmentHeaderBytes + segment::kEntryBytes;
+  *grown += segment::kSegmentHeaderBytes + segment::kEntryBytes;
+  MutexLock lock(seg->mu);
   const auto id = static_cast<uint32_t>(seg->files.size());
   seg->by_name.emplace(f.name, id);
   seg->files.push_back(std::move(f));
@@ -451,9 +478,11 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   }
   uint64_t grown = 0;
 
-  // Space in this store's active segments, reserved under the lock. Each segment's append
-  // target is opened before any space in it is reserved, so its size then (the floor below
-  // which the target cannot write) is never past a reserved record.
+  // Space in this store's active segments, reserved base by base holding the base's `io`
+  // (its segments are created and their append targets opened then, outside seg->mu: a
+  // base that hangs there holds up no other). Each segment's append target is opened before
+  // any space in it is reserved, so its size then (the floor below which the target cannot
+  // write) is never past a reserved record.
   struct OpenSeg {
     uint32_t id;
     bool direct;
@@ -462,37 +491,55 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   std::vector<OpenSeg> open_segs;
   open_segs.reserve(work.size());
   std::vector<size_t> seg_of(work.size(), SIZE_MAX);  // index in open_segs
-  std::vector<uint32_t> used;                         // segments with records of this window
-  {
-    MutexLock lock(seg->mu);
-    const uint64_t grown_before = seg->grown;
-    for (size_t i = 0; i < work.size(); ++i) {
+  struct Used {
+    uint32_t id;
+    size_t base;
+  };
+  std::vector<Used> used;  // segments with records of this window
+  std::vector<std::vector<size_t>> by_base(router.base_count());
+  for (size_t i = 0; i < work.size(); ++i) by_base[work[i].route.base].push_back(i);
+  for (size_t b = 0; b < by_base.size(); ++b) {
+    if (by_base[b].empty()) continue;
+    MutexLock io(seg->bases[b].io);
+    for (const size_t i : by_base[b]) {
       auto& w = work[i];
-      const size_t slot = w.route.base * seg->lanes + chunk_of[i] % lanes;
+      const size_t slot = b * seg->lanes + chunk_of[i] % lanes;
       const bool direct = w.io != PageIo::kBuffered;
       Status st;
       for (int attempt = 0; attempt < 2; ++attempt) {
         st = ok_status();
-        const std::optional<uint32_t> a = seg->active[slot];
-        if (!a ||
-            (seg->files[*a].end > segment::kSegmentHeaderBytes &&
-             align_up(seg->files[*a].end, kBlockBytes) + w.stored_bytes > config.segment_bytes)) {
-          st = roll_segment(slot);
+        bool roll;
+        {
+          MutexLock lock(seg->mu);
+          const std::optional<uint32_t> a = seg->active[slot];
+          roll = !a || (seg->files[*a].end > segment::kSegmentHeaderBytes &&
+                        align_up(seg->files[*a].end, kBlockBytes) + w.stored_bytes >
+                            config.segment_bytes);
+        }
+        if (roll) {
+          st = roll_segment(slot, &grown);
           if (!st.ok()) break;
         }
-        const uint32_t id = *seg->active[slot];
+        uint32_t id;
+        std::string seg_path;
+        {
+          MutexLock lock(seg->mu);
+          id = *seg->active[slot];
+          seg_path = seg->files[id].seg_path;
+        }
         size_t o = 0;
         while (o < open_segs.size() && !(open_segs[o].id == id && open_segs[o].direct == direct)) {
           ++o;
         }
         if (o == open_segs.size()) {
-          TargetSpec spec{seg->files[id].seg_path, TargetMode::kAppend, 0, {}};
+          TargetSpec spec{seg_path, TargetMode::kAppend, 0, {}};
           spec.direct = direct;
           Result<Target> t = agent.open_target(spec);
           if (!t.ok()) {
             st = t.status();
             // Removed under us (a clear elsewhere): start another segment, once.
             if (st.code() == StatusCode::kNotFound) {
+              MutexLock lock(seg->mu);
               seg->active[slot].reset();
               seg->files[id].retired = true;
               continue;
@@ -501,22 +548,22 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
           }
           open_segs.push_back({id, direct, std::move(t).value()});
         }
+        MutexLock lock(seg->mu);
         SegmentFile& f = seg->files[id];
         const uint64_t at = w.header_bytes == kHeaderBytes ? align_up(f.end, kBlockBytes) : f.end;
-        seg->grown += at + w.stored_bytes - f.end;
+        grown += at + w.stored_bytes - f.end;
         f.end = at + w.stored_bytes;
         w.at = at;
         w.io_target = &open_segs[o].target;
         seg_of[i] = o;
-        if (std::find(used.begin(), used.end(), id) == used.end()) {
-          used.push_back(id);
+        if (std::none_of(used.begin(), used.end(), [&](const Used& u) { return u.id == id; })) {
+          used.push_back({id, b});
           ++f.in_flight;
         }
         break;
       }
       if (!st.ok()) out[w.page] = std::move(st);
     }
-    grown += seg->grown - grown_before;
   }
 
   // Each run's descriptors: its records with space, header, payload pieces (or staging) and
@@ -581,21 +628,15 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     if (out[w.page].ok()) by_seg[seg_of[i]].push_back(i);
   }
   if (seg->sync_appends) sync_records(work, by_seg, out);
-  {
-    MutexLock lock(seg->mu);
-    if (guard::call_abandoned()) {
-      // The caller has gone (its deadline passed): the records stay without entries, never
-      // found, and their space is reclaimed with their segment.
-      for (std::vector<size_t>& pages : by_seg) {
-        for (size_t i : pages) {
-          out[work[i].page] =
-              deadline_exceeded_error("the call's deadline passed before the page was published");
-        }
-        pages.clear();
-      }
-    }
-    const uint64_t grown_before = seg->grown;
-    for (const uint32_t id : used) {
+  // Segment by segment, holding its base's `io`: the caller still waiting is checked right
+  // before each segment's entries are appended (a caller gone past its deadline leaves the
+  // records without entries, never found; their space is reclaimed with the segment).
+  for (size_t b = 0; b < by_base.size(); ++b) {
+    if (by_base[b].empty()) continue;
+    MutexLock io(seg->bases[b].io);
+    for (const Used& u : used) {
+      if (u.base != b) continue;
+      const uint32_t id = u.id;
       std::vector<segment::Entry> entries;
       std::vector<size_t> pages;
       for (size_t o = 0; o < open_segs.size(); ++o) {
@@ -607,7 +648,12 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
           pages.push_back(i);
         }
       }
-      Status st = entries.empty() ? ok_status() : append_entries(id, entries);
+      Status st;
+      if (guard::call_abandoned()) {
+        st = deadline_exceeded_error("the call's deadline passed before the page was published");
+      } else if (!entries.empty()) {
+        st = append_entries(id, entries, &grown);
+      }
       for (size_t i : pages) {
         const auto& w = work[i];
         if (!st.ok()) {
@@ -617,9 +663,8 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
         index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), w.stored_bytes, id,
                    w.header_bytes, w.at, w.payload});
       }
-      finish_in_flight(id);
+      finish_in_flight(id, &grown);
     }
-    grown += seg->grown - grown_before;
   }
   settle_segments(reserved, grown);
   for (const auto& w : work) {
@@ -651,19 +696,27 @@ Status Store::Impl::segments_forget(const Hash128& key_hash, size_t base) {
   Status st;
   uint64_t grown = 0;
   {
-    MutexLock lock(seg->mu);
-    const uint64_t grown_before = seg->grown;
+    MutexLock io(seg->bases[base].io);
     const size_t slot = base * seg->lanes;  // the base's first lane
     for (int attempt = 0; attempt < 2; ++attempt) {
-      st = seg->active[slot] ? ok_status() : roll_segment(slot);
-      if (!st.ok()) break;
-      st = append_entries(*seg->active[slot], {&e, 1});
+      std::optional<uint32_t> active;
+      {
+        MutexLock lock(seg->mu);
+        active = seg->active[slot];
+      }
+      if (!active) {
+        st = roll_segment(slot, &grown);
+        if (!st.ok()) break;
+        MutexLock lock(seg->mu);
+        active = seg->active[slot];
+      }
+      st = append_entries(*active, {&e, 1}, &grown);
       if (st.code() != StatusCode::kNotFound) break;
       // The segment was removed under us (a clear elsewhere): start another.
-      seg->files[*seg->active[slot]].retired = true;
+      MutexLock lock(seg->mu);
+      seg->files[*active].retired = true;
       seg->active[slot].reset();
     }
-    grown = seg->grown - grown_before;
   }
   settle_segments(0, grown);  // an entry or two, charged after the fact
   return st;
@@ -674,9 +727,10 @@ Status Store::Impl::segments_clear(uint64_t* pages) {
   *pages = index.pages();
   Status result;
   uint64_t freed = 0;
-  {
-    MutexLock lock(seg->mu);
-    for (size_t b = 0; b < router.base_count(); ++b) {
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    // This store's appends on the base wait; the listing and removal run outside seg->mu.
+    MutexLock io(seg->bases[b].io);
+    {
       std::vector<std::string> paths;
       std::vector<uint64_t> sizes;
       Status st = agent.list(segment_dir(router, b), ListOptions{.with_details = true},
@@ -694,6 +748,7 @@ Status Store::Impl::segments_clear(uint64_t* pages) {
         if (r.ok()) freed += sizes[i];
         if (!r.ok() && r.code() != StatusCode::kNotFound && result.ok()) result = r;
       }
+      MutexLock lock(seg->mu);
       for (size_t slot = b * seg->lanes; slot < (b + 1) * seg->lanes; ++slot) {
         if (const std::optional<uint32_t> a = seg->active[slot]) {
           seg->files[*a].retired = true;
@@ -701,6 +756,9 @@ Status Store::Impl::segments_clear(uint64_t* pages) {
         }
       }
     }
+  }
+  {
+    MutexLock lock(seg->mu);
     for (SegmentFile& f : seg->files) {
       f.sealed = true;  // gone: nothing to seal
       f.gone = true;
