@@ -83,6 +83,8 @@ Status Store::Impl::reserve_segments(uint64_t need) {
   e.choose = [&](uint64_t short_by) {
     victims.clear();
     uint64_t freeing = 0;
+    std::vector<bool> answering(router.base_count());
+    for (size_t b = 0; b < answering.size(); ++b) answering[b] = serving(b);
     MutexLock lock(seg->mu);
     // Every segment gets at most one second chance per call.
     size_t steps = 2 * seg->clock.size();
@@ -93,6 +95,11 @@ Status Store::Impl::reserve_segments(uint64_t need) {
       SegmentFile& f = seg->files[id];
       if (f.gone) {
         f.in_clock = false;
+        continue;
+      }
+      if (!answering[f.base]) {
+        // On a base not answering: removing it would wait as long as the base does.
+        seg->clock.push_back(id);
         continue;
       }
       if (f.referenced) {
