@@ -165,49 +165,6 @@ struct Guard::Call {
 
 // Pages of one call on one base (or an exists query), run on that base's lane.
 struct Guard::Job {
-  // A get's pages as they check out (on the backend's threads), copied out on the job's.
-  class Sink final : public PageSink {
-   public:
-    explicit Sink(Job& job) : job_(job) {}
-    void ready(size_t index) override {
-      {
-        MutexLock lock(mu_);
-        ready_.push_back(index);
-      }
-      cv_.notify_one();
-    }
-    void finished() override {
-      {
-        MutexLock lock(mu_);
-        finished_ = true;
-      }
-      cv_.notify_one();
-    }
-    void drain() override {
-      std::vector<size_t> taken;
-      for (;;) {
-        {
-          MutexLock lock(mu_);
-          lock.wait(cv_, [&]() KVTIER_REQUIRES(mu_) { return finished_ || !ready_.empty(); });
-          if (ready_.empty()) {
-            finished_ = false;  // for the next window's transfer
-            return;
-          }
-          taken.swap(ready_);
-        }
-        for (size_t j : taken) job_.copy_page(j);
-        taken.clear();
-      }
-    }
-
-   private:
-    Job& job_;
-    Mutex mu_;
-    std::condition_variable cv_;
-    std::vector<size_t> ready_ KVTIER_GUARDED_BY(mu_);
-    bool finished_ KVTIER_GUARDED_BY(mu_) = false;
-  };
-
   std::shared_ptr<void> owner;  // first: released last
   std::shared_ptr<void> staging;
   std::shared_ptr<Call> call;
@@ -222,8 +179,7 @@ struct Guard::Job {
   std::vector<ConstBuffer> from;          // put: the caller's pieces
   std::vector<MutableBuffer> to;          // get: the caller's pieces
   std::vector<char> copied;               // get: per page, copied to the caller
-  Sink sink{*this};
-  BatchResult result;  // written before `done`
+  BatchResult result;                     // written before `done`
   size_t exists_found = 0;
   bool done = false;     // under call->mu
   bool started = false;  // under the lane's mutex
@@ -236,10 +192,11 @@ struct Guard::Job {
           if (copy_in()) result = ops->put(views, put_pieces);
           break;
         case Kind::kGet: {
-          // Each page goes to the caller as it checks out: this thread copies it while the
-          // backend's threads read the pages after it.
+          // Each page goes to the caller as it checks out, from the thread that read and
+          // hashed it (still in that core's caches), while other pages are being read.
           copied.assign(pages.size(), 0);
-          result = ops->get(views, get_pieces, &sink);
+          const PageDone done = [this](size_t j) { copy_page(j); };
+          result = ops->get(views, get_pieces, &done);
           copy_out();
           break;
         }

@@ -66,21 +66,8 @@ bool call_abandoned() noexcept;
 size_t threads_alive();
 bool wait_threads_at_most(size_t n, std::chrono::nanoseconds timeout);
 
-// Where a get's pages go as they check out (the read path's hook). The reads complete on the
-// backend's threads; the thread that posted them, otherwise waiting, does the work of each
-// page there (a staged page's copy to the caller), in parallel with the reads still running.
-class PageSink {
- public:
-  // Any thread: page `index` (in its batch) checked out.
-  virtual void ready(size_t index) = 0;
-  // Any thread, once per transfer, after its last ready().
-  virtual void finished() = 0;
-  // The posting thread, once per posted transfer: handles ready pages until finished().
-  virtual void drain() = 0;
-
- protected:
-  ~PageSink() = default;
-};
+// Called with a page's index in its batch as the page checks out (the read path's hook).
+using PageDone = std::function<void(size_t)>;
 
 struct GuardConfig {
   std::chrono::milliseconds deadline{10000};
@@ -98,7 +85,7 @@ class Guard {
   struct Ops {
     std::function<BatchResult(std::span<const std::string_view>, std::span<const ConstBuffer>)> put;
     std::function<BatchResult(std::span<const std::string_view>, std::span<const MutableBuffer>,
-                              PageSink*)>
+                              const PageDone*)>
         get;
     std::function<size_t(std::span<const std::string_view>)> batch_exists;
     // Checks a page's key and memory (the caller's, before any staging): OK with its payload.

@@ -285,7 +285,7 @@ Status Store::Impl::start_guard() {
     return p->put_here(keys, pieces);
   };
   ops.get = [p](std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
-                guard::PageSink* sink) { return p->get_here(keys, pieces, sink); };
+                const guard::PageDone* done) { return p->get_here(keys, pieces, done); };
   ops.batch_exists = [p](std::span<const std::string_view> keys) {
     return p->batch_exists_here(keys);
   };

@@ -132,7 +132,7 @@ using detail::BatchTimer;
 using detail::bump;
 using detail::Counters;
 using detail::PageIo;
-using guard::PageSink;
+using guard::PageDone;
 using page::kBlockBytes;
 using page::kHeaderBytes;
 using page::object_bytes;
@@ -299,15 +299,15 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
     count_errors(r);
     return r;
   }
-  // `sink`: told each page's index as it checks out, and drained on this thread while the
-  // window's reads run (the guard copies each page out of staging there).
+  // `done`: called with a page's index (on the thread that completed its last read) as each
+  // page checks out, before the call returns (the guard copies it out of staging then).
   BatchResult get_here(std::span<const std::string_view> keys,
-                       std::span<const MutableBuffer> pieces, PageSink* sink = nullptr) {
+                       std::span<const MutableBuffer> pieces, const PageDone* done = nullptr) {
     BatchResult r =
         run_batch(keys, pieces,
                   [&](std::span<const std::string_view> ks, std::span<const MutableBuffer> ps,
                       size_t k, std::span<Status> out) {
-                    get_window(ks, ps, k, out, sink, static_cast<size_t>(ks.data() - keys.data()));
+                    get_window(ks, ps, k, out, done, static_cast<size_t>(ks.data() - keys.data()));
                   });
     count_errors(r);
     return r;
@@ -625,7 +625,8 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // The read path (store_read.cc): get_window runs the steps below in order; a ReadWindow
   // (declared above) carries what each step leaves for the next.
   void get_window(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
-                  size_t k, std::span<Status> out, PageSink* sink = nullptr, size_t first = 0);
+                  size_t k, std::span<Status> out, const PageDone* done = nullptr,
+                  size_t first = 0);
   // Opens the planned pages' objects; those that open and hold at least a header are read.
   void open_for_read(ReadWindow& rw, std::span<Status> out);
   // Takes a header block per page and lays out its descriptors, cut at checksum chunks.

@@ -41,17 +41,17 @@ struct Store::Impl::ReadWindow {
   std::unique_ptr<std::atomic<uint32_t>[]> pending;        // descriptors left, per page
   std::unique_ptr<std::atomic<bool>[]> failed;             // a descriptor failed, per page
   Result<Transfer> xfer = Transfer();
-  // Told (first + page) as each page checks out; drains on the posting thread.
-  PageSink* sink = nullptr;
+  // Called with (first + page) as each page checks out (PageDone).
+  const PageDone* done = nullptr;
   size_t first = 0;
 };
 
 void Store::Impl::get_window(std::span<const std::string_view> keys,
                              std::span<const MutableBuffer> pieces, size_t k, std::span<Status> out,
-                             PageSink* sink, size_t first) {
+                             const PageDone* done, size_t first) {
   ReadWindow rw;
   rw.keys = keys;
-  rw.sink = sink;
+  rw.done = done;
   rw.first = first;
   rw.work = plan(keys, pieces, k, out);
   if (layout == StoreLayout::kSegments) {
@@ -173,13 +173,9 @@ void Store::Impl::run_read(ReadWindow& rw) {
     rw.xfer = agent.make_request(TransferOp::kRead, rw.mem, rw.sto);
     rw.batch_error = rw.xfer.status();
   }
-  if (rw.sink != nullptr) callbacks.on_done = [&rw] { rw.sink->finished(); };
   if (rw.batch_error.ok() && !rw.mem.empty()) {
     rw.batch_error = rw.xfer->post(std::move(callbacks));
-    if (rw.batch_error.ok()) {
-      if (rw.sink != nullptr) rw.sink->drain();
-      rw.xfer->wait();
-    }
+    if (rw.batch_error.ok()) rw.xfer->wait();
   }
 }
 
@@ -206,7 +202,7 @@ void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st)
                         .subspan(rw.first_chunk[ref.page],
                                  rw.first_chunk[ref.page + 1] - rw.first_chunk[ref.page]);
   rw.verdicts[ref.page] = verify_page(w, rw.keys[w.page], rw.header_blocks->block(ref.page), sums);
-  if (rw.sink != nullptr && rw.verdicts[ref.page].ok()) rw.sink->ready(rw.first + w.page);
+  if (rw.done != nullptr && rw.verdicts[ref.page].ok()) (*rw.done)(rw.first + w.page);
 }
 
 Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
