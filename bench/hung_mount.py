@@ -151,8 +151,8 @@ def staging(args):
     n = (args.mib << 20) // page
     print(f"\n## Isolation's staging: isolate=on against off, {n} pages of {args.page_kib} KiB, "
           f"{args.rounds} rounds, alternating")
-    print("| directory | filesystem | write on/off | read on/off |")
-    print("|---|---|---|---|")
+    print("| directory | filesystem | write on/off | read on/off | read floor |")
+    print("|---|---|---|---|---|")
     mounts = []
     for d in [x for x in args.staging_dirs.split(",") if x]:
         if d == "fuse":  # a pass-through FUSE mount over the temporary directory
@@ -165,6 +165,8 @@ def staging(args):
         src = [pool[i * page:(i + 1) * page] for i in range(n)]
         dst = [pool[(n + i) * page:(n + i + 1) * page] for i in range(n)]
         res = {"on": ([], []), "off": ([], [])}
+        ring = numpy.zeros(16 << 20, dtype=numpy.uint8)  # a job's staging: 16 MiB
+        copy_s = []
         fs = subprocess.run(["stat", "-f", "-c", "%T", d], capture_output=True,
                             text=True).stdout.strip()
         # One store per mode, open for the whole run (staging is allocated once, as in a
@@ -187,17 +189,28 @@ def staging(args):
                     res[mode][0].append(n * page / wrote / 1e9)
                     res[mode][1].append(n * page / (time.perf_counter() - t0) / 1e9)
                 s.clear()
+            # The floor: one copy of every byte read (staging to the pages), timed alone.
+            per = len(ring) // page
+            t0 = time.perf_counter()
+            for i in range(n):
+                numpy.copyto(dst[i], ring[(i % per) * page:(i % per + 1) * page])
+            if r > 0:
+                copy_s.append(time.perf_counter() - t0)
         del regs
         for m, st in stores.items():
             st.close()
             shutil.rmtree(os.path.join(d, f"staging-{m}"), ignore_errors=True)
         w = [x / y for x, y in zip(res["on"][0], res["off"][0])]
         rd = [x / y for x, y in zip(res["on"][1], res["off"][1])]
+        # What isolate=off's reads would run at with that copy added after them, in series:
+        # staging cannot cost less than that unless the copy overlaps the reads.
+        floor = [1 / (1 + c * y / (n * page / 1e9)) for c, y in zip(copy_s, res["off"][1])]
         print(f"| {d} | {fs} | "
               f"{statistics.median(res['on'][0]):.2f}/{statistics.median(res['off'][0]):.2f} GB/s "
               f"= {statistics.median(w):.2f}x | "
               f"{statistics.median(res['on'][1]):.2f}/{statistics.median(res['off'][1]):.2f} GB/s "
-              f"= {statistics.median(rd):.2f}x |")
+              f"= {statistics.median(rd):.2f}x | {statistics.median(floor):.2f}x "
+              f"(copy {n * page / statistics.median(copy_s) / 1e9:.1f} GB/s) |")
     for m in mounts:
         m.close()
 
