@@ -243,6 +243,7 @@ def cross_host(args):
                                                dst[c:c + args.batch]).all_ok
             if r > 0:
                 res[mode].append(n * page / (time.perf_counter() - t0) / 1e9)
+            w.clear()  # the next round's pages fit wherever this one's did
     del regs
     w.clear()
     for x in [w, *readers.values()]:
