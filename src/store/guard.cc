@@ -181,8 +181,9 @@ struct Guard::Job {
   std::vector<char> copied;               // get: per page, copied to the caller
   BatchResult result;                     // written before `done`
   size_t exists_found = 0;
-  bool done = false;     // under call->mu
-  bool started = false;  // under the lane's mutex
+  std::optional<Result<bool>> exists_one;  // kExists of one key (Guard::exists)
+  bool done = false;                       // under call->mu
+  bool started = false;                    // under the lane's mutex
 
   void execute() {
     if (!call->abandoned.load(std::memory_order_acquire)) {
@@ -201,7 +202,11 @@ struct Guard::Job {
           break;
         }
         case Kind::kExists:
-          exists_found = ops->batch_exists(views);
+          if (exists_one) {
+            exists_one = ops->exists(views.front());
+          } else {
+            exists_found = ops->batch_exists(views);
+          }
           break;
       }
       t_abandoned = nullptr;
@@ -627,27 +632,56 @@ size_t Guard::batch_exists(std::span<const std::string_view> keys) {
     }
   }
   const auto prefix = keys.first(m);
-  auto call = std::make_shared<Call>();
+  auto job = exists_job(prefix);
+  if (run_exists(job)) return job->exists_found;
+  // What the index knows, without storage.
+  size_t n = 0;
+  while (n < m && ops_.indexed(hash128(prefix[n]))) ++n;
+  return n;
+}
+
+Result<bool> Guard::exists(std::string_view key) {
+  const size_t b = ops_.base_of(hash128(key));
+  if (!healthy(b)) {
+    unhealthy_refusals_.fetch_add(1, std::memory_order_relaxed);
+    return unavailable_error(fmt::format(
+        "location {} is not answering; its pages' presence is unknown", config_.base_names[b]));
+  }
+  auto job = exists_job({&key, 1});
+  job->exists_one.emplace(false);
+  if (run_exists(job)) return std::move(*job->exists_one);
+  if (ops_.indexed(hash128(key))) return true;
+  return deadline_exceeded_error(
+      fmt::format("location {} did not answer within the deadline of {} ms", config_.base_names[b],
+                  config_.deadline.count()));
+}
+
+std::shared_ptr<Guard::Job> Guard::exists_job(std::span<const std::string_view> keys) {
   auto job = std::make_shared<Job>();
   job->owner = owner_.lock();
-  job->call = call;
+  job->call = std::make_shared<Call>();
   job->ops = &ops_;
   job->base = lanes_.size() - 1;
   job->kind = Job::Kind::kExists;
-  job->keys.assign(prefix.begin(), prefix.end());
+  job->keys.assign(keys.begin(), keys.end());
   job->views.assign(job->keys.begin(), job->keys.end());
+  return job;
+}
+
+bool Guard::run_exists(const std::shared_ptr<Job>& job) {
+  Call& call = *job->call;
   {
-    MutexLock lock(call->mu);
-    call->pending = 1;
+    MutexLock lock(call.mu);
+    call.pending = 1;
   }
   submit(lanes_.back(), job);
   {
-    MutexLock lock(call->mu);
-    if (lock.wait_for(call->cv, config_.deadline,
-                      [&]() KVTIER_REQUIRES(call->mu) { return call->pending == 0; })) {
-      return job->exists_found;
+    MutexLock lock(call.mu);
+    if (lock.wait_for(call.cv, config_.deadline,
+                      [&]() KVTIER_REQUIRES(call.mu) { return call.pending == 0; })) {
+      return true;
     }
-    call->abandoned.store(true, std::memory_order_release);
+    call.abandoned.store(true, std::memory_order_release);
   }
   {
     Lane& lane = *lanes_.back();
@@ -660,10 +694,7 @@ size_t Guard::batch_exists(std::span<const std::string_view> keys) {
   for (size_t b = 0; b < config_.isolation.size(); ++b) {
     if (isolated(b)) start_probe(b);
   }
-  // What the index knows, without storage.
-  size_t n = 0;
-  while (n < m && ops_.indexed(hash128(prefix[n]))) ++n;
-  return n;
+  return false;
 }
 
 size_t Guard::shut_down(std::chrono::milliseconds bound) {

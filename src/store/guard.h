@@ -88,6 +88,7 @@ class Guard {
                               const PageDone*)>
         get;
     std::function<size_t(std::span<const std::string_view>)> batch_exists;
+    std::function<Result<bool>(std::string_view)> exists;
     // Checks a page's key and memory (the caller's, before any staging): OK with its payload.
     std::function<Status(std::string_view, std::span<const ConstBuffer>, uint64_t*)> validate;
     std::function<bool(const Hash128&)> indexed;
@@ -114,6 +115,9 @@ class Guard {
   BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
                   size_t per_page);
   size_t batch_exists(std::span<const std::string_view> keys);
+  // One key, with the reason when it cannot say: UNAVAILABLE (its base is not answering) or
+  // DEADLINE_EXCEEDED (not answered in time and not in the index).
+  Result<bool> exists(std::string_view key);
 
   // Waits (no polling) until every isolated base answers and no thread is busy for a call
   // that gave up (`answering`), or until a base does not answer (!answering); false when
@@ -144,6 +148,10 @@ class Guard {
   BatchResult run_pages(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
                         size_t per_page);
   void submit(const std::shared_ptr<Lane>& lane, const std::shared_ptr<Job>& job);
+  // An exists job for `keys` on the exists lane, and running it: true when it ended by the
+  // deadline; false when it did not (abandoned, counted, every isolated base probed).
+  std::shared_ptr<Job> exists_job(std::span<const std::string_view> keys);
+  bool run_exists(const std::shared_ptr<Job>& job);
   void mark_unhealthy(size_t b, std::string reason);
   void start_probe(size_t b);
   // Threads busy for a call that gave up.

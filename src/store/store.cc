@@ -289,6 +289,7 @@ Status Store::Impl::start_guard() {
   ops.batch_exists = [p](std::span<const std::string_view> keys) {
     return p->batch_exists_here(keys);
   };
+  ops.exists = [p](std::string_view key) { return p->exists_here(key); };
   ops.validate = [p](std::string_view key, std::span<const ConstBuffer> pieces, uint64_t* payload) {
     Status st = p->validate_page(key, pieces, payload);
     if (!st.ok()) {
@@ -353,7 +354,7 @@ BatchResult Store::batch_get(std::span<const std::string_view> keys,
 
 Result<bool> Store::exists(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
-  if (impl_->guard) return impl_->guard->batch_exists({&key, 1}) == 1;
+  if (impl_->guard) return impl_->guard->exists(key);
   return impl_->exists_here(key);
 }
 

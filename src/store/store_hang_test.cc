@@ -364,8 +364,8 @@ TEST_P(StoreHang, SubmittedAndSinglePageCallsKeepTheDeadlineToo) {
   EXPECT_EQ(store->get(keys[0], batch.out[0].data, kPage).code(), StatusCode::kUnavailable);
   EXPECT_EQ(store->put("one-more", batch.in[0].data, kPage).code(), StatusCode::kUnavailable);
   Result<bool> there = store->exists(keys[0]);
-  ASSERT_TRUE(there.ok()) << there.status().to_string();
-  EXPECT_FALSE(*there);
+  ASSERT_FALSE(there.ok());
+  EXPECT_EQ(there.status().code(), StatusCode::kUnavailable) << there.status().to_string();
   BatchTicket put = store->submit_put(views(keys), batch.in);
   ASSERT_TRUE(put.wait(kHungCeiling).ok());
   for (const Status& st : put.take().pages) EXPECT_EQ(st.code(), StatusCode::kUnavailable);
@@ -389,8 +389,16 @@ TEST_P(StoreHang, ExistsReturnsByItsDeadline) {
   }
   auto store = open();  // its index may not know the pages: it must ask the mount
   ASSERT_NE(store, nullptr);
+  auto single = open();  // asked one key at a time
+  ASSERT_NE(single, nullptr);
   fs_.hang();
-  const auto t0 = Clock::now();
+  // A key no store holds: only the mount could tell, and it does not answer.
+  auto t0 = Clock::now();
+  Result<bool> one = single->exists("never-written");
+  EXPECT_LT(Clock::now() - t0, milliseconds(kDeadlineMs) + kSlack);
+  ASSERT_FALSE(one.ok());
+  EXPECT_EQ(one.status().code(), StatusCode::kDeadlineExceeded) << one.status().to_string();
+  t0 = Clock::now();
   const size_t found = store->batch_exists(views(keys));
   EXPECT_LT(Clock::now() - t0, milliseconds(kDeadlineMs) + kSlack);
   EXPECT_LE(found, kPages);
@@ -399,10 +407,20 @@ TEST_P(StoreHang, ExistsReturnsByItsDeadline) {
   EXPECT_EQ(store->stats().locations_unhealthy, 1u);
   const auto t1 = Clock::now();
   EXPECT_EQ(store->batch_exists(views(keys)), 0u);
+  one = store->exists(keys[0]);
   EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
+  ASSERT_FALSE(one.ok());
+  EXPECT_EQ(one.status().code(), StatusCode::kUnavailable) << one.status().to_string();
   fs_.release();
   wait_recovered(*store);
   EXPECT_EQ(store->batch_exists(views(keys)), kPages);
+  one = store->exists(keys[0]);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_TRUE(*one);
+  wait_recovered(*single);
+  one = single->exists("never-written");
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_FALSE(*one);
 }
 
 TEST_P(StoreHang, AnotherBaseKeepsServingWhileOneHangs) {
