@@ -578,6 +578,15 @@ Status values (falsy).)")
           },
           "key"_a, "Whether the page is stored (False also when the store cannot tell).")
       .def(
+          "indexed",
+          [](PyStore& self, std::vector<std::string> keys) {
+            Keys k(std::move(keys));
+            return self.get()->indexed(k.views);
+          },
+          "keys"_a,
+          "Whether each key is in this process's index, without I/O (never blocks): False "
+          "means only 'not known here' (batch_exists may still find it).")
+      .def(
           "batch_exists",
           [](PyStore& self, std::vector<std::string> keys) {
             Keys k(std::move(keys));

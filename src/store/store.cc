@@ -363,6 +363,14 @@ size_t Store::batch_exists(std::span<const std::string_view> keys) {
   return impl_->guard ? impl_->guard->batch_exists(keys) : impl_->batch_exists_here(keys);
 }
 
+std::vector<bool> Store::indexed(std::span<const std::string_view> keys) const {
+  std::vector<bool> out(keys.size(), false);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out[i] = routing::validate_key(keys[i]).ok() && impl_->index.contains(hash128(keys[i]));
+  }
+  return out;
+}
+
 Result<bool> Store::Impl::exists_here(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   bump(counters.exists_queries);

@@ -167,6 +167,25 @@ TEST_F(StoreLifecycle, AnotherProcessesPagesAreFoundOnAnIndexMiss) {
   EXPECT_EQ(reader->exists("late").value_or(true), false);
 }
 
+// indexed() answers from memory only: what this store wrote or found, never another's page
+// it has not looked for, and never a bad key.
+TEST_F(StoreLifecycle, IndexedAnswersWithoutStorage) {
+  auto reader = open();
+  auto writer = open();
+  ASSERT_NE(reader, nullptr);
+  ASSERT_NE(writer, nullptr);
+  PagePool pool(*writer, 4, kPage);
+  ASSERT_TRUE(put(*writer, pool, {"mine", "also-mine"}).all_ok());
+  const std::vector<std::string_view> keys = {"mine", "absent", "also-mine", "../bad"};
+  EXPECT_EQ(writer->indexed(keys), (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(reader->indexed(keys), (std::vector<bool>{false, false, false, false}));
+  EXPECT_EQ(reader->stats().index_stats, 0u);  // no stat for it
+  ASSERT_EQ(reader->exists("mine").value_or(false), true);
+  EXPECT_EQ(reader->indexed(keys), (std::vector<bool>{true, false, false, false}));
+  KVTIER_ASSERT_OK(writer->remove("mine"));
+  EXPECT_EQ(writer->indexed(keys), (std::vector<bool>{false, false, true, false}));
+}
+
 TEST_F(StoreLifecycle, AClearIsSeenByEveryStoreOfTheNamespaceOnItsNextCall) {
   auto a = open();
   auto b = open();

@@ -411,6 +411,10 @@ class Store {
   Result<bool> exists(std::string_view key);
   // Number of leading keys that exist; stops at the first absent key (or fault).
   size_t batch_exists(std::span<const std::string_view> keys);
+  // Whether each key is in this process's index, without any I/O (so never blocking): true
+  // for pages this store wrote, read or found, and (segment layout) every page of the
+  // summaries it has read. False says only "not known here": exists() may still find it.
+  std::vector<bool> indexed(std::span<const std::string_view> keys) const;
 
   // kNotFound when absent.
   Status remove(std::string_view key);
