@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import kvtier
+from kvtier import _options
 
 try:  # Subclass SGLang's interface when SGLang is importable; work without it.
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorage as _HiCacheStorage
@@ -147,39 +148,9 @@ class _RateLimitedLog:
         logger.warning("kvtier: " + message, *args)
 
 
-def _option(options: Dict[str, Any], key: str, env: Optional[str], default: Any) -> Any:
-    value = options.get(key)
-    if value is None and env is not None:
-        value = os.environ.get(env)
-    return default if value is None else value
-
-
-def _as_bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
-          "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20,
-          "gib": 1 << 30, "tib": 1 << 40}
-
-
-def _parse_bytes(value: Any, name: str) -> int:
-    """100, "100GiB", "1.5TB", "64 MiB" -> bytes; 0/None/"" -> 0 (no limit)."""
-    if value in (None, ""):
-        return 0
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise kvtier.InvalidArgumentError(f"{name}: {value} is negative")
-        return int(value)
-    text = str(value).strip().lower().replace(" ", "")
-    digits = len(text) - len(text.lstrip("0123456789."))
-    number, unit = text[:digits], text[digits:]
-    if not number or unit not in _UNITS:
-        raise kvtier.InvalidArgumentError(
-            f"{name}: '{value}' is not a size (examples: 107374182400, 100GiB, 1.5TB)")
-    return int(float(number) * _UNITS[unit])
+_option = _options.option
+_as_bool = _options.as_bool
+_parse_bytes = _options.parse_bytes
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -899,22 +870,8 @@ class HiCacheKvtier(_HiCacheStorage):
                    pieces: int, tp: tuple, mla: bool, page_bytes: int = 0) -> "kvtier.Store":
         """A store of this deployment (model, shard, salt, options) for one page geometry
         (`page_bytes`: the page's size where its pieces differ, for file_layout auto)."""
-        uri = self.uri
-        if self.backend != "auto" and "backend=" not in uri and "://" in uri and \
-                not uri.startswith("s3://"):
-            uri += ("&" if "?" in uri else "?") + f"backend={self.backend}"
-        if not uri.startswith("mem://"):
-            params = {}
-            if self.deadline_ms is not None and "deadline_ms=" not in uri:
-                params["deadline_ms"] = str(self.deadline_ms)
-            if self.isolate and not uri.startswith("s3://") and "isolate=" not in uri:
-                params["isolate"] = self.isolate
-            if params:
-                if "://" not in uri:  # a plain directory
-                    uri = "file://" + uri.replace("%", "%25").replace("?", "%3F") \
-                        .replace(",", "%2C")
-                uri += ("&" if "?" in uri else "?") + "&".join(
-                    f"{k}={v}" for k, v in params.items())
+        uri = _options.with_store_params(self.uri, backend=self.backend,
+                                         deadline_ms=self.deadline_ms, isolate=self.isolate)
         return kvtier.Store(
             uri, model=self.model_name, dtype=dtype, layout=layout, page_tokens=page_tokens,
             piece_bytes=piece_bytes, pieces_per_page=pieces, tp=tp,

@@ -1,0 +1,384 @@
+"""kvtier.vllm_tier.KvtierTier driven as vLLM's tiering manager drives a secondary tier
+(vllm/v1/kv_offload/tiering/manager.py at vllm-project/vllm@cda0f3248538da3cc96b3760fe4cfaa7d3d652b9:
+one job id counter for every tier, each job reported once, successful_keys a subset of the
+job's keys, drain_jobs before a reset), with vLLM's types from python/tests/vllm_fakes."""
+
+import os
+import subprocess
+import sys
+
+import numpy
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "vllm_fakes"))
+
+from conftest import open_fds, s3_test_server  # noqa: E402
+from vllm.v1.kv_offload import base as vbase  # noqa: E402
+from vllm.v1.kv_offload import config as vconfig  # noqa: E402
+from vllm.v1.kv_offload.tiering import base as tbase  # noqa: E402
+
+import kvtier  # noqa: E402
+from kvtier import vllm_tier  # noqa: E402
+
+ROWS = 64
+ROW_BYTES = 64 << 10  # one chunk, every worker's pages
+LAYERS = tuple(f"model.layers.{i}.self_attn.attn" for i in range(4))
+
+
+def make_spec(model="meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16", tp=1, events=False):
+    parallel = vconfig.OffloadingParallelConfig(
+        rank=0, world_size=tp, tp_size=tp, pp_size=1, pcp_size=1, dcp_size=1,
+        data_parallel_index=0, is_parallelism_agnostic=False)
+    config = vconfig.OffloadingConfig(
+        groups=(vconfig.OffloadingGroupConfig(tokens_per_block=16, layer_names=LAYERS),),
+        worker_kv_bytes_per_block=ROW_BYTES // 4 // tp, enable_kv_cache_events=events,
+        extra_config={}, engine_id="engine-0", model=vconfig.OffloadingModelConfig(model, dtype),
+        cache=vconfig.OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=4),
+        parallel=parallel)
+    return vbase.OffloadingSpec(config)
+
+
+def primary(rows=ROWS, row_bytes=ROW_BYTES):
+    """The CPU tier's buffer: numpy int8 rows, viewed as vLLM hands it to tiers."""
+    array = numpy.zeros((rows, row_bytes), dtype=numpy.int8)
+    return array, memoryview(array)
+
+
+def keys_for(prefix, n, group=0):
+    return [vbase.make_offload_key(f"{prefix}-{i}".encode().ljust(32, b"\0"), group)
+            for i in range(n)]
+
+
+def fill(array, rows, seed):
+    rng = numpy.random.default_rng(seed)
+    for r in rows:
+        array[r] = rng.integers(-128, 127, array.shape[1], dtype=numpy.int8)
+
+
+class Manager:
+    """What the tiering manager does with a tier's jobs (ids, the checks on each result)."""
+
+    def __init__(self, tier):
+        self.tier = tier
+        self.next_id = 0
+        self.jobs = {}
+
+    def submit(self, keys, rows, load):
+        job = tbase.TransferJob(job_id=self.next_id, keys=list(keys),
+                                chunk_ids=numpy.array(rows, dtype=numpy.int32),
+                                is_promotion=load, req_context=vbase.ReqContext(req_id="r"))
+        self.next_id += 1
+        self.jobs[job.job_id] = job
+        (self.tier.submit_load if load else self.tier.submit_store)(job)
+        return job.job_id
+
+    def finished(self):
+        """Drains the tier and returns {job_id: JobResult} of what it reported."""
+        self.tier.drain_jobs()
+        out = {}
+        for result in self.tier.get_finished_jobs():
+            assert result.job_id in self.jobs, f"unknown or repeated job {result.job_id}"
+            job = self.jobs.pop(result.job_id)
+            if result.successful_keys is not None:
+                assert set(result.successful_keys) <= set(job.keys)
+            out[result.job_id] = result
+        return out
+
+    def lookup(self, key):
+        """lookup as vLLM asks it: again on later steps while the answer is RETRY."""
+        for _ in range(10):
+            answer = self.tier.lookup(key, vbase.ReqContext(req_id="r"))
+            if answer is not vbase.LookupResult.RETRY:
+                return answer
+            self.tier.on_schedule_end(vbase.ScheduleEndContext((), ()))
+            assert self.tier.wait_lookups(timeout=60)
+        raise AssertionError("still RETRY after 10 steps")
+
+
+@pytest.fixture(params=["files", "segments"])
+def layout(request):
+    return request.param
+
+
+def make_tier(view, root, layout="auto", spec=None, **options):
+    return vllm_tier.KvtierTier(spec or make_spec(), view, "KvtierTier", root=root,
+                                layout=layout, **options)
+
+
+def test_the_tier_is_the_class_vllm_loads(store_dir):
+    # The factory asserts issubclass(cls, SecondaryTierManager) and passes only keywords.
+    assert issubclass(vllm_tier.KvtierTier, tbase.SecondaryTierManager)
+    assert vllm_tier.KvtierTier.medium is vbase.Medium.STORAGE
+    array, view = primary()
+    tier = vllm_tier.KvtierTier(offloading_spec=make_spec(), primary_kv_view=view,
+                                tier_type="KvtierTier", root=store_dir)
+    try:
+        assert tier.block_size_bytes == ROW_BYTES
+        assert tier.on_new_request(vbase.ReqContext("r")).policy is vbase.OffloadPolicy.CHUNK_LEVEL
+        assert not tier.has_pending_work()
+    finally:
+        tier.shutdown()
+
+
+def test_store_lookup_load_round_trip(store_dir, layout):
+    array, view = primary()
+    tier = make_tier(view, store_dir, layout)
+    m = Manager(tier)
+    try:
+        keys = keys_for("rt", 16)
+        fill(array, range(16), seed=1)
+        expected = array[:16].copy()
+        job = m.submit(keys, range(16), load=False)
+        results = m.finished()
+        assert results[job].success and results[job].transfer_bytes == 16 * ROW_BYTES
+        array[:] = 0
+        assert all(m.lookup(k) is vbase.LookupResult.HIT for k in keys)
+        assert m.lookup(keys_for("never", 1)[0]) is vbase.LookupResult.MISS
+        # Into other rows, as the CPU tier reserves them.
+        job = m.submit(keys, range(32, 48), load=True)
+        results = m.finished()
+        assert results[job].success and results[job].successful_keys is None
+        assert numpy.array_equal(array[32:48], expected)
+        assert tier.counters()["store"]["layout"].startswith(layout)
+    finally:
+        tier.shutdown()
+
+
+def test_stores_skip_chunks_the_tier_holds(store_dir):
+    array, view = primary()
+    tier = make_tier(view, store_dir)
+    m = Manager(tier)
+    try:
+        keys = keys_for("dup", 8)
+        fill(array, range(8), seed=2)
+        m.submit(keys[:4], range(4), load=False)
+        m.finished()
+        # Stores are write-through: every chunk comes again. Only the new ones move.
+        job = m.submit(keys, range(8), load=False)
+        result = m.finished()[job]
+        assert result.success and result.transfer_bytes == 4 * ROW_BYTES
+        assert tier.counters()["store_skipped"] == 4
+        assert tier.counters()["store"]["put_pages"] == 8
+    finally:
+        tier.shutdown()
+
+
+def test_chunks_another_process_stored_are_retry_then_hit(store_dir, layout):
+    array, view = primary()
+    writer = make_tier(view, store_dir, layout)
+    reader = make_tier(memoryview(numpy.zeros((ROWS, ROW_BYTES), numpy.int8)), store_dir, layout)
+    try:
+        keys = keys_for("other", 4)
+        fill(array, range(4), seed=3)
+        Manager(writer).submit(keys, range(4), load=False)
+        Manager(writer).tier.drain_jobs()
+        writer.get_finished_jobs()
+        # The reader's index has not seen them: RETRY while storage is asked, then HIT.
+        first = reader.lookup(keys[0], vbase.ReqContext("r"))
+        assert first in (vbase.LookupResult.RETRY, vbase.LookupResult.HIT)
+        m = Manager(reader)
+        assert all(m.lookup(k) is vbase.LookupResult.HIT for k in keys)
+        job = m.submit(keys, range(10, 14), load=True)
+        assert m.finished()[job].success
+        assert numpy.array_equal(numpy.asarray(reader._view)[10:14], array[:4])
+    finally:
+        writer.shutdown()
+        reader.shutdown()
+
+
+def test_a_damaged_chunk_is_a_failed_key_never_bytes(store_dir):
+    array, view = primary()
+    tier = make_tier(view, store_dir, "files")
+    m = Manager(tier)
+    try:
+        keys = keys_for("bad", 4)
+        fill(array, range(4), seed=4)
+
+        def files():
+            return {os.path.join(d, f) for base in tier._store.namespace_dirs
+                    for d, _, names in os.walk(base) for f in names}
+
+        m.submit([keys[0], keys[2], keys[3]], [0, 2, 3], load=False)
+        m.finished()
+        before = files()
+        m.submit([keys[1]], [1], load=False)
+        m.finished()
+        paths = sorted(files() - before)  # the second chunk's page file
+        assert len(paths) == 1, paths
+        # Flip a byte in the middle of its payload.
+        with open(paths[0], "r+b") as f:
+            f.seek(os.path.getsize(paths[0]) // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        job = m.submit(keys, range(40, 44), load=True)
+        result = m.finished()[job]
+        assert not result.success
+        assert list(result.successful_keys) == [keys[0], keys[2], keys[3]]
+        for i in (0, 2, 3):
+            assert numpy.array_equal(array[40 + i], array[i])
+        # Not offered again at once (no promotion retried every step).
+        assert tier.lookup(keys[1], vbase.ReqContext("r")) is vbase.LookupResult.MISS
+    finally:
+        tier.shutdown()
+
+
+def test_another_tp_size_dtype_or_model_is_a_miss(store_dir):
+    array, view = primary()
+    tier = make_tier(view, store_dir)
+    m = Manager(tier)
+    keys = keys_for("geo", 2)
+    fill(array, range(2), seed=5)
+    m.submit(keys, range(2), load=False)
+    m.finished()
+    namespace = tier.namespace
+    tier.shutdown()
+    for spec in (make_spec(tp=2), make_spec(dtype="float16"), make_spec(model="other/model")):
+        other = make_tier(memoryview(numpy.zeros((ROWS, ROW_BYTES), numpy.int8)), store_dir,
+                          spec=spec)
+        try:
+            assert other.namespace != namespace
+            assert Manager(other).lookup(keys[0]) is vbase.LookupResult.MISS
+        finally:
+            other.shutdown()
+
+
+def test_unknown_or_malformed_options_fail_start_naming_them(store_dir):
+    _, view = primary()
+    with pytest.raises(ValueError, match="capacty_bytes"):
+        make_tier(view, store_dir, capacty_bytes="1GiB")
+    with pytest.raises(ValueError, match="capacity_bytes"):
+        make_tier(view, store_dir, capacity_bytes="lots")
+    with pytest.raises(ValueError, match="layout"):
+        make_tier(view, store_dir, layout="striped")
+    with pytest.raises(ValueError, match="deadline_ms"):
+        make_tier(view, store_dir, deadline_ms="soon")
+    with pytest.raises(ValueError, match="root"):
+        vllm_tier.KvtierTier(make_spec(), view, "KvtierTier")
+
+
+def test_drain_jobs_waits_for_every_job_and_each_is_reported_once(store_dir):
+    array, view = primary()
+    tier = make_tier(view, store_dir)
+    m = Manager(tier)
+    try:
+        fill(array, range(ROWS), seed=6)
+        ids = [m.submit(keys_for(f"drain{j}", 8), range(8 * j, 8 * j + 8), load=False)
+               for j in range(8)]
+        tier.drain_jobs()
+        assert not any(j.ticket is not None and not j.ticket.done()
+                       for j in tier._jobs.values())
+        results = m.finished()
+        assert sorted(results) == ids and all(r.success for r in results.values())
+        assert list(tier.get_finished_jobs()) == []
+        assert not tier.has_pending_work()
+    finally:
+        tier.shutdown()
+
+
+def test_capacity_bounds_the_tier_and_evicts_the_oldest(store_dir):
+    array, view = primary()
+    capacity = 28 * ROW_BYTES  # fewer than 28 chunks (each has a header too)
+    tier = make_tier(view, store_dir, "files", capacity_bytes=str(capacity))
+    m = Manager(tier)
+    try:
+        fill(array, range(ROWS), seed=7)
+        for j in range(6):  # 48 chunks into room for about 24
+            m.submit(keys_for(f"cap{j}", 8), range(8 * j, 8 * j + 8), load=False)
+            assert all(r.success for r in m.finished().values())
+        stats = tier.counters()["store"]
+        assert stats["used_bytes"] <= capacity
+        assert stats["evicted_pages"] >= 48 - 28
+        assert Manager(tier).lookup(keys_for("cap0", 1)[0]) is vbase.LookupResult.MISS
+        assert Manager(tier).lookup(keys_for("cap5", 1)[0]) is vbase.LookupResult.HIT
+    finally:
+        tier.shutdown()
+
+
+def test_a_restarted_engine_finds_what_an_earlier_one_stored(store_dir, layout):
+    array, view = primary()
+    fds = open_fds()
+    tier = make_tier(view, store_dir, layout)
+    keys = keys_for("restart", 8)
+    fill(array, range(8), seed=8)
+    m = Manager(tier)
+    m.submit(keys, range(8), load=False)
+    m.finished()
+    tier.shutdown()
+    assert open_fds() == fds
+    expected = array[:8].copy()
+    array[:] = 0
+    again = make_tier(view, store_dir, layout)
+    try:
+        m = Manager(again)
+        assert all(m.lookup(k) is vbase.LookupResult.HIT for k in keys)
+        job = m.submit(keys, range(8), load=True)
+        assert m.finished()[job].success
+        assert numpy.array_equal(array[:8], expected)
+    finally:
+        again.shutdown()
+    assert open_fds() == fds
+
+
+def test_stored_events_when_vllm_asks_for_them(store_dir):
+    array, view = primary()
+    tier = make_tier(view, store_dir, spec=make_spec(events=True))
+    m = Manager(tier)
+    try:
+        keys = keys_for("ev", 3)
+        fill(array, range(3), seed=9)
+        m.submit(keys, range(3), load=False)
+        m.finished()
+        events = list(tier.take_events())
+        assert len(events) == 1
+        assert events[0].keys == keys and not events[0].removed
+        assert events[0].medium is vbase.Medium.STORAGE
+        assert list(tier.take_events()) == []
+    finally:
+        tier.shutdown()
+
+
+def test_importing_the_tier_needs_neither_vllm_nor_torch():
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['vllm'] = None\n"
+            "import kvtier.vllm_tier as t\n"
+            "assert t.KvtierTier.__mro__[1] is object\n"
+            "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+    env = dict(os.environ)
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+@pytest.mark.parametrize("kind", ["roots", "s3"])
+def test_every_location_kind(tmp_path, monkeypatch, kind):
+    """Several roots, and S3 on the test server (skipped, saying why, without one)."""
+    import time
+    if kind == "roots":
+        options = {"root": ",".join(str(tmp_path / f"root{i}") for i in range(3))}
+    else:
+        endpoint, region, bucket = s3_test_server(monkeypatch)
+        options = {"uri": f"s3://{bucket}/vllm-{os.getpid()}-{time.time_ns()}"
+                          f"?endpoint={endpoint}&region={region}&deadline_ms=300000"}
+    array, view = primary()
+    tier = vllm_tier.KvtierTier(make_spec(), view, "KvtierTier", **options)
+    m = Manager(tier)
+    try:
+        keys = keys_for("kinds", 12)
+        fill(array, range(12), seed=10)
+        expected = array[:12].copy()
+        job = m.submit(keys, range(12), load=False)
+        assert m.finished()[job].success
+        array[:12] = 0
+        assert all(m.lookup(k) is vbase.LookupResult.HIT for k in keys)
+        job = m.submit(keys, range(12), load=True)
+        assert m.finished()[job].success
+        assert numpy.array_equal(array[:12], expected)
+    finally:
+        tier.shutdown()
+
+
+def test_a_vllm_with_another_tier_api_fails_at_start_saying_so(store_dir, monkeypatch):
+    monkeypatch.setattr(vllm_tier, "_API_PROBLEM", "this vLLM's SecondaryTierManager lacks "
+                        "get_finished_jobs")
+    _, view = primary()
+    with pytest.raises(RuntimeError, match="lacks get_finished_jobs"):
+        make_tier(view, store_dir)

@@ -1,0 +1,1 @@
+"""Test stand-in for vLLM (see python/tests/vllm_fakes/README.md)."""
