@@ -15,10 +15,12 @@ stand-ins (python/tests/vllm_fakes) when vLLM is not installed.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/vllm_tier.py [--dir DIR] [--rounds 3]
       [--row-kib 256,2048,8192] [--mib 256] [--keys 32] [--in-flight 4] [--layout auto]
+      [--direct-io auto]
 """
 
 import argparse
 import json
+import mmap
 import os
 import shutil
 import statistics
@@ -92,14 +94,15 @@ def run_jobs(timed, jobs, load, in_flight):
     return time.perf_counter() - t0, ok
 
 
-def tier_round(root, row, n, keys_per_job, in_flight, layout, round_no, times):
+def tier_round(root, row, n, keys_per_job, in_flight, layout, direct_io, round_no, times):
     rows = max(2 * n, 2)
-    array = numpy.empty((rows, row), dtype=numpy.int8)
+    region = mmap.mmap(-1, rows * row)  # vLLM's CPU tier is a shared mapping: page-aligned
+    array = numpy.frombuffer(region, dtype=numpy.int8).reshape(rows, row)
     array.fill(1)  # touched, as a serving engine's CPU tier is (kvtier bench warms its pool)
     rng = numpy.random.default_rng(round_no)
     array[:n] = rng.integers(-128, 127, (n, row), dtype=numpy.int8)
     tier = vllm_tier.KvtierTier(make_spec(), memoryview(array), "KvtierTier", root=root,
-                                layout=layout)
+                                layout=layout, direct_io=direct_io)
     timed = Timed(tier)
     try:
         keys = [vbase.make_offload_key(f"r{round_no}-{i}".encode().ljust(32, b"\0"), 0)
@@ -122,10 +125,11 @@ def tier_round(root, row, n, keys_per_job, in_flight, layout, round_no, times):
     return n * row / wrote / 1e9, n * row / read / 1e9, layout_chosen
 
 
-def bench_round(kvtier_bin, directory, row, n, keys_per_job, in_flight, layout):
+def bench_round(kvtier_bin, directory, row, n, keys_per_job, in_flight, layout, direct_io):
     out = subprocess.run(
         [kvtier_bin, "bench", "--dir", directory, "--page-bytes", str(row), "--pages", str(n),
-         "--batch", str(keys_per_job), "--in-flight", str(in_flight), "--json", "--quiet"] +
+         "--batch", str(keys_per_job), "--in-flight", str(in_flight), "--direct-io", direct_io,
+         "--json", "--quiet"] +
         (["--layout", layout] if layout != "auto" else []),
         check=True, capture_output=True, text=True).stdout
     d = json.loads(out)
@@ -146,6 +150,7 @@ def main():
     ap.add_argument("--keys", type=int, default=32, help="keys per job")
     ap.add_argument("--in-flight", type=int, default=4)
     ap.add_argument("--layout", default="auto", choices=("auto", "files", "segments"))
+    ap.add_argument("--direct-io", default="auto", choices=("auto", "on", "off"))
     ap.add_argument("--kvtier", default=os.path.join(HERE, "..", "build", "bin", "kvtier"))
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="kvtier-vllm-bench-")
@@ -164,10 +169,10 @@ def main():
                 d = os.path.join(base, f"{side}-{kib}-{r}")
                 if side == "tier":
                     w, rd, chosen = tier_round(d, row, n, args.keys, args.in_flight,
-                                               args.layout, r, times)
+                                               args.layout, args.direct_io, r, times)
                 else:
                     w, rd, _ = bench_round(args.kvtier, d, row, n, args.keys, args.in_flight,
-                                           args.layout)
+                                           args.layout, args.direct_io)
                 res[side][0].append(w)
                 res[side][1].append(rd)
                 shutil.rmtree(d, ignore_errors=True)

@@ -20,6 +20,8 @@ CPU tier misses it. Options (the keys of the tier's entry besides type and modul
     deadline_ms     longest a load or store waits for storage (default 10000): later chunks
                     fail, and a mount that stopped answering is skipped until it answers
     layout          files | segments | auto (default auto: segments for chunks below 4 MiB)
+    direct_io       auto | on | off (default auto: rows move by direct I/O where the
+                    filesystem takes it and they are aligned, through the page cache where not)
     salt            deployments with different salts never share chunks
     fsync           true: a chunk is durable before its store job reports success
     lookup_retry_ms how long a chunk the index does not know may stay RETRY while storage is
@@ -127,8 +129,8 @@ if _Base is not object:
             "get_finished_jobs, on_new_request, drain_jobs; docs/vllm.md); this vLLM's "
             f"SecondaryTierManager lacks {', '.join(_missing)}: use a vLLM with that API")
 
-_OPTIONS = ("root", "uri", "capacity_bytes", "deadline_ms", "layout", "salt", "fsync",
-            "lookup_retry_ms")
+_OPTIONS = ("root", "uri", "capacity_bytes", "deadline_ms", "layout", "direct_io", "salt",
+            "fsync", "lookup_retry_ms")
 _LAYOUTS = ("", "auto", "files", "segments")
 
 
@@ -233,6 +235,9 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         layout = str(options.get("layout") or "")
         if layout not in _LAYOUTS:
             raise ValueError(f"KvtierTier: layout '{layout}': expected files, segments or auto")
+        direct_io = str(options.get("direct_io") or "auto")
+        if direct_io not in ("auto", "on", "off"):
+            raise ValueError(f"KvtierTier: direct_io '{direct_io}': expected auto, on or off")
         deadline = options.get("deadline_ms")
         try:
             deadline_ms = None if deadline in (None, "") else int(deadline)
@@ -265,7 +270,7 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
             piece_bytes=self._row_bytes, pieces_per_page=1,
             tp=(0, self._geometry["tp_size"]), pp=(0, self._geometry["pp_size"]),
             salt="\n".join(salt_parts), fsync=_options.as_bool(options.get("fsync", False)),
-            capacity_bytes=capacity, file_layout=layout)
+            capacity_bytes=capacity, file_layout=layout, direct_io=direct_io)
         try:
             self._registration = self._store.register_memory(view)
             self._base = self._address(view)

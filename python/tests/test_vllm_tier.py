@@ -3,6 +3,7 @@
 one job id counter for every tier, each job reported once, successful_keys a subset of the
 job's keys, drain_jobs before a reset), with vLLM's types from python/tests/vllm_fakes."""
 
+import mmap
 import os
 import subprocess
 import sys
@@ -40,8 +41,11 @@ def make_spec(model="meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16", tp=1, 
 
 
 def primary(rows=ROWS, row_bytes=ROW_BYTES):
-    """The CPU tier's buffer: numpy int8 rows, viewed as vLLM hands it to tiers."""
-    array = numpy.zeros((rows, row_bytes), dtype=numpy.int8)
+    """The CPU tier's buffer as vLLM hands it to tiers: numpy int8 rows over a shared mapping
+    (vllm/v1/kv_offload/cpu/shared_offload_region.py at
+    vllm-project/vllm@46bea23c: an mmap of /dev/shm, so page-aligned), as a memoryview."""
+    region = mmap.mmap(-1, rows * row_bytes)
+    array = numpy.frombuffer(region, dtype=numpy.int8).reshape(rows, row_bytes)
     return array, memoryview(array)
 
 
@@ -141,6 +145,12 @@ def test_store_lookup_load_round_trip(store_dir, layout):
         assert results[job].success and results[job].successful_keys is None
         assert numpy.array_equal(array[32:48], expected)
         assert tier.counters()["store"]["layout"].startswith(layout)
+        # Rows are page-aligned and 64 KiB: direct I/O where the filesystem takes it.
+        direct = tier.counters()["store"]["direct_io"]
+        assert direct.startswith("auto (") or direct.startswith("off:"), direct
+        if direct.startswith("auto ("):  # in place: no staging copy
+            stats = tier.counters()["store"]
+            assert stats["direct_pages"] == 32 and stats["staged_pages"] == 0, stats
     finally:
         tier.shutdown()
 
@@ -254,6 +264,8 @@ def test_unknown_or_malformed_options_fail_start_naming_them(store_dir):
         make_tier(view, store_dir, layout="striped")
     with pytest.raises(ValueError, match="deadline_ms"):
         make_tier(view, store_dir, deadline_ms="soon")
+    with pytest.raises(ValueError, match="direct_io"):
+        make_tier(view, store_dir, direct_io="always")
     with pytest.raises(ValueError, match="root"):
         vllm_tier.KvtierTier(make_spec(), view, "KvtierTier")
 
