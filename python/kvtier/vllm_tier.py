@@ -324,6 +324,8 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
             if first is None:
                 self._asking[name] = now
                 self._queued.append(name)
+                if len(self._queued) == 1:
+                    self._lookup_cv.notify_all()  # keys asked meanwhile make the next batch
             elif now - first >= self._retry_s:
                 # Storage has not answered in time: a miss now; asked again later.
                 return LookupResult.MISS
