@@ -203,7 +203,9 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
 
     def __init__(self, offloading_spec: Any, primary_kv_view: Any,
                  tier_type: str = "KvtierTier", backpressure_detector: Any = None,
-                 **options: Any) -> None:
+                 primary_pinning: Any = None, **options: Any) -> None:
+        # backpressure_detector and primary_pinning are the framework's (newer factories pass
+        # them); the rest are this tier's options.
         unknown = sorted(set(options) - set(_OPTIONS))
         if unknown:
             raise ValueError(

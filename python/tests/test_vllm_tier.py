@@ -116,7 +116,8 @@ def test_the_tier_is_the_class_vllm_loads(store_dir):
     assert vllm_tier.KvtierTier.medium is vbase.Medium.STORAGE
     array, view = primary()
     tier = vllm_tier.KvtierTier(offloading_spec=make_spec(), primary_kv_view=view,
-                                tier_type="KvtierTier", root=store_dir)
+                                tier_type="KvtierTier", root=store_dir,
+                                backpressure_detector=None, primary_pinning=None)
     try:
         assert tier.block_size_bytes == ROW_BYTES
         assert tier.on_new_request(vbase.ReqContext("r")).policy is vbase.OffloadPolicy.CHUNK_LEVEL
