@@ -1,11 +1,16 @@
-"""Option parsing the engine adapters share (kvtier.sglang, kvtier.vllm_tier): sizes with
-units, booleans, the environment fallback, and the store parameters an adapter adds to a
-location's URI."""
+"""The store options both engine adapters take (kvtier.sglang, kvtier.vllm_tier): sizes with
+units, booleans, the environment fallback, their checks, and the store they open.
+
+Each engine names the options its own way (SGLang's `capacity` and `file_layout`, vLLM's
+`capacity_bytes` and `layout`); `read_settings` maps those names onto one `StoreSettings`, and
+`StoreSettings.open` opens a store of one page geometry with them."""
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any, Dict, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
 
 import kvtier
 
@@ -13,8 +18,13 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g"
           "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20,
           "gib": 1 << 30, "tib": 1 << 40}
 
+BACKENDS = ("auto", "uring", "posix", "s3")
+DIRECT_IO = ("off", "auto", "on")
+FILE_LAYOUTS = ("", "files", "segments", "auto")
+ISOLATE = ("", "auto", "on", "off")
 
-def option(options: Dict[str, Any], key: str, env: Optional[str], default: Any) -> Any:
+
+def option(options: Mapping[str, Any], key: str, env: Optional[str], default: Any) -> Any:
     """options[key], else the environment variable `env`, else `default`."""
     value = options.get(key)
     if value is None and env is not None:
@@ -69,3 +79,93 @@ def with_store_params(uri: str, *, backend: str = "auto", deadline_ms: Optional[
             uri = "file://" + uri.replace("%", "%25").replace("?", "%3F").replace(",", "%2C")
         uri += ("&" if "?" in uri else "?") + "&".join(f"{k}={v}" for k, v in params.items())
     return uri
+
+
+@dataclass
+class StoreSettings:
+    """Where pages live and how the store treats them: what both engines configure."""
+
+    uri: str
+    backend: str = "auto"
+    direct_io: str = "off"
+    file_layout: str = ""
+    fsync: bool = False
+    salt: str = ""
+    capacity_bytes: int = 0
+    min_free_bytes: int = 0
+    deadline_ms: Optional[int] = None
+    isolate: str = ""
+
+    def location(self) -> str:
+        """The URI the store opens: the location with backend, deadline and isolation."""
+        return with_store_params(self.uri, backend=self.backend, deadline_ms=self.deadline_ms,
+                                 isolate=self.isolate)
+
+    def open(self, *, model: str, dtype: str, layout: str, page_tokens: int, piece_bytes: int,
+             pieces: int, tp: tuple = (0, 1), pp: tuple = (0, 1), cp: tuple = (0, 1),
+             mla: bool = False, page_bytes: int = 0,
+             geometry: Optional[Dict[str, Any]] = None) -> "kvtier.Store":
+        """A store of one page geometry. `geometry`: what else makes pages interchangeable
+        in the engine's own terms; it joins the salt, so any difference is a namespace of its
+        own (a miss, never another geometry's bytes)."""
+        salt = self.salt
+        if geometry is not None:
+            salt = "\n".join([json.dumps(geometry, sort_keys=True)] + ([salt] if salt else []))
+        return kvtier.Store(
+            self.location(), model=model, dtype=dtype, layout=layout, page_tokens=page_tokens,
+            piece_bytes=piece_bytes, pieces_per_page=pieces, tp=tp, pp=pp, cp=cp, mla=mla,
+            salt=salt, fsync=self.fsync, direct_io=self.direct_io,
+            capacity_bytes=self.capacity_bytes, min_free_bytes=self.min_free_bytes,
+            file_layout=self.file_layout, page_bytes=page_bytes)
+
+
+def _choice(value: Any, name: str, choices: tuple) -> str:
+    text = str(value or "")
+    if text not in choices:
+        shown = [c for c in choices if c]
+        raise kvtier.InvalidArgumentError(f"{name} '{value}': expected one of {', '.join(shown)}")
+    return text
+
+
+def read_settings(options: Mapping[str, Any], names: Mapping[str, str],
+                  env: Optional[Mapping[str, str]] = None,
+                  defaults: Optional[Mapping[str, Any]] = None) -> StoreSettings:
+    """StoreSettings from an engine's options. `names` maps a StoreSettings field to the
+    engine's option name (fields it leaves out keep their default), `env` a field to the
+    environment variable read where the option is absent, `defaults` a field to the engine's
+    own default. A malformed value raises kvtier.InvalidArgumentError (a ValueError) naming
+    the option."""
+    env = env or {}
+    defaults = defaults or {}
+
+    def get(field: str, fallback: Any) -> tuple:
+        key = names.get(field)
+        if key is None:
+            return field, defaults.get(field, fallback)
+        return key, option(options, key, env.get(field), defaults.get(field, fallback))
+
+    key, uri = get("uri", "")
+    settings = StoreSettings(uri=str(uri))
+    key, value = get("backend", "auto")
+    settings.backend = _choice(value, key, BACKENDS)
+    key, value = get("direct_io", "off")
+    settings.direct_io = _choice(value, key, DIRECT_IO)
+    key, value = get("file_layout", "")
+    settings.file_layout = _choice(value, key, FILE_LAYOUTS)
+    key, value = get("isolate", "")
+    settings.isolate = _choice(value, key, ISOLATE)
+    settings.fsync = as_bool(get("fsync", False)[1])
+    settings.salt = str(get("salt", "")[1] or "")
+    key, value = get("capacity_bytes", 0)
+    settings.capacity_bytes = parse_bytes(value, key)
+    key, value = get("min_free_bytes", 0)
+    settings.min_free_bytes = parse_bytes(value, key)
+    key, value = get("deadline_ms", None)
+    if value not in (None, ""):
+        try:
+            settings.deadline_ms = int(value)
+        except (TypeError, ValueError):
+            raise kvtier.InvalidArgumentError(f"{key} '{value}' is not a number") from None
+        if settings.deadline_ms < 0:
+            raise kvtier.InvalidArgumentError(f"{key} {settings.deadline_ms} is negative")
+    return settings

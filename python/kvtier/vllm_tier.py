@@ -54,8 +54,6 @@ files and commits it was read from) is docs/vllm.md.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
 import time
@@ -65,6 +63,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import kvtier
 from kvtier import _options
+from kvtier._engine import Counters, Registrations, address_size, outcomes, prometheus
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +130,9 @@ if _Base is not object:
 
 _OPTIONS = ("root", "uri", "capacity_bytes", "deadline_ms", "layout", "direct_io", "salt",
             "fsync", "lookup_retry_ms")
-_LAYOUTS = ("", "auto", "files", "segments")
+# The store's options, by the names vLLM users give them.
+_SETTINGS = {"uri": "uri", "file_layout": "layout", "direct_io": "direct_io", "salt": "salt",
+             "fsync": "fsync", "capacity_bytes": "capacity_bytes", "deadline_ms": "deadline_ms"}
 
 
 def _key(offload_key: bytes) -> str:
@@ -233,22 +234,10 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         if len(location) != 1:
             raise ValueError("KvtierTier: give exactly one of root (a directory, or several "
                              "comma-separated) and uri (any kvtier location)")
-        uri = str(options.get("uri") or options["root"])
-        layout = str(options.get("layout") or "")
-        if layout not in _LAYOUTS:
-            raise ValueError(f"KvtierTier: layout '{layout}': expected files, segments or auto")
-        direct_io = str(options.get("direct_io") or "auto")
-        if direct_io not in ("auto", "on", "off"):
-            raise ValueError(f"KvtierTier: direct_io '{direct_io}': expected auto, on or off")
-        deadline = options.get("deadline_ms")
         try:
-            deadline_ms = None if deadline in (None, "") else int(deadline)
-        except (TypeError, ValueError):
-            raise ValueError(f"KvtierTier: deadline_ms '{deadline}' is not a number") from None
-        if deadline_ms is not None and deadline_ms < 0:
-            raise ValueError(f"KvtierTier: deadline_ms {deadline_ms} is negative")
-        try:
-            capacity = _options.parse_bytes(options.get("capacity_bytes"), "capacity_bytes")
+            settings = _options.read_settings(
+                {**options, "uri": options.get("uri") or options["root"]}, _SETTINGS,
+                defaults={"direct_io": "auto"})
         except kvtier.InvalidArgumentError as exc:
             raise ValueError(f"KvtierTier: {exc}") from None
         retry = options.get("lookup_retry_ms", 2000)
@@ -260,23 +249,18 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         config = getattr(offloading_spec, "config", None)
         model = getattr(config, "model", None)
         self._geometry = _geometry(offloading_spec, self._row_bytes)
-        salt_parts = [json.dumps(self._geometry, sort_keys=True)]
-        if options.get("salt"):
-            salt_parts.append(str(options["salt"]))
-        self._store = kvtier.Store(
-            _options.with_store_params(uri, deadline_ms=deadline_ms),
+        self._store = settings.open(
             model=str(getattr(model, "name", "") or ""),
-            dtype=str(getattr(model, "dtype", "") or ""),
-            layout="vllm_chunk_rows",
-            page_tokens=max(1, self._geometry["tokens_per_hash"]),
-            piece_bytes=self._row_bytes, pieces_per_page=1,
-            tp=(0, self._geometry["tp_size"]), pp=(0, self._geometry["pp_size"]),
-            salt="\n".join(salt_parts), fsync=_options.as_bool(options.get("fsync", False)),
-            capacity_bytes=capacity, file_layout=layout, direct_io=direct_io)
+            dtype=str(getattr(model, "dtype", "") or ""), layout="vllm_chunk_rows",
+            page_tokens=max(1, self._geometry["tokens_per_hash"]), piece_bytes=self._row_bytes,
+            pieces=1, tp=(0, self._geometry["tp_size"]), pp=(0, self._geometry["pp_size"]),
+            geometry=self._geometry)
+        self._registrations = Registrations()
         try:
-            self._registration = self._store.register_memory(view)
-            self._base = self._address(view)
+            self._registrations.add([self._store], view)
+            self._base = address_size(view)[0]
         except BaseException:
+            self._registrations.release()
             self._store.close()
             raise
         events = getattr(offloading_spec, "kv_events_config", None)
@@ -284,9 +268,10 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         self._events: List[Any] = []
         self._jobs: Dict[int, _Job] = {}
         self._finished: List[Any] = []
-        self._counters = {"lookups": 0, "lookup_hits": 0, "lookup_retries": 0,
-                          "stores": 0, "store_chunks": 0, "store_skipped": 0,
-                          "store_failed": 0, "loads": 0, "load_chunks": 0, "load_failed": 0}
+        self._counters = Counters(
+            ("lookups", "lookup_hits", "lookup_retries", "stores", "store_chunks",
+             "store_skipped", "store_failed", "loads", "load_chunks", "load_missing",
+             "load_faults"), logger)
         # Lookups the index could not answer: asked in the background, one batch per step.
         self._lookup_lock = threading.Lock()
         self._lookup_cv = threading.Condition(self._lookup_lock)
@@ -297,19 +282,15 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         self._lookup_thread = threading.Thread(target=self._lookup_loop,
                                                name="kvtier-vllm-lookup", daemon=True)
         self._lookup_thread.start()
-        logger.info("kvtier tier: %s, rows of %d B, namespace %s (%s)", uri, self._row_bytes,
+        logger.info("kvtier tier: %s, rows of %d B, namespace %s (%s)", settings.uri,
+                    self._row_bytes,
                     self._store.namespace, self._store.stats().get("layout", ""))
-
-    @staticmethod
-    def _address(view: memoryview) -> int:
-        import ctypes
-        return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
     # ---- what vLLM calls ---------------------------------------------------------------
 
     def lookup(self, key: Any, req_context: Any) -> Any:
         name = _key(key)
-        self._counters["lookups"] += 1
+        self._counters.add(lookups=1)
         now = time.monotonic()
         with self._lookup_lock:
             # Absent when storage was last asked, or a load of it failed: a miss for a while.
@@ -319,7 +300,7 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
                     return LookupResult.MISS
                 del self._absent[name]
         if self._store.indexed([name])[0]:
-            self._counters["lookup_hits"] += 1
+            self._counters.add(lookup_hits=1)
             return LookupResult.HIT
         with self._lookup_lock:
             first = self._asking.get(name)
@@ -331,7 +312,7 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
             elif now - first >= self._retry_s:
                 # Storage has not answered in time: a miss now; asked again later.
                 return LookupResult.MISS
-        self._counters["lookup_retries"] += 1
+        self._counters.add(lookup_retries=1)
         return LookupResult.RETRY
 
     def on_schedule_end(self, context: Any) -> None:
@@ -345,15 +326,14 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         names = [_key(k) for k in keys]
         held = self._store.indexed(names) if names else []
         sent = [i for i in range(len(keys)) if not held[i]]
-        self._counters["stores"] += 1
-        self._counters["store_skipped"] += len(keys) - len(sent)
+        self._counters.add(stores=1, store_skipped=len(keys) - len(sent))
         self._submit(job_metadata.job_id, False, keys, names, rows, sent)
 
     def submit_load(self, job_metadata: Any) -> None:
         keys = list(job_metadata.keys)
         rows = self._chunk_ids(job_metadata)
         names = [_key(k) for k in keys]
-        self._counters["loads"] += 1
+        self._counters.add(loads=1)
         self._submit(job_metadata.job_id, True, keys, names, rows, list(range(len(keys))))
 
     def get_finished_jobs(self) -> Iterable[Any]:
@@ -404,18 +384,19 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
             self._closed = True
             self._lookup_cv.notify_all()
         self._lookup_thread.join()
-        del self._registration
+        self._registrations.release()
         self._store.close()
 
     # ---- kvtier's own ------------------------------------------------------------------
 
     def counters(self) -> Dict[str, Any]:
         """This tier's counts and its store's statistics."""
-        return {**self._counters, "jobs_in_flight": len(self._jobs),
+        return {**self._counters.snapshot(), "jobs_in_flight": len(self._jobs),
                 "store": self._store.stats()}
 
     def prometheus(self) -> str:
-        return self._store.prometheus()
+        """kvtier's metrics of the tier's store as Prometheus text."""
+        return prometheus([(self._store, [("tier", str(self.tier_type))])])
 
     @property
     def namespace(self) -> str:
@@ -467,15 +448,23 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         ok = [False] * len(job.keys)
         for i in job.held:
             ok[i] = True
+        faults: List[Any] = []
         if job.ticket is not None:
-            for i, st in zip(job.sent, job.ticket.result().pages):
-                ok[i] = bool(st.ok)
+            done, faults = outcomes(job.ticket.result().pages, write=not job.load)
+            for i, there in zip(job.sent, done):
+                ok[i] = there
         moved = [i for i in job.sent if ok[i]]
         seconds = time.monotonic() - job.started
         success = all(ok)
+        if faults:
+            self._counters.log("load-fault" if job.load else "store-fault",
+                               "%d of %d chunks of job %d failed (%s): %s", len(faults),
+                               len(job.keys), job.job_id, "load" if job.load else "store",
+                               faults[0])
         if job.load:
-            self._counters["load_chunks"] += len(moved)
-            self._counters["load_failed"] += len(job.keys) - len(moved)
+            # A damaged, foreign or absent chunk is a miss; anything else is a fault.
+            self._counters.add(load_chunks=len(moved), load_faults=len(faults),
+                               load_missing=len(job.keys) - len(moved) - len(faults))
             if not success:
                 # A key that failed is a miss for a while, not HIT again at once (a promotion
                 # retried every step would never end).
@@ -488,8 +477,8 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
                              successful_keys=None if success else
                              [job.keys[i] for i in range(len(job.keys)) if ok[i]],
                              transfer_time=seconds, transfer_bytes=len(moved) * job.row_bytes)
-        self._counters["store_chunks"] += len(moved)
-        self._counters["store_failed"] += len(job.keys) - len(moved) - len(job.held)
+        self._counters.add(store_chunks=len(moved),
+                           store_failed=len(job.keys) - len(moved) - len(job.held))
         if self._events_on and moved:
             self._events.append(OffloadingEvent(keys=[job.keys[i] for i in moved],
                                                 medium=Medium.STORAGE, removed=False,
