@@ -54,6 +54,7 @@ files and commits it was read from) is docs/vllm.md.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
@@ -133,6 +134,59 @@ _OPTIONS = ("root", "uri", "capacity_bytes", "deadline_ms", "layout", "direct_io
 # The store's options, by the names vLLM users give them.
 _SETTINGS = {"uri": "uri", "file_layout": "layout", "direct_io": "direct_io", "salt": "salt",
              "fsync": "fsync", "capacity_bytes": "capacity_bytes", "deadline_ms": "deadline_ms"}
+
+
+# The tier's metrics in vLLM's Prometheus (build_metric_definitions, get_stats): a counter is
+# what happened since the previous get_stats, a gauge the state at this one.
+_METRIC_PREFIX = "vllm:kv_offload_kvtier_"
+_COUNTERS = {
+    "lookups": "Chunks the CPU tier missed and asked this tier for.",
+    "lookup_hits": "Chunks this tier answered HIT (in its index).",
+    "lookup_retries": "Chunks answered RETRY while storage was asked in the background.",
+    "load_chunks": "Chunks loaded into the CPU tier.",
+    "load_bytes": "Bytes loaded into the CPU tier.",
+    "load_time": "Seconds load jobs took, submission to completion, summed.",
+    "load_missing": "Chunks a load did not find: absent, damaged or of another geometry "
+                    "(a miss, never bytes).",
+    "load_faults": "Chunks a load failed on: storage errors, deadlines.",
+    "store_chunks": "Chunks written to storage.",
+    "store_bytes": "Bytes written to storage.",
+    "store_time": "Seconds store jobs took, submission to completion, summed.",
+    "store_skipped": "Chunks a store skipped: the tier already held them.",
+    "store_failed": "Chunks a store could not write: storage errors, deadlines, no room.",
+    "evicted_chunks": "Chunks this process evicted to stay within capacity_bytes.",
+    "evicted_bytes": "Bytes this process evicted to stay within capacity_bytes.",
+    "deadline_misses": "Storage operations that missed deadline_ms.",
+}
+_GAUGES = {
+    "cache_bytes": "Bytes the tier's location holds (with capacity_bytes: the shared ledger "
+                   "of every process using it).",
+    "cache_chunks": "Chunks this process knows the location holds.",
+    "capacity_bytes": "The tier's capacity_bytes (0: none).",
+    "jobs_in_flight": "Load and store jobs submitted and not yet reported.",
+    "locations_unhealthy": "Storage locations skipped because they stopped answering.",
+}
+_STATS_CLASS: List[Any] = []
+
+
+def _stats_class() -> Any:
+    """vLLM's OffloadingConnectorStats with counters and gauges, or None (an older vLLM, or
+    none). Looked up once."""
+    if not _STATS_CLASS:
+        found = None
+        for module in ("vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics",
+                       "vllm.backends.distributed.kv_transfer.kv_connector.v1.offloading."
+                       "metrics"):
+            try:
+                cls = getattr(importlib.import_module(module), "OffloadingConnectorStats", None)
+            except Exception:  # noqa: BLE001 - absent or unimportable: try the next
+                continue
+            if cls is not None and hasattr(cls, "increase_counter") and \
+                    hasattr(cls, "set_gauge"):
+                found = cls
+                break
+        _STATS_CLASS.append(found)
+    return _STATS_CLASS[0]
 
 
 def _key(offload_key: bytes) -> str:
@@ -270,8 +324,9 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         self._finished: List[Any] = []
         self._counters = Counters(
             ("lookups", "lookup_hits", "lookup_retries", "stores", "store_chunks",
-             "store_skipped", "store_failed", "loads", "load_chunks", "load_missing",
-             "load_faults"), logger)
+             "store_skipped", "store_failed", "store_bytes", "store_time", "loads",
+             "load_chunks", "load_missing", "load_faults", "load_bytes", "load_time"), logger)
+        self._reported: Dict[str, Any] = {}  # the counters at the previous get_stats
         # Lookups the index could not answer: asked in the background, one batch per step.
         self._lookup_lock = threading.Lock()
         self._lookup_cv = threading.Condition(self._lookup_lock)
@@ -371,10 +426,44 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
 
     @classmethod
     def build_metric_definitions(cls, extra_config: Any) -> dict:
-        return {}
+        """The metrics get_stats reports, in vLLM's terms; {} where this vLLM has no metric
+        metadata (get_stats then reports nothing)."""
+        counter = getattr(_vbase, "OffloadingCounterMetadata", None)
+        gauge = getattr(_vbase, "OffloadingGaugeMetadata", None)
+        if counter is None or gauge is None or _stats_class() is None:
+            return {}
+        return {**{_METRIC_PREFIX + k: counter(documentation=v) for k, v in _COUNTERS.items()},
+                **{_METRIC_PREFIX + k: gauge(documentation=v) for k, v in _GAUGES.items()}}
 
     def get_stats(self) -> Any:
-        return None
+        """vLLM's OffloadingConnectorStats: the counters since the previous call (those that
+        moved) and the gauges now; None where this vLLM has no such class."""
+        cls = _stats_class()
+        if cls is None or self._closed:
+            return None
+        try:
+            store = self._store.stats()
+            now = self._counters.snapshot()
+            now.update(evicted_chunks=store["evicted_pages"],
+                       evicted_bytes=store["evicted_bytes"],
+                       deadline_misses=store["deadline_misses"])
+            stats = cls()
+            for name in _COUNTERS:
+                delta = now.get(name, 0) - self._reported.get(name, 0)
+                if delta:
+                    stats.increase_counter(_METRIC_PREFIX + name, delta)
+            self._reported = now
+            capacity = store["capacity_bytes"]
+            gauges = {"cache_bytes": store["used_bytes"] if capacity else store["bytes"],
+                      "cache_chunks": store["pages"], "capacity_bytes": capacity,
+                      "jobs_in_flight": len(self._jobs),
+                      "locations_unhealthy": store["locations_unhealthy"]}
+            for name, value in gauges.items():
+                stats.set_gauge(_METRIC_PREFIX + name, value)
+            return stats
+        except Exception as exc:  # noqa: BLE001 - never raise into the scheduler
+            self._counters.log("get-stats", "get_stats failed: %s: %s", type(exc).__name__, exc)
+            return None
 
     def shutdown(self) -> None:
         if self._closed:
@@ -464,6 +553,7 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         if job.load:
             # A damaged, foreign or absent chunk is a miss; anything else is a fault.
             self._counters.add(load_chunks=len(moved), load_faults=len(faults),
+                               load_bytes=len(moved) * job.row_bytes, load_time=seconds,
                                load_missing=len(job.keys) - len(moved) - len(faults))
             if not success:
                 # A key that failed is a miss for a while, not HIT again at once (a promotion
@@ -477,7 +567,8 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
                              successful_keys=None if success else
                              [job.keys[i] for i in range(len(job.keys)) if ok[i]],
                              transfer_time=seconds, transfer_bytes=len(moved) * job.row_bytes)
-        self._counters.add(store_chunks=len(moved),
+        self._counters.add(store_chunks=len(moved), store_bytes=len(moved) * job.row_bytes,
+                           store_time=seconds,
                            store_failed=len(job.keys) - len(moved) - len(job.held))
         if self._events_on and moved:
             self._events.append(OffloadingEvent(keys=[job.keys[i] for i in moved],

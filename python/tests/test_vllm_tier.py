@@ -309,6 +309,41 @@ def test_capacity_bounds_the_tier_and_evicts_the_oldest(store_dir):
         tier.shutdown()
 
 
+def test_metrics_in_vllms_terms(store_dir):
+    # vLLM registers what build_metric_definitions names and fails on a name it did not
+    # (OffloadPromMetrics._get_prometheus_metric at vllm-project/vllm@055e47c2); counters are
+    # per interval (absent when nothing moved), gauges the state now.
+    definitions = vllm_tier.KvtierTier.build_metric_definitions({"type": "KvtierTier"})
+    p = "vllm:kv_offload_kvtier_"
+    assert isinstance(definitions[p + "load_bytes"], vbase.OffloadingCounterMetadata)
+    assert isinstance(definitions[p + "cache_bytes"], vbase.OffloadingGaugeMetadata)
+    array, view = primary()
+    tier = make_tier(view, store_dir)
+    m = Manager(tier)
+    try:
+        keys = keys_for("metrics", 8)
+        fill(array, range(8), seed=10)
+        m.submit(keys, range(8), load=False)
+        m.finished()
+        m.submit(keys[:4], range(4), load=False)  # held: skipped
+        m.finished()
+        absent = keys_for("metrics-absent", 1)
+        m.submit(keys[:4] + absent, range(20, 25), load=True)
+        m.finished()
+        stats = tier.get_stats().reduce()
+        assert set(stats) <= set(definitions)
+        assert stats[p + "store_chunks"] == 8 and stats[p + "store_bytes"] == 8 * ROW_BYTES
+        assert stats[p + "store_skipped"] == 4
+        assert stats[p + "load_chunks"] == 4 and stats[p + "load_bytes"] == 4 * ROW_BYTES
+        assert stats[p + "load_missing"] == 1 and p + "load_faults" not in stats
+        assert stats[p + "load_time"] > 0 and stats[p + "store_time"] > 0
+        assert stats[p + "cache_chunks"] == 8 and stats[p + "jobs_in_flight"] == 0
+        again = tier.get_stats().reduce()
+        assert p + "store_chunks" not in again and again[p + "cache_chunks"] == 8
+    finally:
+        tier.shutdown()
+
+
 def test_a_restarted_engine_finds_what_an_earlier_one_stored(store_dir, layout):
     array, view = primary()
     fds = open_fds()
