@@ -41,7 +41,8 @@ drain_jobs and shutdown):
                     (successful_keys) when some did not: a damaged, foreign or missing chunk is
                     never bytes, only a failed key
     drain_jobs      waits for every job in flight (never abandons a copy halfway)
-    take_events     the chunks stored, when vLLM's KV events are on
+    take_events     when vLLM's KV events are on: the chunks stored and, with a capacity, the
+                    chunks kvtier evicted (removed=True) among them
 
 The namespace comes from vLLM's description of the cache (model, dtype, tokens per hash,
 blocks per chunk, KV groups and their layers, parallel sizes, layout fields where vLLM has
@@ -167,6 +168,8 @@ _GAUGES = {
     "locations_unhealthy": "Storage locations skipped because they stopped answering.",
 }
 _STATS_CLASS: List[Any] = []
+# Evicted pages kvtier keeps for take_events between two steps (16 bytes each).
+_EVICTIONS_PENDING = 1 << 20
 
 
 def _stats_class() -> Any:
@@ -320,6 +323,12 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         events = getattr(offloading_spec, "kv_events_config", None)
         self._events_on = bool(getattr(events, "enable_kv_cache_events", False))
         self._events: List[Any] = []
+        # With events and a capacity: the chunks reported stored, by the hash kvtier names an
+        # evicted page with, so that their eviction is reported too.
+        self._stored: Optional[Dict[str, Any]] = None
+        if self._events_on and settings.capacity_bytes:
+            self._stored = {}
+            self._store.watch_evictions(_EVICTIONS_PENDING)
         self._jobs: Dict[int, _Job] = {}
         self._finished: List[Any] = []
         self._counters = Counters(
@@ -412,6 +421,8 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         return bool(self._jobs) or bool(self._finished) or asking
 
     def take_events(self) -> Iterable[Any]:
+        if self._stored is not None:
+            self._take_evictions()
         events, self._events = self._events, []
         return events
 
@@ -571,11 +582,31 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
                            store_time=seconds,
                            store_failed=len(job.keys) - len(moved) - len(job.held))
         if self._events_on and moved:
-            self._events.append(OffloadingEvent(keys=[job.keys[i] for i in moved],
-                                                medium=Medium.STORAGE, removed=False,
-                                                ownership=self.tier_type))
+            stored = [job.keys[i] for i in moved]
+            if self._stored is not None:
+                names = [job.names[i] for i in moved]
+                self._stored.update(zip(kvtier.Store.key_hashes(names), stored))
+            self._events.append(OffloadingEvent(keys=stored, medium=Medium.STORAGE,
+                                                removed=False, ownership=self.tier_type))
         return JobResult(job.job_id, success, transfer_time=seconds,
                          transfer_bytes=len(moved) * job.row_bytes)
+
+    def _take_evictions(self) -> None:
+        """Removal events for the chunks kvtier evicted that this tier reported stored."""
+        hashes, dropped = self._store.take_evicted()
+        stored = self._stored
+        removed = [key for key in (stored.pop(h, None) for h in hashes) if key is not None]
+        if dropped:
+            # More evictions than the journal keeps: the index says which of the chunks
+            # reported stored are gone.
+            items = list(stored.items())
+            there = self._store.indexed([_key(key) for _, key in items])
+            for (h, key), held in zip(items, there):
+                if not held:
+                    removed.append(stored.pop(h))
+        if removed:
+            self._events.append(OffloadingEvent(keys=removed, medium=Medium.STORAGE,
+                                                removed=True, ownership=self.tier_type))
 
     def _lookup_loop(self) -> None:
         while True:

@@ -387,6 +387,35 @@ def test_stored_events_when_vllm_asks_for_them(store_dir):
         tier.shutdown()
 
 
+def test_eviction_events_under_a_capacity(store_dir, layout):
+    # vLLM's KV events: a chunk reported stored and later evicted by kvtier is reported
+    # removed, once; what is still held is never reported removed.
+    array, view = primary()
+    capacity = 28 * ROW_BYTES
+    tier = make_tier(view, store_dir, layout, spec=make_spec(events=True),
+                     capacity_bytes=capacity)
+    m = Manager(tier)
+    try:
+        fill(array, range(ROWS), seed=11)
+        stored, removed = [], []
+        for j in range(12):  # 96 chunks into room for about 24
+            m.submit(keys_for(f"evict{j}", 8), range(8 * (j % 8), 8 * (j % 8) + 8), load=False)
+            assert all(r.success for r in m.finished().values())
+            for event in tier.take_events():
+                assert event.medium is vbase.Medium.STORAGE
+                (removed if event.removed else stored).extend(event.keys)
+        assert len(stored) == 96 and len(set(stored)) == 96
+        assert removed and len(set(removed)) == len(removed) and set(removed) <= set(stored)
+        held = [k for k in stored if k not in set(removed)]
+        assert tier._store.stats()["used_bytes"] <= capacity
+        ctx = vbase.ReqContext("r")
+        for key in removed:
+            assert tier.lookup(key, ctx) is not vbase.LookupResult.HIT
+        assert sum(tier.lookup(k, ctx) is vbase.LookupResult.HIT for k in held) == len(held)
+    finally:
+        tier.shutdown()
+
+
 def test_importing_the_tier_needs_neither_vllm_nor_torch():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['vllm'] = None\n"
             "import kvtier.vllm_tier as t\n"

@@ -587,6 +587,32 @@ Status values (falsy).)")
           "Whether each key is in this process's index, without I/O (never blocks): False "
           "means only 'not known here' (batch_exists may still find it).")
       .def(
+          "watch_evictions",
+          [](PyStore& self, size_t max_pending) { self.get()->watch_evictions(max_pending); },
+          "max_pending"_a,
+          "Keeps the key hashes of pages evicted for capacity (by this store, or in segments "
+          "another process reclaimed) until take_evicted(), at most max_pending (0: off).")
+      .def(
+          "take_evicted",
+          [](PyStore& self) {
+            Store::Evicted e = self.get()->take_evicted();
+            std::vector<std::string> hashes;
+            hashes.reserve(e.keys.size());
+            for (const Hash128& h : e.keys) hashes.push_back(h.hex());
+            return py::make_tuple(std::move(hashes), e.dropped);
+          },
+          "(hashes, dropped): the key hashes (Store.key_hashes) of pages evicted since the "
+          "last call, oldest first, and how many were dropped beyond max_pending.")
+      .def_static(
+          "key_hashes",
+          [](std::vector<std::string> keys) {
+            std::vector<std::string> out;
+            out.reserve(keys.size());
+            for (const std::string& k : keys) out.push_back(hash128(k).hex());
+            return out;
+          },
+          "keys"_a, "The hash naming each key's page (its file name; take_evicted's names).")
+      .def(
           "batch_exists",
           [](PyStore& self, std::vector<std::string> keys) {
             Keys k(std::move(keys));

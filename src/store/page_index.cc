@@ -201,7 +201,7 @@ std::optional<PageIndex::Page> PageIndex::pop_oldest() {
   return remove_slot(slot_of(nodes_[head_].page.hash));
 }
 
-size_t PageIndex::erase_segments(const std::function<bool(uint32_t)>& gone) {
+std::vector<Hash128> PageIndex::erase_segments(const std::function<bool(uint32_t)>& gone) {
   MutexLock lock(mu_);
   // In array order (sequential memory, unlike the use order); free nodes are marked.
   std::vector<Hash128> doomed;
@@ -209,7 +209,7 @@ size_t PageIndex::erase_segments(const std::function<bool(uint32_t)>& gone) {
     if (node.page.segment != kNil && gone(node.page.segment)) doomed.push_back(node.page.hash);
   }
   for (const Hash128& h : doomed) remove_slot(slot_of(h));
-  return doomed.size();
+  return doomed;
 }
 
 void PageIndex::clear() {

@@ -93,8 +93,9 @@ class PageIndex {
   // The least recently used page, removed from the index.
   std::optional<Page> pop_oldest();
   // The segment layout: removes every page whose record lies in a segment for which
-  // `gone(segment)` is true (segments reclaimed or removed). One pass over the index.
-  size_t erase_segments(const std::function<bool(uint32_t)>& gone);
+  // `gone(segment)` is true (segments reclaimed or removed); returns their key hashes. One
+  // pass over the index.
+  std::vector<Hash128> erase_segments(const std::function<bool(uint32_t)>& gone);
   void clear();
 
   size_t pages() const;

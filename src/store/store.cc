@@ -371,6 +371,37 @@ std::vector<bool> Store::indexed(std::span<const std::string_view> keys) const {
   return out;
 }
 
+void Store::Impl::EvictionJournal::add(std::span<const Hash128> evicted) {
+  MutexLock lock(mu);
+  if (max_pending == 0 || evicted.empty()) return;
+  for (const Hash128& h : evicted) keys.push_back(h);
+  while (keys.size() > max_pending) {
+    keys.pop_front();
+    ++dropped;
+  }
+}
+
+void Store::watch_evictions(size_t max_pending) {
+  Impl::EvictionJournal& j = impl_->evictions;
+  MutexLock lock(j.mu);
+  j.max_pending = max_pending;
+  while (j.keys.size() > max_pending) {
+    j.keys.pop_front();
+    ++j.dropped;
+  }
+}
+
+Store::Evicted Store::take_evicted() {
+  Impl::EvictionJournal& j = impl_->evictions;
+  Evicted out;
+  MutexLock lock(j.mu);
+  out.keys.assign(j.keys.begin(), j.keys.end());
+  out.dropped = j.dropped;
+  j.keys.clear();
+  j.dropped = 0;
+  return out;
+}
+
 Result<bool> Store::Impl::exists_here(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   bump(counters.exists_queries);

@@ -247,6 +247,15 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // capacity budget when the store has one (see ledger.h).
   PageIndex index;
   std::unique_ptr<Ledger> ledger;
+  // Key hashes of pages evicted, for Store::take_evicted(); off (max_pending 0) until
+  // Store::watch_evictions().
+  struct EvictionJournal {
+    Mutex mu;
+    size_t max_pending KVTIER_GUARDED_BY(mu) = 0;
+    std::deque<Hash128> keys KVTIER_GUARDED_BY(mu);
+    uint64_t dropped KVTIER_GUARDED_BY(mu) = 0;
+    void add(std::span<const Hash128> evicted) KVTIER_EXCLUDES(mu);
+  } evictions;
   // kBlockBytes of zeros, registered: the source of every object's tail padding.
   AlignedBuffer zeros;
   Registration zeros_registration;
@@ -589,7 +598,8 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   void segments_adopt_abandoned();
   // REQUIRES seg->mu: a segment learnt sealed (or abandoned) joins the clock.
   void make_reclaimable(uint32_t id) KVTIER_REQUIRES(seg->mu);
-  // Removes the index entries of segments marked gone; returns how many.
+  // Removes the index entries of segments marked gone (journalled as evicted); returns how
+  // many.
   size_t forget_gone_segments();
   // The capacity limit given the usage now (min_free_bytes leaves room on the first base).
   uint64_t capacity_limit(uint64_t used);

@@ -247,6 +247,31 @@ TEST_F(StoreLifecycle, EvictionFollowsReadsNotOnlyWrites) {
   EXPECT_EQ(put(*tiny, tpool, {"huge"}).pages[0].code(), StatusCode::kResourceExhausted);
 }
 
+// take_evicted names exactly the pages eviction removed, by their key hashes, once; nothing
+// until watch_evictions; beyond max_pending the oldest are dropped and counted.
+TEST_F(StoreLifecycle, EvictedPagesAreNamedOnceWhenWatched) {
+  auto s = open(4 * kObject);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  ASSERT_TRUE(put(*s, pool, {"p0", "p1", "p2", "p3"}).all_ok());
+  ASSERT_TRUE(put(*s, pool, {"p4"}, 4).all_ok());  // evicts p0, not watched
+  EXPECT_TRUE(s->take_evicted().keys.empty());
+  s->watch_evictions(2);
+  ASSERT_TRUE(put(*s, pool, {"p5", "p6"}, 5).all_ok());  // evicts p1, p2
+  Store::Evicted e = s->take_evicted();
+  EXPECT_EQ(e.keys, (std::vector<Hash128>{hash128("p1"), hash128("p2")}));
+  EXPECT_EQ(e.dropped, 0u);
+  EXPECT_TRUE(s->take_evicted().keys.empty());                 // each once
+  ASSERT_TRUE(put(*s, pool, {"p7", "p8", "p9"}, 0).all_ok());  // evicts p3, p4, p5
+  e = s->take_evicted();
+  EXPECT_EQ(e.keys, (std::vector<Hash128>{hash128("p4"), hash128("p5")}));
+  EXPECT_EQ(e.dropped, 1u);  // p3: over max_pending
+  EXPECT_FALSE(s->exists("p3").value_or(true));
+  s->watch_evictions(0);
+  ASSERT_TRUE(put(*s, pool, {"pa"}, 0).all_ok());
+  EXPECT_TRUE(s->take_evicted().keys.empty());
+}
+
 TEST_F(StoreLifecycle, EvictionNeverTearsAReadInFlight) {
   auto s = open(2 * kObject);
   ASSERT_NE(s, nullptr);

@@ -34,7 +34,10 @@ size_t Store::Impl::forget_gone_segments() {
     gone.reserve(seg->files.size());
     for (const SegmentFile& f : seg->files) gone.push_back(f.gone);
   }
-  return index.erase_segments([&](uint32_t id) { return id < gone.size() && gone[id]; });
+  const std::vector<Hash128> erased =
+      index.erase_segments([&](uint32_t id) { return id < gone.size() && gone[id]; });
+  evictions.add(erased);
+  return erased.size();
 }
 
 Result<uint64_t> Store::Impl::segment_file_bytes() {

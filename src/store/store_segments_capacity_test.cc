@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "kvtier/backends/fault/fault_backend.h"
@@ -124,6 +125,57 @@ TEST_F(StoreSegmentsCapacity, PagesAnotherStoreReadsSurviveReclaims) {
   EXPECT_EQ(read_all(*writer, wpool, hot), hot.size());
   EXPECT_EQ(read_all(*writer, wpool, {cold.begin(), cold.begin() + 8}), 0u);
   EXPECT_LE(seg_files(*writer).bytes, kCapacity);
+}
+
+// Reclaimed segments' pages are named to take_evicted: by the store that reclaimed them, and
+// by another store of the namespace once it reads the summaries again. Only pages that left.
+TEST_F(StoreSegmentsCapacity, ReclaimedPagesAreNamedToEveryStoreWatching) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  auto writer = open_capped(kCapacity);
+  auto reader = open_capped(kCapacity);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  writer->watch_evictions(1 << 20);
+  reader->watch_evictions(1 << 20);
+  PagePool pool(*writer, 8, kPage);
+  const auto keys = testing::keys_for("gone-", 400);
+  const std::vector<std::string_view> views = testing::views(keys);
+  const std::span<const std::string_view> all(views);
+  auto write = [&](size_t from, size_t to) {
+    for (size_t first = from; first < to; first += 8) {
+      ASSERT_TRUE(put(*writer, pool, {keys.begin() + first, keys.begin() + first + 8}).all_ok());
+    }
+  };
+  write(0, 80);
+  ASSERT_EQ(reader->batch_exists(all.first(80)), 80u);  // the reader indexes the first 80
+  write(80, keys.size());
+  const uint64_t evicted = writer->stats().evicted_pages;
+  ASSERT_GT(evicted, 100u);
+  const Store::Evicted mine = writer->take_evicted();
+  EXPECT_EQ(mine.keys.size(), evicted);
+  EXPECT_EQ(mine.dropped, 0u);
+  std::set<std::pair<uint64_t, uint64_t>> named;
+  for (const Hash128& h : mine.keys) named.insert({h.high, h.low});
+  EXPECT_EQ(named.size(), mine.keys.size());  // each once
+  size_t present = 0;
+  for (const std::string& k : keys) {
+    const Hash128 h = hash128(k);
+    const bool there = writer->exists(k).value_or(false);
+    present += there;
+    EXPECT_NE(there, named.count({h.high, h.low}) == 1) << k;  // named exactly when gone
+  }
+  EXPECT_EQ(present + named.size(), keys.size());
+  // The reader learns the first 80 went when it next reads the namespace's summaries (an
+  // index miss makes it look).
+  EXPECT_EQ(reader->batch_exists(all.last(1)), 1u);
+  const Store::Evicted seen = reader->take_evicted();
+  EXPECT_FALSE(seen.keys.empty());
+  std::set<std::pair<uint64_t, uint64_t>> first80;
+  for (size_t i = 0; i < 80; ++i) first80.insert({hash128(keys[i]).high, hash128(keys[i]).low});
+  for (const Hash128& h : seen.keys) {
+    EXPECT_EQ(named.count({h.high, h.low}), 1u);
+    EXPECT_EQ(first80.count({h.high, h.low}), 1u);
+  }
 }
 
 // A reader that opened a segment keeps reading it whole after another store reclaims it:

@@ -271,7 +271,9 @@ Status Store::Impl::reserve(uint64_t need) {
       } else if (st.code() != StatusCode::kNotFound && failed.ok()) {
         failed = st.with_context("evicting a page");
       }
-      // kNotFound: another process removed it and gave its bytes back.
+      // kNotFound: another process removed it and gave its bytes back. Gone either way, and
+      // out of the index (pop_oldest), unless the removal failed.
+      if (st.ok() || st.code() == StatusCode::kNotFound) evictions.add({&victim.hash, 1});
     }
     return failed;
   };

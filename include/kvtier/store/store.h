@@ -416,6 +416,19 @@ class Store {
   // summaries it has read. False says only "not known here": exists() may still find it.
   std::vector<bool> indexed(std::span<const std::string_view> keys) const;
 
+  // Pages that left because of capacity: the ones this store evicted (either layout) and,
+  // with the segment layout, those in segments another process reclaimed (learnt when this
+  // store next reads the namespace's summaries). Each is named by its key's hash128(key):
+  // a caller that wants its keys back keeps a map. Off until watch_evictions(), which keeps
+  // up to `max_pending` of them (0 turns it off) until take_evicted() takes them; beyond
+  // that the oldest are dropped and counted.
+  struct Evicted {
+    std::vector<Hash128> keys;  // oldest first
+    uint64_t dropped = 0;       // left out since the previous take: more than max_pending
+  };
+  void watch_evictions(size_t max_pending);
+  Evicted take_evicted();
+
   // kNotFound when absent.
   Status remove(std::string_view key);
   // Removes every page of this store's namespace (and no other) from every base directory,
