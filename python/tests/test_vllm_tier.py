@@ -7,6 +7,7 @@ import mmap
 import os
 import subprocess
 import sys
+import time
 
 import numpy
 import pytest
@@ -413,6 +414,64 @@ def test_eviction_events_under_a_capacity(store_dir, layout):
             assert tier.lookup(key, ctx) is not vbase.LookupResult.HIT
         assert sum(tier.lookup(k, ctx) is vbase.LookupResult.HIT for k in held) == len(held)
     finally:
+        tier.shutdown()
+
+
+def test_a_hung_mount_never_blocks_the_scheduler(hangfs):
+    """vLLM #54363: its file tier blocks on a hung mount. Here, with the mount's server gone
+    (kvtier_hangfs, hung on command), every scheduler-thread call returns without waiting
+    for storage, the jobs in flight fail by deadline_ms (drain_jobs returns), no late read
+    reaches vLLM's rows, and the tier serves again once the mount answers."""
+    array, view = primary()
+    tier = make_tier(view, os.path.join(hangfs.mount, "kv"), deadline_ms=400)
+    m = Manager(tier)
+    ctx = vbase.ReqContext("r")
+    try:
+        assert "fuse" in tier.counters()["store"]["isolation"]
+        keys = keys_for("hung", 8)
+        fill(array, range(8), seed=12)
+        expected = array[:8].copy()
+        m.submit(keys, range(8), load=False)
+        assert all(r.success for r in m.finished().values())
+        array[8:16] = 7
+
+        hangfs.hang()
+        calls = []
+
+        def timed(call, *args):
+            start = time.monotonic()
+            out = call(*args)
+            calls.append((getattr(call, "__name__", str(call)), time.monotonic() - start))
+            return out
+
+        load = timed(m.submit, keys, range(8, 16), True)
+        timed(m.submit, keys_for("hung-new", 8), range(16, 24), False)
+        assert timed(tier.lookup, keys[0], ctx) is vbase.LookupResult.HIT  # the index
+        assert timed(tier.lookup, keys_for("hung-unknown", 1)[0], ctx) is \
+            vbase.LookupResult.RETRY
+        timed(tier.on_schedule_end, vbase.ScheduleEndContext((), ()))
+        timed(tier.get_finished_jobs)
+        timed(tier.has_pending_work)
+        timed(tier.take_events)
+        timed(tier.get_stats)
+        slow = [(name, round(t, 3)) for name, t in calls if t > 0.2]
+        assert not slow, slow  # none waited for storage (the deadline is 0.4 s)
+        start = time.monotonic()
+        results = m.finished()  # drain_jobs: by the deadline, not the mount
+        assert time.monotonic() - start < 0.4 + 1.5
+        assert not results[load].success and not results[load].successful_keys
+        assert (array[8:16] == 7).all()  # no late read reached the rows
+        assert tier.counters()["store"]["locations_unhealthy"] == 1
+
+        hangfs.release()
+        assert tier._store.wait_health(answering=True, timeout_s=120)
+        assert (array[8:16] == 7).all()
+        # The failed keys were misses for lookup_retry_ms; a new load of them reads them.
+        job = m.submit(keys, range(8, 16), load=True)
+        assert m.finished()[job].success
+        assert numpy.array_equal(array[8:16], expected)
+    finally:
+        hangfs.release()
         tier.shutdown()
 
 
