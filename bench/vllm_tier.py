@@ -7,15 +7,22 @@ For each --row-kib (a chunk row: every worker's pages of one chunk), each round 
 MiB of fresh chunks through submit_store (jobs of --keys keys, at most --in-flight jobs in
 flight, each resubmitted as get_finished_jobs reports it, as a scheduler step would see it),
 then looks every chunk up and loads them all back through submit_load into other rows, and
-checks every byte; `kvtier bench --page-bytes ROW --batch KEYS --in-flight N` moves the same
-number of pages. Reported: GB/s of each side (medians) and their ratio, and the time of every
+checks every byte; `kvtier bench --page-bytes ROW --batch KEYS --in-flight N --pool-pages P`
+moves the same number of pages through a host pool of as many rows. Reported: GB/s of each side (medians) and their ratio, and the time of every
 scheduler-thread call the tier served meanwhile (lookup, submit_store, submit_load,
 get_finished_jobs, on_schedule_end): p50, p99 and max. vLLM's types come from the test
 stand-ins (python/tests/vllm_fakes) when vLLM is not installed.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/vllm_tier.py [--dir DIR] [--rounds 3]
       [--row-kib 256,2048,8192] [--mib 256] [--keys 32] [--in-flight 4] [--layout auto]
-      [--direct-io auto]
+      [--direct-io auto] [--rows-memory shared|private|huge]
+
+Where the rows live matters on its own: vLLM's CPU tier is a shared mapping in 4 KiB pages,
+and a copy out of such memory (what a write through the page cache does) is much slower
+than out of private memory on some machines, and direct I/O moves memory in huge pages
+much faster than in 4 KiB pages; --rows-memory private measures the tier over the kind of
+memory kvtier bench uses (private, 4 KiB pages), to see the tier's own cost. A floor for each
+kind of memory (one thread's pwrite and preadv of the same rows) is printed beside.
 """
 
 import argparse
@@ -94,10 +101,13 @@ def run_jobs(timed, jobs, load, in_flight):
     return time.perf_counter() - t0, ok
 
 
-def tier_round(root, row, n, keys_per_job, in_flight, layout, direct_io, round_no, times):
+def tier_round(root, row, n, keys_per_job, in_flight, layout, direct_io, round_no, times,
+               rows_memory="shared"):
     rows = max(2 * n, 2)
-    region = mmap.mmap(-1, rows * row)  # vLLM's CPU tier is a shared mapping: page-aligned
-    array = numpy.frombuffer(region, dtype=numpy.int8).reshape(rows, row)
+    # "shared": vLLM's CPU tier, a shared mapping (/dev/shm), page-aligned, in 4 KiB pages.
+    # "private": private memory, as kvtier bench's own pool (transparent huge pages where the
+    # kernel gives them): the tier's own cost apart from that of vLLM's memory.
+    array = rows_of(rows_memory, rows, row)
     array.fill(1)  # touched, as a serving engine's CPU tier is (kvtier bench warms its pool)
     rng = numpy.random.default_rng(round_no)
     array[:n] = rng.integers(-128, 127, (n, row), dtype=numpy.int8)
@@ -125,11 +135,56 @@ def tier_round(root, row, n, keys_per_job, in_flight, layout, direct_io, round_n
     return n * row / wrote / 1e9, n * row / read / 1e9, layout_chosen
 
 
+MEMORY = ("shared", "private", "huge")
+
+
+def rows_of(kind, rows, row):
+    """Page-aligned rows: "shared", a shared mapping (vLLM's CPU tier: /dev/shm, 4 KiB
+    pages); "private", private memory in 4 KiB pages (kvtier bench's pool: posix_memalign);
+    "huge", private memory with transparent huge pages asked for (numpy's large arrays)."""
+    if kind == "shared":
+        region = mmap.mmap(-1, rows * row)
+    else:
+        region = mmap.mmap(-1, rows * row, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        region.madvise(mmap.MADV_HUGEPAGE if kind == "huge" else mmap.MADV_NOHUGEPAGE)
+    return numpy.frombuffer(region, dtype=numpy.int8).reshape(rows, row)
+
+
+def floor_round(directory, row, n, direct_io):
+    """The machine's own floor for each kind of row memory: one thread writes n rows to a file
+    with os.pwrite and reads them back with os.preadv (through the page cache; with O_DIRECT
+    when direct_io is not off), GB/s for each of MEMORY."""
+    os.makedirs(directory, exist_ok=True)
+    out = {}
+    for kind in MEMORY:
+        array = rows_of(kind, n, row)
+        array.fill(5)
+        view = memoryview(array).cast("B")
+        path = os.path.join(directory, f"floor-{kind}")
+        flags = os.O_RDWR | os.O_CREAT | (os.O_DIRECT if direct_io != "off" else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            t0 = time.perf_counter()
+            for i in range(n):
+                os.pwrite(fd, view[i * row:(i + 1) * row], i * row)
+            wrote = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for i in range(n):
+                os.preadv(fd, [view[i * row:(i + 1) * row]], i * row)
+            read = time.perf_counter() - t0
+        finally:
+            os.close(fd)
+            os.unlink(path)
+        out[kind] = (n * row / wrote / 1e9, n * row / read / 1e9)
+    return out
+
+
 def bench_round(kvtier_bin, directory, row, n, keys_per_job, in_flight, layout, direct_io):
     out = subprocess.run(
         [kvtier_bin, "bench", "--dir", directory, "--page-bytes", str(row), "--pages", str(n),
          "--batch", str(keys_per_job), "--in-flight", str(in_flight), "--direct-io", direct_io,
-         "--json", "--quiet"] +
+         # A host pool of as many rows as the tier moves (the default reuses one batch's).
+         "--pool-pages", str((n + in_flight - 1) // in_flight), "--json", "--quiet"] +
         (["--layout", layout] if layout != "auto" else []),
         check=True, capture_output=True, text=True).stdout
     d = json.loads(out)
@@ -151,35 +206,57 @@ def main():
     ap.add_argument("--in-flight", type=int, default=4)
     ap.add_argument("--layout", default="auto", choices=("auto", "files", "segments"))
     ap.add_argument("--direct-io", default="auto", choices=("auto", "on", "off"))
+    ap.add_argument("--rows-memory", default="shared", choices=MEMORY,
+                    help="the tier's rows: a shared mapping as vLLM's CPU tier (default), "
+                         "private memory in 4 KiB pages as kvtier bench's pool, or private "
+                         "memory in huge pages")
     ap.add_argument("--kvtier", default=os.path.join(HERE, "..", "build", "bin", "kvtier"))
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="kvtier-vllm-bench-")
     os.makedirs(base, exist_ok=True)
     times = {}
-    print(f"| row | layout | tier write / bench write GB/s | ratio | tier read / bench read "
-          f"GB/s | ratio |")
-    print("|---|---|---|---|---|---|")
+    table, floors = [], []
     for kib in [int(x) for x in args.row_kib.split(",")]:
         row = kib << 10
         n = max(args.keys, (args.mib << 20) // row)
         res = {"tier": ([], []), "bench": ([], [])}
+        floor = {kind: ([], []) for kind in MEMORY}
         chosen = ""
         for r in range(args.rounds):
             for side in (("tier", "bench") if r % 2 == 0 else ("bench", "tier")):
                 d = os.path.join(base, f"{side}-{kib}-{r}")
                 if side == "tier":
                     w, rd, chosen = tier_round(d, row, n, args.keys, args.in_flight,
-                                               args.layout, args.direct_io, r, times)
+                                               args.layout, args.direct_io, r, times,
+                                               args.rows_memory)
                 else:
                     w, rd, _ = bench_round(args.kvtier, d, row, n, args.keys, args.in_flight,
                                            args.layout, args.direct_io)
                 res[side][0].append(w)
                 res[side][1].append(rd)
                 shutil.rmtree(d, ignore_errors=True)
+            d = os.path.join(base, f"floor-{kib}-{r}")
+            for kind, (w, rd) in floor_round(d, row, n, args.direct_io).items():
+                floor[kind][0].append(w)
+                floor[kind][1].append(rd)
+            shutil.rmtree(d, ignore_errors=True)
         tw, tr = statistics.median(res["tier"][0]), statistics.median(res["tier"][1])
         bw, br = statistics.median(res["bench"][0]), statistics.median(res["bench"][1])
-        print(f"| {kib} KiB | {chosen.split(' ')[0]} | {tw:.2f} / {bw:.2f} | {tw / bw:.2f}x | "
-              f"{tr:.2f} / {br:.2f} | {tr / br:.2f}x |")
+        table.append(f"| {kib} KiB | {chosen.split(' ')[0]} | {tw:.2f} / {bw:.2f} | "
+                     f"{tw / bw:.2f}x | {tr:.2f} / {br:.2f} | {tr / br:.2f}x |")
+        med = {k: (statistics.median(v[0]), statistics.median(v[1])) for k, v in floor.items()}
+        floors.append(f"| {kib} KiB | " + " | ".join(
+            f"{med[k][0]:.2f} / {med[k][1]:.2f}" for k in MEMORY) + " |")
+    print(f"rows: {args.rows_memory} memory; direct I/O: {args.direct_io}\n")
+    print("| row | layout | tier write / bench write GB/s | ratio | tier read / bench read "
+          "GB/s | ratio |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(table))
+    print("\nfloor, one thread's pwrite / preadv of the same rows (GB/s), by the memory they "
+          "are in:\n")
+    print("| row | " + " | ".join(f"{k}: write / read" for k in MEMORY) + " |")
+    print("|---|" + "---|" * len(MEMORY))
+    print("\n".join(floors))
     print("\n| scheduler call | calls | p50 us | p99 us | max us |")
     print("|---|---|---|---|---|")
     for name in ("lookup", "submit_store", "submit_load", "get_finished_jobs",

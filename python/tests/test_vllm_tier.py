@@ -487,7 +487,6 @@ def test_importing_the_tier_needs_neither_vllm_nor_torch():
 @pytest.mark.parametrize("kind", ["roots", "s3"])
 def test_every_location_kind(tmp_path, monkeypatch, kind):
     """Several roots, and S3 on the test server (skipped, saying why, without one)."""
-    import time
     if kind == "roots":
         options = {"root": ",".join(str(tmp_path / f"root{i}") for i in range(3))}
     else:
