@@ -634,11 +634,19 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
 
   // The read path (store_read.cc): get_window runs the steps below in order; a ReadWindow
   // (declared above) carries what each step leaves for the next.
+  // `trust_size`: an object store's page objects open without asking their size (no HEAD
+  // per page: TargetSpec::expected_size); pages that then fail other than absent are read
+  // again, opened the careful way, before anything is counted, dropped or said.
   void get_window(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
-                  size_t k, std::span<Status> out, const PageDone* done = nullptr,
-                  size_t first = 0);
+                  size_t k, std::span<Status> out, const PageDone* done = nullptr, size_t first = 0,
+                  bool trust_size = true);
+  // get_window of `pages` (indexes into keys) alone, without trust_size; their statuses
+  // replace those in `out`.
+  void reread_carefully(std::span<const std::string_view> keys,
+                        std::span<const MutableBuffer> pieces, size_t k, std::span<Status> out,
+                        const PageDone* done, size_t first, std::span<const size_t> pages);
   // Opens the planned pages' objects; those that open and hold at least a header are read.
-  void open_for_read(ReadWindow& rw, std::span<Status> out);
+  void open_for_read(ReadWindow& rw, std::span<Status> out, bool trust_size);
   // Takes a header block per page and lays out its descriptors, cut at checksum chunks.
   void build_read_descriptors(ReadWindow& rw);
   // Posts the read and waits for it; chunks are hashed and pages verified as they complete.

@@ -44,35 +44,75 @@ struct Store::Impl::ReadWindow {
   // Called with (first + page) as each page checks out (PageDone).
   const PageDone* done = nullptr;
   size_t first = 0;
+  // Pages read again the careful way (get_window's trust_size), counted there.
+  std::vector<bool> reread;
+  bool rereading(size_t page) const { return page < reread.size() && reread[page]; }
 };
 
 void Store::Impl::get_window(std::span<const std::string_view> keys,
                              std::span<const MutableBuffer> pieces, size_t k, std::span<Status> out,
-                             const PageDone* done, size_t first) {
+                             const PageDone* done, size_t first, bool trust_size) {
   ReadWindow rw;
   rw.keys = keys;
   rw.done = done;
   rw.first = first;
   rw.work = plan(keys, pieces, k, out);
+  trust_size = trust_size && layout == StoreLayout::kFiles &&
+               config.location.storage_class == StorageClass::kObject;
   if (layout == StoreLayout::kSegments) {
     open_records(rw, out);
   } else {
-    open_for_read(rw, out);
+    open_for_read(rw, out, trust_size);
   }
   build_read_descriptors(rw);
   run_read(rw);
   collect_read_results(rw, out);
+  if (trust_size) {
+    // Opened on trust, a hit, a miss and a fault are what they say. A page that did not
+    // check out (an object of another size, as a caller's wrong buffers find it; a damaged
+    // or replaced one) is read again through a HEAD, which knows the object's size and
+    // identity: only then is it told apart, counted and dropped. (Faults are not read again:
+    // a deadline is not spent twice.)
+    std::vector<size_t> again;
+    for (const auto& w : rw.work) {
+      if (out[w.page].code() == StatusCode::kCorrupt) again.push_back(w.page);
+    }
+    if (!again.empty()) {
+      rw.reread.assign(keys.size(), false);
+      for (const size_t p : again) rw.reread[p] = true;
+      // Counted, dropped and indexed there.
+      reread_carefully(keys, pieces, k, out, done, first, again);
+    }
+  }
   account_reads(rw, out);
   index_reads(rw, out);
 }
 
-void Store::Impl::open_for_read(ReadWindow& rw, std::span<Status> out) {
+void Store::Impl::reread_carefully(std::span<const std::string_view> keys,
+                                   std::span<const MutableBuffer> pieces, size_t k,
+                                   std::span<Status> out, const PageDone* done, size_t first,
+                                   std::span<const size_t> pages) {
+  std::vector<std::string_view> ks;
+  std::vector<MutableBuffer> ps;
+  for (const size_t p : pages) {
+    ks.push_back(keys[p]);
+    ps.insert(ps.end(), pieces.begin() + p * k, pieces.begin() + (p + 1) * k);
+  }
+  std::vector<Status> sub(pages.size());
+  PageDone mapped;
+  if (done != nullptr) mapped = [&](size_t i) { (*done)(first + pages[i]); };
+  get_window(ks, ps, k, sub, done != nullptr ? &mapped : nullptr, 0, /*trust_size=*/false);
+  for (size_t i = 0; i < pages.size(); ++i) out[pages[i]] = std::move(sub[i]);
+}
+
+void Store::Impl::open_for_read(ReadWindow& rw, std::span<Status> out, bool trust_size) {
   std::vector<TargetSpec> specs;
   specs.reserve(rw.work.size());
   for (const auto& w : rw.work) {
     TargetSpec spec;
     spec.path = w.route.path;
     spec.direct = w.io != PageIo::kBuffered;
+    if (trust_size) spec.expected_size = object_bytes(w.payload);
     specs.push_back(std::move(spec));
   }
   std::vector<Result<Target>> opened = agent.open_targets(specs);
@@ -272,8 +312,9 @@ void Store::Impl::collect_read_results(ReadWindow& rw, std::span<Status> out) {
 }
 
 void Store::Impl::account_reads(ReadWindow& rw, std::span<const Status> out) {
-  for (const Status& st : out) {
-    switch (st.code()) {
+  for (size_t p = 0; p < out.size(); ++p) {
+    if (rw.rereading(p)) continue;
+    switch (out[p].code()) {
       case StatusCode::kOk:
         break;
       case StatusCode::kNotFound:
@@ -288,6 +329,7 @@ void Store::Impl::account_reads(ReadWindow& rw, std::span<const Status> out) {
     }
   }
   for (auto& w : rw.work) {
+    if (rw.rereading(w.page)) continue;
     const Status& st = out[w.page];
     if (st.ok()) {
       bump(counters.get_hits);
@@ -321,6 +363,7 @@ void Store::Impl::drop(const routing::Route& route, const ObjectIdentity& identi
 
 void Store::Impl::index_reads(const ReadWindow& rw, std::span<const Status> out) {
   for (const auto& w : rw.work) {
+    if (rw.rereading(w.page)) continue;
     const Status& st = out[w.page];
     if (st.ok()) {
       // A segment record is indexed with its location before it can be read.

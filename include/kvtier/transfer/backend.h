@@ -83,6 +83,13 @@ struct TargetSpec {
   // Bypass the page cache (O_DIRECT). Every transfer on the target must then be aligned as
   // probe_direct_io() said; the agent rejects one that is not.
   bool direct = false;
+  // kRead: the size the caller expects the object to have (0: unknown). A backend that would
+  // ask storage for the size at open (s3: a HEAD, one round trip) opens without asking and
+  // checks the object as it is read instead: a read fails kCorrupt when the object is another
+  // size or was replaced between two reads of the target, kNotFound when it is absent. The
+  // target's identity is then unknown (invalid). Backends that learn the size for free
+  // ignore it.
+  uint64_t expected_size = 0;
 };
 
 // What direct I/O needs: memory addresses aligned to `memory`, file offsets and lengths to

@@ -104,6 +104,10 @@ std::vector<Result<std::unique_ptr<BackendTarget>>> S3Backend::open_batch(
     } else if (spec.mode == TargetMode::kCreate) {
       out.emplace_back(std::unique_ptr<BackendTarget>(
           new S3Target(spec.path, TargetMode::kCreate, spec.size_hint, {})));
+    } else if (spec.expected_size != 0) {
+      // The caller knows the size: no HEAD; each GET's answer is checked instead.
+      out.emplace_back(std::unique_ptr<BackendTarget>(
+          new S3Target(spec.path, TargetMode::kRead, spec.expected_size, {}, true)));
     } else {
       out.emplace_back(internal_error("pending"));
       auto r = std::make_shared<Request>();

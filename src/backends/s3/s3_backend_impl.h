@@ -42,13 +42,20 @@ uint64_t iso8601_ns(const char* text);
 
 class S3Target final : public BackendTarget {
  public:
-  S3Target(std::string path, TargetMode mode, uint64_t size, std::string etag)
+  S3Target(std::string path, TargetMode mode, uint64_t size, std::string etag,
+           bool unchecked = false)
       : BackendTarget(std::move(path), mode, size, identity_of(etag)),
         key_(key_of(this->path())),
-        etag_(std::move(etag)) {}
+        etag_(std::move(etag)),
+        unchecked_(unchecked) {}
 
   const std::string& key() const { return key_; }
   const std::string& etag() const { return etag_; }
+  // kRead, opened without a HEAD (TargetSpec::expected_size): size() is what the caller
+  // expects, checked against each GET's answer, and every GET must find the same object.
+  bool unchecked() const { return unchecked_; }
+  // An unchecked target's GET came back whole: OK, or why its bytes are not this target's.
+  Status check_read(const Request& done);
 
   // kCreate: the upload's outcome.
   Mutex mu;
@@ -59,6 +66,8 @@ class S3Target final : public BackendTarget {
  private:
   std::string key_;
   std::string etag_;
+  const bool unchecked_;
+  std::string seen_etag_ KVTIER_GUARDED_BY(mu);  // unchecked: the object the first GET found
 };
 
 // The requests of one submitted batch, for cancel() and for knowing the last one.

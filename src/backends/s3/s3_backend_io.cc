@@ -110,12 +110,14 @@ void S3Backend::submit(IoBatch& batch) {
     } else {
       std::shared_ptr<Request> r = std::move(job->read);
       const uint64_t bytes = job->bytes;
-      r->on_done = [this, &batch, work, job, bytes](Request& done) {
+      auto* const t = static_cast<S3Target*>(descs[job->descs.front()].target);
+      r->on_done = [this, &batch, work, job, bytes, t](Request& done) {
         Status st = done.status;
         if (st.ok() && done.received != bytes) {
           st = corrupt_error(
               fmt::format("'{}': {} of {} bytes arrived", done.key, done.received, bytes));
         }
+        if (st.ok() && t->unchecked()) st = t->check_read(done);
         finish_job(batch, work, *job, std::move(st));
       };
       work->add(r);
@@ -123,6 +125,23 @@ void S3Backend::submit(IoBatch& batch) {
     }
   }
   for (const auto& job : failed_now) finish_job(batch, work, *job, job->immediate);
+}
+
+Status S3Target::check_read(const Request& done) {
+  // A ranged GET says the object's size in Content-Range; a whole one (200) in its length.
+  const uint64_t size = done.object_size != 0 ? done.object_size : done.content_length;
+  if (size != this->size()) {
+    return corrupt_error(
+        fmt::format("'{}' is {} bytes; {} were expected", path(), size, this->size()));
+  }
+  if (done.etag.empty()) return ok_status();  // one GET reads one object; nothing to match
+  MutexLock lock(mu);
+  if (seen_etag_.empty()) {
+    seen_etag_ = done.etag;
+  } else if (seen_etag_ != done.etag) {
+    return corrupt_error(fmt::format("'{}' was replaced while it was read", path()));
+  }
+  return ok_status();
 }
 
 void S3Backend::start_put(IoBatch& batch, const std::shared_ptr<BatchWork>& work,

@@ -3,6 +3,7 @@
 // objects, multipart uploads, retries through 503s and stalls, a server that stops mid-batch,
 // descriptor counts, and secrets kept out of messages.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -92,6 +94,12 @@ class FaultProxy {
     generation_.fetch_add(1);
   }
   int injected() const { return injected_.load(); }
+  // Requests of each method relayed so far, counted by their request lines ("GET /...").
+  int64_t requests(std::string_view method) {
+    std::lock_guard lock(mu_);
+    auto it = methods_.find(std::string(method));
+    return it == methods_.end() ? 0 : it->second;
+  }
   // Connections held in kStall now, never answered.
   int stalled() const { return stalled_.load(); }
 
@@ -223,6 +231,7 @@ class FaultProxy {
         const ssize_t n = ::recv(fds[i].fd, buf.data(), i == 1 ? down : buf.size(), 0);
         if (i == 1) give_back_down_budget(down - static_cast<size_t>(std::max<ssize_t>(n, 0)));
         if (n <= 0) return;
+        if (i == 0) count_request_lines(std::string_view(buf.data(), static_cast<size_t>(n)));
         for (ssize_t sent = 0; sent < n;) {
           const ssize_t k = ::send(fds[1 - i].fd, buf.data() + sent, n - sent, MSG_NOSIGNAL);
           if (k <= 0) return;
@@ -234,6 +243,20 @@ class FaultProxy {
         }
       }
       if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) == 0) give_back_down_budget(down);
+    }
+  }
+
+  // Request lines in bytes from a client: "METHOD /path HTTP/1.1" at the start of a read or
+  // after a CRLF (a request's first bytes follow the previous one's end; payloads of the
+  // tests' pages hold no such line).
+  void count_request_lines(std::string_view data) {
+    std::lock_guard lock(mu_);
+    for (const char* m : {"GET", "HEAD", "PUT", "POST", "DELETE"}) {
+      const std::string line = std::string(m) + " /";
+      for (size_t at = data.find(line); at != std::string_view::npos;
+           at = data.find(line, at + 1)) {
+        if (at == 0 || (at >= 2 && data.substr(at - 2, 2) == "\r\n")) ++methods_[m];
+      }
     }
   }
 
@@ -270,6 +293,7 @@ class FaultProxy {
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::thread> relays_;
+  std::map<std::string, int64_t> methods_;  // guarded by mu_
 };
 
 class S3Backend : public ::testing::Test {
@@ -423,6 +447,40 @@ TEST_F(S3Backend, CorruptOrForeignObjectIsAMiss) {
   EXPECT_EQ(store->stats().get_corrupt, 1u);
   // Dropped: the next read is a plain miss.
   EXPECT_EQ(store->get("victim", pool.slot(1), 65536).code(), StatusCode::kNotFound);
+}
+
+// A read of a stored page is one GET: no HEAD asks its size first (the store knows it, and
+// the GET's answer is checked against it). What a HEAD knew still counts: a caller's wrong
+// buffers are its mistake (the page stays), an absent page a miss, a damaged one dropped.
+TEST_F(S3Backend, AReadOfAStoredPageIsOneRoundTrip) {
+  FaultProxy proxy(testing::s3_test_server().endpoint);
+  auto store = testing::open_store(location({}, proxy.endpoint()), testing::test_namespace());
+  ASSERT_NE(store, nullptr);
+  constexpr size_t kPage = 65536 + 100;  // not 4 KiB aligned: the object has a padded tail
+  PagePool pool(*store, 16, kPage + 4096);
+  std::vector<std::string> keys;
+  std::vector<ConstBuffer> in;
+  std::vector<MutableBuffer> back;
+  for (size_t i = 0; i < 8; ++i) {
+    keys.push_back(fmt::format("one-trip-{}", i));
+    pool.fill(i, kPage, 40 + i);
+    in.push_back(pool.in(i, kPage));
+    back.push_back(pool.out(8 + i, kPage));
+  }
+  ASSERT_TRUE(store->batch_put(testing::views(keys), in).all_ok());
+  const int64_t heads = proxy.requests("HEAD"), gets = proxy.requests("GET");
+  const BatchResult r = store->batch_get(testing::views(keys), back);
+  ASSERT_TRUE(r.all_ok()) << r.status.to_string();
+  for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(pool.holds(8 + i, kPage, 40 + i)) << i;
+  EXPECT_EQ(proxy.requests("HEAD"), heads);
+  EXPECT_EQ(proxy.requests("GET"), gets + 8);
+
+  EXPECT_EQ(store->get("never-stored", pool.slot(8), kPage).code(), StatusCode::kNotFound);
+  // Buffers of another size: the caller's mistake, told apart by a HEAD; the page stays.
+  EXPECT_EQ(store->get(keys[0], pool.slot(8), kPage - 4096).code(), StatusCode::kInvalidArgument);
+  KVTIER_EXPECT_OK(store->get(keys[0], pool.slot(8), kPage));
+  EXPECT_TRUE(pool.holds(8, kPage, 40));
+  EXPECT_EQ(store->stats().get_corrupt, 0u);
 }
 
 TEST_F(S3Backend, MultipartUploadsOfLargePages) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -172,6 +173,7 @@ struct Client::Impl {
     while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.remove_suffix(1);
     if (line.starts_with("HTTP/")) {
       a->req->etag.clear();  // a new response (after 100-continue or a redirect)
+      a->req->object_size = 0;
       return len;
     }
     const size_t colon = line.find(':');
@@ -186,6 +188,15 @@ struct Client::Impl {
         value = value.substr(1, value.size() - 2);
       }
       a->req->etag = std::string(value);
+    } else if (name == "content-range") {
+      // "bytes FIRST-LAST/SIZE" (SIZE "*" when the server does not know it).
+      const size_t slash = value.rfind('/');
+      uint64_t size = 0;
+      if (slash != std::string_view::npos &&
+          std::from_chars(value.data() + slash + 1, value.data() + value.size(), size).ec ==
+              std::errc()) {
+        a->req->object_size = size;
+      }
     }
     return len;
   }

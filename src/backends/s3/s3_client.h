@@ -69,6 +69,7 @@ struct Request {
   std::string etag;
   std::string upload_id;  // filled by callers that parse it
   uint64_t content_length = 0;
+  uint64_t object_size = 0;  // a ranged GET's: the whole object's size (Content-Range); 0: none
   int64_t last_modified_s = -1;
   uint64_t received = 0;  // body bytes that landed in `sink`
   uint32_t attempts = 0;
