@@ -12,6 +12,10 @@ Needs the server's variables (tests/s3/server.sh start prints them):
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
 
   bench/s3_compare.py [--sizes 1048576,4194304] [--pages 128] [--reps 3] [--parallel 32]
+      [--baseline OTHER_KVTIER_BINARY]
+
+--baseline runs another kvtier binary (an earlier build) in the same rounds, in turn with
+the others, and prints its GB/s and the ratio of this build to it.
 """
 
 import argparse
@@ -35,8 +39,8 @@ def env(name, default=None):
     return value
 
 
-def kvtier_round(uri, size, pages, parallel):
-    out = subprocess.run([KVTIER, "bench", "--uri", f"{uri}&max_parallel={parallel}",
+def kvtier_round(uri, size, pages, parallel, binary=KVTIER):
+    out = subprocess.run([binary, "bench", "--uri", f"{uri}&max_parallel={parallel}",
                           "--page-bytes", str(size), "--pages", str(pages), "--batch", "128",
                           "--json"], check=True, stdout=subprocess.PIPE, text=True).stdout
     j = json.loads(out)
@@ -82,6 +86,7 @@ def main():
     ap.add_argument("--pages", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--parallel", type=int, default=32)
+    ap.add_argument("--baseline", default=None, help="another kvtier binary to run beside")
     args = ap.parse_args()
     if not os.path.exists(KVTIER):
         sys.exit(f"{KVTIER} is missing: run `make build` first")
@@ -96,7 +101,8 @@ def main():
     print(f"kvtier vs curl --parallel-max {args.parallel} against {endpoint} "
           f"({os.cpu_count()} CPUs); {args.pages} objects per round, median (min-max) of "
           f"{args.reps}\n")
-    print(f"{'object':>10} {'op':>4} {'kvtier GB/s':>22} {'curl GB/s':>22} {'ratio':>6}")
+    print(f"{'object':>10} {'op':>4} {'kvtier GB/s':>22} {'curl GB/s':>22} {'ratio':>6}" +
+          (f" {'baseline GB/s':>22} {'/base':>6}" if args.baseline else ""))
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     for size in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory(dir=shm) as tmp:
@@ -106,23 +112,30 @@ def main():
                 with open(path, "wb") as f:
                     f.write(os.urandom(size))
                 files.append(path)
-            kv_w, kv_r, cu_w, cu_r = [], [], [], []
+            kv_w, kv_r, cu_w, cu_r, b_w, b_r = [], [], [], [], [], []
             kvtier_round(uri, size, args.pages, args.parallel)  # warm-up, discarded
+            sides = [0, 1] + ([2] if args.baseline else [])
             for rep in range(args.reps):
-                order = [0, 1] if rep % 2 == 0 else [1, 0]
+                order = sides[rep % len(sides):] + sides[:rep % len(sides)]
                 for which in order:
                     if which == 0:
                         w, r = kvtier_round(uri, size, args.pages, args.parallel)
                         kv_w.append(w)
                         kv_r.append(r)
+                    elif which == 2:
+                        w, r = kvtier_round(uri, size, args.pages, args.parallel, args.baseline)
+                        b_w.append(w)
+                        b_r.append(r)
                     else:
                         w, r = curl_round(endpoint, bucket, region, f"curl-{size}", files, size,
                                           args.parallel)
                         cu_w.append(w)
                         cu_r.append(r)
-        for op, kv, cu in (("PUT", kv_w, cu_w), ("GET", kv_r, cu_r)):
+        for op, kv, cu, base in (("PUT", kv_w, cu_w, b_w), ("GET", kv_r, cu_r, b_r)):
             ratio = statistics.median(kv) / statistics.median(cu)
-            print(f"{size:>10} {op:>4} {fmt(kv):>22} {fmt(cu):>22} {ratio:6.2f}")
+            extra = (f" {fmt(base):>22} {statistics.median(kv) / statistics.median(base):6.2f}"
+                     if base else "")
+            print(f"{size:>10} {op:>4} {fmt(kv):>22} {fmt(cu):>22} {ratio:6.2f}{extra}")
 
 
 if __name__ == "__main__":
