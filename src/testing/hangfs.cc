@@ -27,13 +27,37 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace {
 
-int g_root = -1;  // the backing directory
+// This helper is built without the sanitizers kvtier_core is built with, so it cannot use the
+// library's UniqueFd; it owns its descriptors the same way. The descriptors of open files are
+// owned by the kernel's open/release protocol (fi->fh), closed in hf_release.
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  ~OwnedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+struct DirCloser {
+  void operator()(DIR* d) const { ::closedir(d); }
+};
+
+int g_root = -1;  // the backing directory (owned by main)
 std::mutex g_mu;
 std::condition_variable g_cv;
 bool g_hung = false;
@@ -87,21 +111,17 @@ int hf_access(const char* path, int mask) {
 int hf_readdir(const char* path, void* buf, fuse_fill_dir_t fill, off_t, fuse_file_info*,
                fuse_readdir_flags) {
   gate();
-  const int fd = ::openat(g_root, rel(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    const int err = errno;
-    ::close(fd);
-    return -err;
-  }
-  while (dirent* e = ::readdir(d)) {
+  OwnedFd fd(::openat(g_root, rel(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return -errno;
+  std::unique_ptr<DIR, DirCloser> d(::fdopendir(fd.get()));
+  if (d == nullptr) return -errno;
+  fd.release();  // the stream owns it now
+  while (dirent* e = ::readdir(d.get())) {
     struct stat st {};
     st.st_ino = e->d_ino;
     st.st_mode = static_cast<mode_t>(DTTOIF(e->d_type));
     if (fill(buf, e->d_name, &st, 0, static_cast<fuse_fill_dir_flags>(0)) != 0) break;
   }
-  ::closedir(d);
   return 0;
 }
 
@@ -132,11 +152,9 @@ int hf_chmod(const char* path, mode_t mode, fuse_file_info*) {
 int hf_truncate(const char* path, off_t size, fuse_file_info* fi) {
   gate();
   if (fi != nullptr) return neg(::ftruncate(static_cast<int>(fi->fh), size));
-  const int fd = ::openat(g_root, rel(path), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  const int rc = neg(::ftruncate(fd, size));
-  ::close(fd);
-  return rc;
+  const OwnedFd fd(::openat(g_root, rel(path), O_WRONLY | O_CLOEXEC));
+  if (fd.get() < 0) return -errno;
+  return neg(::ftruncate(fd.get(), size));
 }
 int hf_utimens(const char* path, const timespec tv[2], fuse_file_info* fi) {
   gate();
@@ -202,7 +220,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s BACKING MOUNTPOINT\n", argv[0]);
     return 2;
   }
-  g_root = ::open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const OwnedFd root(::open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  g_root = root.get();
   if (g_root < 0) {
     std::fprintf(stderr, "kvtier_hangfs: %s: %s\n", argv[1], std::strerror(errno));
     return 1;
@@ -267,6 +286,5 @@ int main(int argc, char** argv) {
   fuse_exit(fs);
   loop.join();
   fuse_destroy(fs);
-  ::close(g_root);
   return 0;
 }
