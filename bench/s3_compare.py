@@ -5,22 +5,27 @@ For each page size: `kvtier bench --uri s3://...` (batches of 128, PUT then GET,
 verified) and one curl process moving the same number of objects of the same size with
 `--parallel --parallel-max <kvtier's max_parallel>` (SigV4 signed, connections reused), PUT
 from files in memory (/dev/shm) and GET to /dev/null. Rounds alternate which goes first;
-medians (min-max) of --reps rounds, and the ratio kvtier/curl.
+medians (min-max) of --reps rounds, and the ratio kvtier/curl; then the CPU seconds each side
+spent per GB moved (medians; kvtier's from its own accounting of each phase, curl's from the
+rusage of its processes). The S3 server runs on the same machine and is counted on neither side.
 
 Needs the server's variables (tests/s3/server.sh start prints them):
   KVTIER_TEST_S3_ENDPOINT, KVTIER_TEST_S3_BUCKET, [KVTIER_TEST_S3_REGION],
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
 
   bench/s3_compare.py [--sizes 1048576,4194304] [--pages 128] [--reps 3] [--parallel 32]
-      [--baseline OTHER_KVTIER_BINARY]
+      [--baseline OTHER_KVTIER_BINARY] [--baseline-query '&loops=1']
 
 --baseline runs another kvtier binary (an earlier build) in the same rounds, in turn with
-the others, and prints its GB/s and the ratio of this build to it.
+the others, and prints its GB/s and the ratio of this build to it. --baseline-query appends
+URI parameters to the baseline's location (alone: this build with other parameters, e.g.
+one event loop against the default).
 """
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -46,7 +51,14 @@ def kvtier_round(uri, size, pages, parallel, binary=KVTIER):
     j = json.loads(out)
     if not j["verified"]:
         sys.exit(f"kvtier bench did not verify: {out}")
-    return j["write_gbps"], j["read_gbps"]
+    # CPU per GB: older builds' JSON lacks it (None)
+    return (j["write_gbps"], j["read_gbps"], j.get("write", {}).get("cpu_s_per_gb"),
+            j.get("read", {}).get("cpu_s_per_gb"))
+
+
+def children_cpu():
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
 
 
 def curl_round(endpoint, bucket, region, prefix, files, size, parallel):
@@ -63,21 +75,26 @@ def curl_round(endpoint, bucket, region, prefix, files, size, parallel):
     for u in urls:
         get += ["-o", "/dev/null", u]
     quiet = {"check": True, "stdout": subprocess.DEVNULL}
-    t0 = time.perf_counter()
+    c0, t0 = children_cpu(), time.perf_counter()
     subprocess.run(put, **quiet)
-    t1 = time.perf_counter()
+    c1, t1 = children_cpu(), time.perf_counter()
     subprocess.run(get, **quiet)
-    t2 = time.perf_counter()
+    c2, t2 = children_cpu(), time.perf_counter()
     delete = list(common)
     for u in urls:
         delete += ["-X", "DELETE", "-o", "/dev/null", u]
     subprocess.run(delete, **quiet)
     moved = len(files) * size / 1e9
-    return moved / (t1 - t0), moved / (t2 - t1)
+    return moved / (t1 - t0), moved / (t2 - t1), (c1 - c0) / moved, (c2 - c1) / moved
 
 
 def fmt(xs):
     return f"{statistics.median(xs):6.3f} ({min(xs):.3f}-{max(xs):.3f})"
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return f"{statistics.median(xs):.2f}" if xs else "-"
 
 
 def main():
@@ -87,6 +104,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--parallel", type=int, default=32)
     ap.add_argument("--baseline", default=None, help="another kvtier binary to run beside")
+    ap.add_argument("--baseline-query", default="",
+                    help="URI parameters for the baseline side, e.g. '&loops=1'")
     args = ap.parse_args()
     if not os.path.exists(KVTIER):
         sys.exit(f"{KVTIER} is missing: run `make build` first")
@@ -98,13 +117,18 @@ def main():
     env("AWS_ACCESS_KEY_ID")
     env("AWS_SECRET_ACCESS_KEY")
     uri = f"s3://{bucket}/s3-compare?endpoint={endpoint}&region={region}"
+    baseline = args.baseline or (KVTIER if args.baseline_query else None)
     print(f"kvtier vs curl --parallel-max {args.parallel} against {endpoint} "
           f"({os.cpu_count()} CPUs); {args.pages} objects per round, median (min-max) of "
-          f"{args.reps}\n")
+          f"{args.reps}" + (f"; baseline: {baseline} {args.baseline_query}" if baseline else "") +
+          "\n")
     print(f"{'object':>10} {'op':>4} {'kvtier GB/s':>22} {'curl GB/s':>22} {'ratio':>6}" +
-          (f" {'baseline GB/s':>22} {'/base':>6}" if args.baseline else ""))
+          f" {'CPU s/GB kvtier':>15} {'curl':>5}" +
+          (f" {'baseline GB/s':>22} {'/base':>6} {'base CPU':>8}" if baseline else ""))
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     for size in (int(s) for s in args.sizes.split(",")):
+        sides = {"kvtier": ([], [], [], []), "curl": ([], [], [], []),
+                 "baseline": ([], [], [], [])}
         with tempfile.TemporaryDirectory(dir=shm) as tmp:
             files = []
             for i in range(args.pages):
@@ -112,30 +136,30 @@ def main():
                 with open(path, "wb") as f:
                     f.write(os.urandom(size))
                 files.append(path)
-            kv_w, kv_r, cu_w, cu_r, b_w, b_r = [], [], [], [], [], []
             kvtier_round(uri, size, args.pages, args.parallel)  # warm-up, discarded
-            sides = [0, 1] + ([2] if args.baseline else [])
+            names = ["kvtier", "curl"] + (["baseline"] if baseline else [])
             for rep in range(args.reps):
-                order = sides[rep % len(sides):] + sides[:rep % len(sides)]
+                order = names[rep % len(names):] + names[:rep % len(names)]
                 for which in order:
-                    if which == 0:
-                        w, r = kvtier_round(uri, size, args.pages, args.parallel)
-                        kv_w.append(w)
-                        kv_r.append(r)
-                    elif which == 2:
-                        w, r = kvtier_round(uri, size, args.pages, args.parallel, args.baseline)
-                        b_w.append(w)
-                        b_r.append(r)
+                    if which == "kvtier":
+                        got = kvtier_round(uri, size, args.pages, args.parallel)
+                    elif which == "baseline":
+                        got = kvtier_round(uri + args.baseline_query, size, args.pages,
+                                           args.parallel, baseline)
                     else:
-                        w, r = curl_round(endpoint, bucket, region, f"curl-{size}", files, size,
-                                          args.parallel)
-                        cu_w.append(w)
-                        cu_r.append(r)
-        for op, kv, cu, base in (("PUT", kv_w, cu_w, b_w), ("GET", kv_r, cu_r, b_r)):
-            ratio = statistics.median(kv) / statistics.median(cu)
-            extra = (f" {fmt(base):>22} {statistics.median(kv) / statistics.median(base):6.2f}"
-                     if base else "")
-            print(f"{size:>10} {op:>4} {fmt(kv):>22} {fmt(cu):>22} {ratio:6.2f}{extra}")
+                        got = curl_round(endpoint, bucket, region, f"curl-{size}", files, size,
+                                         args.parallel)
+                    for column, value in zip(sides[which], got):
+                        column.append(value)
+        kv, cu, base = sides["kvtier"], sides["curl"], sides["baseline"]
+        for op, i in (("PUT", 0), ("GET", 1)):
+            ratio = statistics.median(kv[i]) / statistics.median(cu[i])
+            extra = ""
+            if baseline:
+                to_base = statistics.median(kv[i]) / statistics.median(base[i])
+                extra = f" {fmt(base[i]):>22} {to_base:6.2f} {med(base[i + 2]):>8}"
+            print(f"{size:>10} {op:>4} {fmt(kv[i]):>22} {fmt(cu[i]):>22} {ratio:6.2f}"
+                  f" {med(kv[i + 2]):>15} {med(cu[i + 2]):>5}{extra}", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <map>
 #include <pugixml.hpp>
+#include <thread>
 
 #include "kvtier/core/checksum.h"
 #include "s3_backend_impl.h"
@@ -53,9 +54,10 @@ uint64_t iso8601_ns(const char* text) {
 
 std::string S3Backend::describe() const {
   const auto& c = options_.client;
-  return fmt::format("s3: {} bucket '{}' ({}, region {}), {} parallel requests, deadline {} ms",
-                     c.endpoint, c.bucket, c.virtual_host ? "virtual-host" : "path-style", c.region,
-                     c.max_parallel, options_.deadline.count());
+  return fmt::format(
+      "s3: {} bucket '{}' ({}, region {}), {} parallel requests on {} loop(s), deadline {} ms",
+      c.endpoint, c.bucket, c.virtual_host ? "virtual-host" : "path-style", c.region,
+      c.max_parallel, client_->loops(), options_.deadline.count());
 }
 
 Status S3Backend::check_bucket() {
@@ -388,6 +390,7 @@ std::vector<ParamSpec> s3_backend_params() {
           {"secret_key", ParamType::kText},
           {"session_token", ParamType::kText},
           {"max_parallel", ParamType::kUnsigned},
+          {"loops", ParamType::kUnsigned},
           {"max_attempts", ParamType::kUnsigned},
           {"deadline_ms", ParamType::kUnsigned},
           {"connect_timeout_ms", ParamType::kUnsigned},
@@ -425,20 +428,26 @@ Result<std::unique_ptr<Backend>> create_s3_backend(const BackendParams& params) 
         "access_key and secret_key parameters)");
   }
   KVTIER_ASSIGN_OR_RETURN(uint64_t parallel, param_u64(params, "max_parallel", 32));
+  // Event-loop threads: by default one per core, up to 8 (each moves its requests' bytes and
+  // runs their completions: the copy into registered memory and the checksum).
+  const uint64_t cores = std::max(1U, std::thread::hardware_concurrency());
+  KVTIER_ASSIGN_OR_RETURN(uint64_t loops, param_u64(params, "loops", std::min<uint64_t>(cores, 8)));
   KVTIER_ASSIGN_OR_RETURN(uint64_t attempts, param_u64(params, "max_attempts", 4));
   KVTIER_ASSIGN_OR_RETURN(uint64_t deadline_ms, param_u64(params, "deadline_ms", 10000));
   KVTIER_ASSIGN_OR_RETURN(uint64_t connect_ms, param_u64(params, "connect_timeout_ms", 2000));
   KVTIER_ASSIGN_OR_RETURN(o.multipart_bytes,
                           param_u64(params, "multipart_bytes", uint64_t{64} << 20));
   KVTIER_ASSIGN_OR_RETURN(o.part_bytes, param_u64(params, "part_bytes", uint64_t{16} << 20));
-  if (parallel == 0 || attempts == 0 || deadline_ms == 0) {
-    return invalid_argument_error("s3: max_parallel, max_attempts and deadline_ms must be > 0");
+  if (parallel == 0 || loops == 0 || attempts == 0 || deadline_ms == 0) {
+    return invalid_argument_error(
+        "s3: max_parallel, loops, max_attempts and deadline_ms must be > 0");
   }
   if (o.part_bytes < s3::kMinPartBytes) {
     return invalid_argument_error(fmt::format("s3: part_bytes {} is below S3's minimum of {}",
                                               o.part_bytes, s3::kMinPartBytes));
   }
   c.max_parallel = parallel;
+  c.loops = std::min(loops, parallel);
   c.max_attempts = static_cast<uint32_t>(attempts);
   c.connect_timeout = std::chrono::milliseconds(connect_ms);
   o.deadline = std::chrono::milliseconds(deadline_ms);

@@ -121,6 +121,38 @@ struct Client::Impl {
   };
 
   explicit Impl(ClientOptions o) : opt(std::move(o)), rng(std::random_device{}()) {}
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  // Stops the loop (every request not done ends as cancelled) and frees its handles.
+  ~Impl() {
+    if (loop.joinable()) {
+      {
+        MutexLock lock(mu);
+        stopping = true;
+      }
+      curl_multi_wakeup(multi);
+      loop.join();
+    }
+    for (CURL* easy : idle) curl_easy_cleanup(easy);
+    if (multi != nullptr) curl_multi_cleanup(multi);
+  }
+
+  void start(std::shared_ptr<Request> r) {
+    {
+      MutexLock lock(mu);
+      if (stopping) {
+        r->status = cancelled_error("the S3 client is shutting down");
+        if (std::function<void(Request&)> done = std::move(r->on_done)) {
+          r->on_done = nullptr;
+          done(*r);
+        }
+        return;
+      }
+      done_flags[r.get()] = false;
+      incoming.push_back(std::move(r));
+    }
+    curl_multi_wakeup(multi);
+  }
 
   ClientOptions opt;
   std::string sigv4;
@@ -282,6 +314,31 @@ struct Client::Impl {
     return n;
   }
 
+  // The options every request of this client shares; set once per handle.
+  void set_constant_options(CURL* easy) {
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    curl_easy_setopt(easy, CURLOPT_USERNAME, opt.access_key.c_str());
+    curl_easy_setopt(easy, CURLOPT_PASSWORD, opt.secret_key.c_str());
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(opt.connect_timeout.count()));
+    curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &Impl::on_header);
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &Impl::on_write);
+    curl_easy_setopt(easy, CURLOPT_READFUNCTION, &Impl::on_read);
+    curl_easy_setopt(easy, CURLOPT_SEEKFUNCTION, &Impl::on_seek);
+    // libcurl's receive and upload buffers are allocated per transfer: at 64 KiB they come from
+    // malloc's heap and are reused. Larger ones (512 KiB and 1 MiB before) sit above malloc's
+    // mmap and trim thresholds and came back as fresh pages, faulted in on every transfer: a
+    // 1 MiB PUT took 2.4-3.2 CPU s/GB with them, 1.3-1.5 without (bench/s3_compare.py).
+    curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 64L * 1024);
+    curl_easy_setopt(easy, CURLOPT_UPLOAD_BUFFERSIZE, 64L * 1024);
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, &Impl::open_socket);
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, this);
+    curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, &Impl::close_socket);
+    curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, this);
+    if (!opt.ca_bundle.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, opt.ca_bundle.c_str());
+  }
+
   void begin(std::shared_ptr<Request> r) {
     const auto now = Clock::now();
     if (r->cancel.load()) return finish(r, cancelled_error(what(*r) + ": cancelled"));
@@ -289,14 +346,18 @@ struct Client::Impl {
       return finish(r, deadline_exceeded_error(fmt::format(
                            "{}: deadline passed after {} attempt(s)", what(*r), r->attempts)));
     }
+    // Handles are reused without curl_easy_reset, which would put every option back to its
+    // default (and the buffer sizes with them, so that setting them again reallocates the
+    // buffers): the options that never change are set once per handle, and every option any
+    // request sets is set again, or cleared, by each.
     CURL* easy = nullptr;
     if (!idle.empty()) {
       easy = idle.back();
       idle.pop_back();
-      curl_easy_reset(easy);
     } else {
       easy = curl_easy_init();
       if (easy == nullptr) return finish(r, internal_error("curl_easy_init failed"));
+      set_constant_options(easy);
     }
     auto a = std::make_unique<Attempt>();
     a->easy = easy;
@@ -313,28 +374,17 @@ struct Client::Impl {
 
     const std::string url = url_for(*r);
     curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, sigv4.c_str());
-    curl_easy_setopt(easy, CURLOPT_USERNAME, opt.access_key.c_str());
-    curl_easy_setopt(easy, CURLOPT_PASSWORD, opt.secret_key.c_str());
-    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
-                     static_cast<long>(opt.connect_timeout.count()));
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(r->deadline - now).count();
-    if (r->deadline != Clock::time_point::max()) {
-      curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(1, left)));
-    }
-    curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &Impl::on_header);
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS,
+                     r->deadline == Clock::time_point::max()
+                         ? 0L
+                         : static_cast<long>(std::max<int64_t>(1, left)));
     curl_easy_setopt(easy, CURLOPT_HEADERDATA, a.get());
-    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &Impl::on_write);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, a.get());
-    curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 512L * 1024);
+    curl_easy_setopt(easy, CURLOPT_READDATA, a.get());
+    curl_easy_setopt(easy, CURLOPT_SEEKDATA, a.get());
     curl_easy_setopt(easy, CURLOPT_PRIVATE, a.get());
-    curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, &Impl::open_socket);
-    curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, this);
-    curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, &Impl::close_socket);
-    curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, this);
-    if (!opt.ca_bundle.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, opt.ca_bundle.c_str());
 
     // libcurl signs these (x-amz-* headers are part of the signature).
     curl_slist* h = nullptr;
@@ -350,17 +400,15 @@ struct Client::Impl {
     a->headers = h;
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, h);
 
+    // The method: back to a plain GET first (HTTPGET also clears NOBODY and UPLOAD).
+    curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, nullptr);
+    curl_easy_setopt(easy, CURLOPT_FILETIME, r->method == "HEAD" ? 1L : 0L);
     if (r->method == "HEAD") {
       curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
-      curl_easy_setopt(easy, CURLOPT_FILETIME, 1L);
     } else if (r->method == "PUT") {
       curl_easy_setopt(easy, CURLOPT_UPLOAD, 1L);
-      curl_easy_setopt(easy, CURLOPT_READFUNCTION, &Impl::on_read);
-      curl_easy_setopt(easy, CURLOPT_READDATA, a.get());
-      curl_easy_setopt(easy, CURLOPT_SEEKFUNCTION, &Impl::on_seek);
-      curl_easy_setopt(easy, CURLOPT_SEEKDATA, a.get());
       curl_easy_setopt(easy, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body_bytes(*r)));
-      curl_easy_setopt(easy, CURLOPT_UPLOAD_BUFFERSIZE, 1024L * 1024);
     } else if (r->method == "POST") {
       curl_easy_setopt(easy, CURLOPT_POST, 1L);
       curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r->body.data());
@@ -558,57 +606,55 @@ Result<std::unique_ptr<Client>> Client::create(ClientOptions options) {
   std::call_once(global, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   if (options.max_parallel == 0) options.max_parallel = 1;
   if (options.max_attempts == 0) options.max_attempts = 1;
-  auto impl = std::make_unique<Impl>(std::move(options));
-  impl->sigv4 = "aws:amz:" + impl->opt.region + ":s3";
-  impl->multi = curl_multi_init();
-  if (impl->multi == nullptr) return internal_error("curl_multi_init failed");
-  curl_multi_setopt(impl->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
-                    static_cast<long>(impl->opt.max_parallel));
-  curl_multi_setopt(impl->multi, CURLMOPT_MAXCONNECTS, static_cast<long>(impl->opt.max_parallel));
-  Impl* raw = impl.get();
-  impl->loop = std::thread([raw] { raw->run_loop(); });
-  return std::unique_ptr<Client>(new Client(std::move(impl)));
+  options.loops = std::clamp<size_t>(options.loops, 1, options.max_parallel);
+  std::vector<std::unique_ptr<Impl>> loops;
+  for (size_t i = 0; i < options.loops; ++i) {
+    ClientOptions mine = options;
+    // max_parallel shared out: the first loops take the remainder.
+    mine.max_parallel =
+        options.max_parallel / options.loops + (i < options.max_parallel % options.loops ? 1 : 0);
+    auto impl = std::make_unique<Impl>(std::move(mine));
+    impl->sigv4 = "aws:amz:" + impl->opt.region + ":s3";
+    impl->multi = curl_multi_init();
+    if (impl->multi == nullptr) return internal_error("curl_multi_init failed");
+    curl_multi_setopt(impl->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
+                      static_cast<long>(impl->opt.max_parallel));
+    curl_multi_setopt(impl->multi, CURLMOPT_MAXCONNECTS, static_cast<long>(impl->opt.max_parallel));
+    Impl* raw = impl.get();
+    impl->loop = std::thread([raw] { raw->run_loop(); });
+    loops.push_back(std::move(impl));
+  }
+  return std::unique_ptr<Client>(new Client(std::move(options), std::move(loops)));
 }
 
-Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::Client(ClientOptions options, std::vector<std::unique_ptr<Impl>> loops)
+    : options_(std::move(options)), loops_(std::move(loops)) {}
 
-Client::~Client() {
-  {
-    MutexLock lock(impl_->mu);
-    impl_->stopping = true;
-  }
-  curl_multi_wakeup(impl_->multi);
-  impl_->loop.join();
-  for (CURL* easy : impl_->idle) curl_easy_cleanup(easy);
-  curl_multi_cleanup(impl_->multi);
+Client::~Client() = default;  // each loop stops in its destructor
+
+Client::Impl& Client::next_loop() {
+  return *loops_[turn_.fetch_add(1, std::memory_order_relaxed) % loops_.size()];
 }
 
 void Client::start(std::shared_ptr<Request> r) {
-  {
-    MutexLock lock(impl_->mu);
-    if (impl_->stopping) {
-      r->status = cancelled_error("the S3 client is shutting down");
-      if (std::function<void(Request&)> done = std::move(r->on_done)) {
-        r->on_done = nullptr;
-        done(*r);
-      }
-      return;
-    }
-    impl_->done_flags[r.get()] = false;
-    impl_->incoming.push_back(std::move(r));
-  }
-  curl_multi_wakeup(impl_->multi);
+  next_loop().start(std::move(r));
 }
 
 void Client::run_all(std::span<const std::shared_ptr<Request>> requests) {
-  for (const auto& r : requests) start(r);
-  MutexLock lock(impl_->mu);
-  lock.wait(impl_->done_cv, [&]() KVTIER_REQUIRES(impl_->mu) {
-    return std::none_of(requests.begin(), requests.end(),
-                        [&](const auto& r) KVTIER_REQUIRES(impl_->mu) {
-                          return impl_->done_flags.count(r.get()) != 0;
-                        });
-  });
+  std::vector<Impl*> given(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    given[i] = &next_loop();
+    given[i]->start(requests[i]);
+  }
+  for (const std::unique_ptr<Impl>& loop : loops_) {
+    MutexLock lock(loop->mu);
+    lock.wait(loop->done_cv, [&]() KVTIER_REQUIRES(loop->mu) {
+      for (size_t i = 0; i < requests.size(); ++i) {
+        if (given[i] == loop.get() && loop->done_flags.count(requests[i].get()) != 0) return false;
+      }
+      return true;
+    });
+  }
 }
 
 Status Client::run(const std::shared_ptr<Request>& r) {
@@ -617,15 +663,15 @@ Status Client::run(const std::shared_ptr<Request>& r) {
 }
 
 void Client::wake() {
-  curl_multi_wakeup(impl_->multi);
+  for (const std::unique_ptr<Impl>& loop : loops_) curl_multi_wakeup(loop->multi);
 }
 
 const ClientOptions& Client::options() const {
-  return impl_->opt;
+  return options_;
 }
 
 std::string Client::url_for(const Request& r) const {
-  return impl_->url_for(r);
+  return loops_.front()->url_for(r);
 }
 
 }  // namespace kvtier::s3

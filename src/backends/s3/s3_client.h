@@ -1,11 +1,16 @@
-// An S3 client on one libcurl multi handle: requests signed by libcurl (SigV4), run in
-// parallel up to a bound over reused connections, retried with jittered backoff, and bounded
-// by a deadline. Bodies stream from and into caller memory (no copies).
+// An S3 client on libcurl multi handles: requests signed by libcurl (SigV4), run in parallel up
+// to a bound over reused connections, retried with jittered backoff, and bounded by a deadline.
+// Bodies stream from and into caller memory (no extra copies).
 //
-// Thread-safety: start() and run() may be called from any thread. Requests complete on the
-// client's event-loop thread (their `on_done` runs there and must be quick).
+// The client runs `loops` event-loop threads, each with its own multi handle, connections and
+// share of max_parallel; requests are handed to them in turn, so the bytes of many requests
+// (and whatever their on_done does with them) move on several cores. A request stays on the
+// loop it was given, retries included.
+//
+// Thread-safety: start() and run() may be called from any thread. Requests complete on an
+// event-loop thread (their `on_done` runs there and must not block).
 // Lifetime: destroying the client completes every request still queued or in flight with
-// kCancelled, then stops the loop.
+// kCancelled, then stops the loops.
 #pragma once
 
 #include <atomic>
@@ -34,7 +39,8 @@ struct ClientOptions {
   std::string access_key;
   std::string secret_key;
   std::string session_token;
-  size_t max_parallel = 32;  // requests in flight at once
+  size_t max_parallel = 32;  // requests in flight at once, all loops together
+  size_t loops = 1;          // event-loop threads (at most max_parallel)
   uint32_t max_attempts = 4;
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds backoff_base{20};
@@ -102,12 +108,17 @@ class Client {
   void wake();
 
   const ClientOptions& options() const;
+  size_t loops() const { return loops_.size(); }
   std::string url_for(const Request& r) const;  // never contains secrets
 
  private:
-  struct Impl;
-  explicit Client(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  struct Impl;  // one event loop
+  Client(ClientOptions options, std::vector<std::unique_ptr<Impl>> loops);
+  Impl& next_loop();
+
+  ClientOptions options_;
+  std::vector<std::unique_ptr<Impl>> loops_;
+  std::atomic<size_t> turn_{0};
 };
 
 }  // namespace kvtier::s3

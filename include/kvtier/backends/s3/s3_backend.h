@@ -21,7 +21,8 @@
 //   ca_bundle       CA certificates file for https
 //   access_key, secret_key, session_token
 //                   default: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
-//   max_parallel    requests in flight (32)
+//   max_parallel    requests in flight, all loops together (32)
+//   loops           event-loop threads moving the bytes (one per core, up to 8)
 //   max_attempts    attempts per request (4)
 //   deadline_ms     per batch or call (10000)
 //   connect_timeout_ms (2000)
