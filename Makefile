@@ -9,6 +9,7 @@
 #                     under ASan+UBSan, and the concurrency suites under TSan (SANITIZE=0
 #                     skips the sanitizer passes),
 #                     beside a throw-away local S3 server for the S3 tests (KVTIER_S3=0: none),
+#                     then the S3 tests again against a second S3 implementation (Swift),
 #                     all in a network namespace with only loopback up (scripts/loopback-only)
 #   make test-stress  the ASan+UBSan and TSan passes three times in a row (STRESS_ROUNDS=3)
 #                     with every core kept busy by stress-ng (scripts/under-load), beside the
@@ -32,7 +33,7 @@ ARGS ?=
 PYTHON ?= /usr/bin/python3
 PREFIX ?= /usr/local
 
-.PHONY: all deps s3-deps build run bench test test-release test-multihost test-asan test-tsan \
+.PHONY: all deps s3-deps build run bench test test-release test-s3-swift test-multihost test-asan test-tsan \
 	build-asan build-tsan test-stress \
 	format format-check \
 	check-thread-safety \
@@ -79,7 +80,7 @@ install: build
 # One throw-away S3 server (tests/s3/server.sh) serves every pass's S3 tests. The passes run
 # in a network namespace of their own with only loopback up, so a test that reaches for any
 # other address fails; packages (Ceph's too) are installed before, outside it.
-SUITES := check-thread-safety test-release test-multihost
+SUITES := check-thread-safety test-release test-s3-swift test-multihost
 ifneq ($(SANITIZE),0)
 SUITES += test-asan test-tsan
 endif
@@ -90,10 +91,17 @@ test: deps format-check s3-deps
 
 s3-deps:
 	@if [ "$${KVTIER_S3:-1}" != 0 ]; then tests/s3/server.sh install || true; fi
+	@if [ "$${KVTIER_S3:-1}" != 0 ]; then tests/s3/swift.sh install || true; fi
 	@if [ "$${KVTIER_CEPH:-1}" != 0 ]; then tests/ceph/cluster.sh install || true; fi
 
 test-release: build
 	ctest --preset release
+
+# The S3 tests (the s3 backend's and client's, and every store test of the s3 kinds) again,
+# against OpenStack Swift's S3 API (tests/s3/swift.sh) instead of Ceph's radosgw; skipped, with
+# the reason, where it cannot start.
+test-s3-swift: build
+	KVTIER_S3_SERVER=swift scripts/with-s3-server ctest --preset release -R 'S3|/s3'
 
 # Three simulated hosts (network namespaces on a bridge of their own, each with its own
 # ceph-fuse mount) share a throw-away Ceph cluster (tests/ceph/cluster.sh); skipped, with the
