@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +78,62 @@ TEST(S3Client, RequestsAreSpreadOverTheLoops) {
   MutexLock lock(mu);
   EXPECT_EQ(threads.size(), 2u);  // handed out in turn: both loops completed requests
   EXPECT_EQ(threads.count(std::this_thread::get_id()), 0u);
+}
+
+// One loop and one request at a time: every request reuses the same libcurl handle, which is
+// never reset; each must still send its own method, headers and body and nothing of the last.
+TEST(S3Client, OneHandleServesEveryMethodInTurn) {
+  const testing::S3TestServer& server = testing::s3_test_server();
+  if (!server.available()) GTEST_SKIP() << server.skip_reason;
+  ClientOptions o = options_for(server.endpoint, server.bucket, server.region);
+  o.max_parallel = 1;
+  o.loops = 1;
+  Result<std::unique_ptr<Client>> c = Client::create(o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  const std::string key = "client-test/one-handle-" + std::to_string(::getpid());
+  auto request = [&](const char* method) {
+    auto r = std::make_shared<Request>();
+    r->method = method;
+    r->key = key;
+    r->deadline = until;
+    return r;
+  };
+  std::string body(200000, '\0');
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>('a' + i % 23);
+
+  for (int round = 0; round < 2; ++round) {
+    auto put = request("PUT");
+    put->body_pieces = {std::as_bytes(std::span(body))};
+    ASSERT_TRUE((*c)->run(put).ok()) << put->status.to_string();
+    ASSERT_FALSE(put->etag.empty());
+
+    auto head = request("HEAD");  // after a PUT: no body sent, none read
+    ASSERT_TRUE((*c)->run(head).ok()) << head->status.to_string();
+    EXPECT_EQ(head->content_length, body.size());
+    EXPECT_EQ(head->etag, put->etag);
+    EXPECT_TRUE(head->response.empty());
+
+    std::string back(1000, '\0');
+    auto get = request("GET");  // after a HEAD: the body comes back (NOBODY cleared)
+    get->headers = {"Range: bytes=1000-1999"};
+    get->sink = {std::as_writable_bytes(std::span(back))};
+    ASSERT_TRUE((*c)->run(get).ok()) << get->status.to_string();
+    EXPECT_EQ(get->received, back.size());
+    EXPECT_EQ(back, body.substr(1000, 1000));
+    EXPECT_EQ(get->object_size, body.size());
+
+    auto list = request("GET");  // a bucket listing after a ranged GET: no Range, no sink
+    list->key.clear();
+    list->query = {{"list-type", "2"}, {"prefix", key}};
+    ASSERT_TRUE((*c)->run(list).ok()) << list->status.to_string();
+    EXPECT_NE(list->response.find(key), std::string::npos) << list->response;
+
+    auto del = request("DELETE");
+    ASSERT_TRUE((*c)->run(del).ok()) << del->status.to_string();
+    auto gone = request("HEAD");  // after a DELETE: a HEAD again, not a DELETE
+    EXPECT_EQ((*c)->run(gone).code(), StatusCode::kNotFound) << gone->status.to_string();
+  }
 }
 
 TEST(S3Client, DestroyingTheClientEndsWhatEveryLoopHolds) {
