@@ -15,7 +15,8 @@
 #                   hung daemon only: a busy 2-core machine can start Ceph many times slower,
 #                   and every step ends on its event (an answer) long before it.
 #                   WAIT_POLL seconds between wait_for's tries
-#   STATE_DIR, CONF the state directory and its ceph.conf (absolute paths)
+#   STATE_DIR, CONF the state directory and its ceph.conf (absolute paths); MARKER the name of
+#                   the file that marks STATE_DIR as the script's own (remove_state_dir)
 #   FSID, MON_PORT  for the [global] section
 
 # radosgw verifies a SigV4 signature with whatever region the request's
@@ -106,6 +107,36 @@ log_tails() {
     echo "----- tail of $f" >&2
     tail -n "$1" "$f" >&2
   done
+}
+
+# True if something accepts TCP connections on 127.0.0.1:$1.
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# First port >= $1 for which ports $1 .. $1+$2-1 are all free.
+free_port() {
+  local p=$1 n=$2 i ok
+  for ((; p < $1 + 200; p++)); do
+    ok=1
+    for ((i = 0; i < n; i++)); do
+      if port_in_use $((p + i)); then ok=0; break; fi
+    done
+    if ((ok)); then echo "$p"; return 0; fi
+  done
+  return 1
+}
+
+# Remove STATE_DIR, but only if it is ours (it holds the sourcing script's MARKER) or empty.
+remove_state_dir() {
+  [[ -d $STATE_DIR ]] || return 0
+  case $STATE_DIR in
+    "" | / | /tmp | "$HOME") echo "[$CL_TAG] refusing to remove $STATE_DIR" >&2; return 1 ;;
+  esac
+  if [[ -e $STATE_DIR/$MARKER ]] || rmdir "$STATE_DIR" 2>/dev/null; then
+    rm -rf -- "$STATE_DIR"
+  else
+    echo "[$CL_TAG] $STATE_DIR was not created by this script; not removing it" >&2
+    return 1
+  fi
 }
 
 # ------------------------------------------------------------------ install

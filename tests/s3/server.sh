@@ -66,22 +66,6 @@ ENV_FILE=$STATE_DIR/env
 
 # ------------------------------------------------------------------ helpers
 
-# True if something accepts TCP connections on 127.0.0.1:$1.
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# First port >= $1 for which ports $1 .. $1+$2-1 are all free.
-free_port() {
-  local p=$1 n=$2 i ok
-  for ((; p < $1 + 200; p++)); do
-    ok=1
-    for ((i = 0; i < n; i++)); do
-      if port_in_use $((p + i)); then ok=0; break; fi
-    done
-    if ((ok)); then echo "$p"; return 0; fi
-  done
-  return 1
-}
-
 # SIGTERM the given PIDs, wait up to KVTIER_S3_STOP_TIMEOUT s, then SIGKILL.
 terminate() {
   local pids=("$@") p left i tmo=${KVTIER_S3_STOP_TIMEOUT:-10}
@@ -129,20 +113,6 @@ stop_daemons() {
 all_gone() { # pid...
   local p
   for p in "$@"; do [[ ! -e /proc/$p ]] || return 1; done
-}
-
-# Remove STATE_DIR, but only if it is ours (or empty).
-remove_state_dir() {
-  [[ -d $STATE_DIR ]] || return 0
-  case $STATE_DIR in
-    "" | / | /tmp | "$HOME") echo "[kvtier-s3] refusing to remove $STATE_DIR" >&2; return 1 ;;
-  esac
-  if [[ -e $STATE_DIR/$MARKER ]] || rmdir "$STATE_DIR" 2>/dev/null; then
-    rm -rf -- "$STATE_DIR"
-  else
-    echo "[kvtier-s3] $STATE_DIR was not created by this script; not removing it" >&2
-    return 1
-  fi
 }
 
 env_value() { # name -> value from STATE_DIR/env

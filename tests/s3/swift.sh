@@ -60,21 +60,6 @@ STATE_DIR=${2:-${KVTIER_SWIFT_STATE:-${TMPDIR:-/tmp}/kvtier-swift}}
 STATE_DIR=${STATE_DIR%/}
 ENV_FILE=$STATE_DIR/env
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# First port >= $1 for which ports $1 .. $1+$2-1 are all free.
-free_port() {
-  local p=$1 n=$2 i ok
-  for ((; p < $1 + 200; p++)); do
-    ok=1
-    for ((i = 0; i < n; i++)); do
-      if port_in_use $((p + i)); then ok=0; break; fi
-    done
-    if ((ok)); then echo "$p"; return 0; fi
-  done
-  return 1
-}
-
 stop_all() {
   local f pid pids=()
   for f in "$STATE_DIR"/run/*.pid; do
@@ -92,19 +77,6 @@ stop_all() {
     sleep 0.1
   done
   kill -KILL "${pids[@]}" 2>/dev/null || true
-}
-
-remove_state_dir() {
-  [[ -d $STATE_DIR ]] || return 0
-  case $STATE_DIR in
-    "" | / | /tmp | "$HOME") echo "[$CL_TAG] refusing to remove $STATE_DIR" >&2; return 1 ;;
-  esac
-  if [[ -e $STATE_DIR/$MARKER ]] || rmdir "$STATE_DIR" 2>/dev/null; then
-    rm -rf "$STATE_DIR"
-  else
-    echo "[$CL_TAG] $STATE_DIR is not ours; not removing it" >&2
-    return 1
-  fi
 }
 
 start_failed() {
