@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Hit ratio on serving traces: kvtier's layouts through SGLang's own calls, beside an exact LRU
+and Belady's optimum holding the same number of pages.
+
+A trace is a list of requests in arrival order, each the chain of prefix block hashes of its
+prompt (Mooncake's format, JSON lines {"timestamp", "input_length", "output_length",
+"hash_ids"}: one hash per 512-token block, a request's first k hashes equal to another's when
+their first k blocks are). Traces come from a file (--trace: Mooncake's published traces are in
+kvcache-ai/Mooncake, FAST25-release/traces/; fetch them anywhere outside this repository) or
+from the generator here (--generate chat|docs, parameters below, --save to keep it).
+
+Every request is replayed as SGLang's HiCache controller drives its L3 store: batch_exists on
+the request's keys (the leading run found), batch_get_v1 of that run into the host pool (the
+hits), batch_set_v1 of the rest. One block is one page of --page-kib KiB. For each capacity C
+(--capacities, shares of the trace's distinct blocks) every layout runs in a store of its own
+with capacity = C x (page + 4 KiB), a page file's size (segments keep ~200-byte headers, so
+they hold up to 6% more pages than files in the same bytes); the same replay runs against two
+models holding exactly C pages:
+  LRU     the least recently used page leaves; a hit is a use, and so is a write of a page
+          already held (SGLang writes every page after the first miss; the store keeps it)
+  Belady  the page asked for farthest in the future leaves, and a page asked for later than
+          every page held is not kept at all (the offline optimum for independent pages; with
+          prefix matching a page after a miss is no hit, so it is a reference, not a bound)
+The hit ratio is leading pages found / pages asked for. Pages read back are checked: the first
+8 bytes of each page hold its block's hash, written with it; any other value is reported (and
+makes the exit status 1).
+
+  PYTHONPATH=build/python /usr/bin/python3 bench/trace_replay.py [--trace FILE | --generate chat]
+      [--limit N] [--capacities 0.05,0.1,0.25,0.5] [--layouts files,segments] [--page-kib 64]
+      [--dir DIR] [--save FILE] [--no-store]
+  generator: [--requests 4000] [--seed 1] [--prompts 40] [--prompt-blocks 2-24] [--alpha 1.1]
+      [--conversation-share 0.6] [--turns 2-8] [--turn-blocks 1-6] [--one-off-share 0.25]
+      [--doc-blocks 8-64] [--rate 2.0]
+"""
+
+import argparse
+import heapq
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))
+
+
+# ---- traces ----------------------------------------------------------------------------------
+
+def load_trace(path, limit):
+    requests = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            requests.append([int(h) for h in json.loads(line)["hash_ids"]])
+            if limit and len(requests) == limit:
+                break
+    return requests
+
+
+def span(text):
+    lo, _, hi = text.partition("-")
+    return int(lo), int(hi or lo)
+
+
+def generate(args):
+    """Mooncake-format requests: shared system prompts chosen by a Zipf law, multi-turn
+    conversations that extend their own history, one-off documents, Poisson arrivals."""
+    import numpy as np
+    rng = np.random.default_rng(args.seed)
+    next_hash = [0]
+
+    def fresh(n):
+        first = next_hash[0]
+        next_hash[0] += n
+        return list(range(first, first + n))
+
+    prompt_lo, prompt_hi = span(args.prompt_blocks)
+    prompts = [fresh(int(rng.integers(prompt_lo, prompt_hi + 1))) for _ in range(args.prompts)]
+    weights = 1.0 / np.arange(1, args.prompts + 1) ** args.alpha
+    weights /= weights.sum()
+    turn_lo, turn_hi = span(args.turn_blocks)
+    turns_lo, turns_hi = span(args.turns)
+    doc_lo, doc_hi = span(args.doc_blocks)
+    open_conversations = []  # [history, turns left]
+    out = []
+    t = 0.0
+    for _ in range(args.requests):
+        t += rng.exponential(1.0 / args.rate)
+        roll = rng.random()
+        if roll < args.conversation_share and open_conversations and rng.random() < 0.8:
+            i = int(rng.integers(len(open_conversations)))
+            conv = open_conversations[i]
+            conv[0] = conv[0] + fresh(int(rng.integers(turn_lo, turn_hi + 1)))
+            conv[1] -= 1
+            hashes = conv[0]
+            if conv[1] <= 0:
+                open_conversations.pop(i)
+        elif roll < args.conversation_share:
+            prompt = prompts[int(rng.choice(args.prompts, p=weights))]
+            hashes = prompt + fresh(int(rng.integers(turn_lo, turn_hi + 1)))
+            open_conversations.append([hashes, int(rng.integers(turns_lo, turns_hi + 1)) - 1])
+        elif roll < args.conversation_share + args.one_off_share:
+            prompt = prompts[int(rng.choice(args.prompts, p=weights))]
+            hashes = prompt + fresh(int(rng.integers(doc_lo, doc_hi + 1)))
+        else:  # a single question after a shared prompt
+            prompt = prompts[int(rng.choice(args.prompts, p=weights))]
+            hashes = prompt + fresh(int(rng.integers(turn_lo, turn_hi + 1)))
+        out.append({"timestamp": int(t * 1000), "input_length": len(hashes) * 512,
+                    "output_length": int(rng.integers(16, 512)), "hash_ids": list(hashes)})
+    return out
+
+
+# ---- models ----------------------------------------------------------------------------------
+
+def replay_lru(requests, capacity):
+    held = OrderedDict()
+    hits = asked = 0
+    for hashes in requests:
+        asked += len(hashes)
+        k = 0
+        while k < len(hashes) and hashes[k] in held:
+            k += 1
+        hits += k
+        for h in hashes:
+            if h in held:
+                held.move_to_end(h)
+            elif capacity > 0:
+                if len(held) >= capacity:
+                    held.popitem(last=False)
+                held[h] = True
+    return hits, asked
+
+
+def replay_belady(requests, capacity):
+    # next_use[r][i]: the next request after r that asks for requests[r][i] (inf: none).
+    inf = float("inf")
+    last = {}
+    next_use = [None] * len(requests)
+    for r in range(len(requests) - 1, -1, -1):
+        next_use[r] = [last.get(h, inf) for h in requests[r]]
+        for h in requests[r]:
+            last[h] = r
+    held = {}   # hash -> its next use
+    heap = []   # (-next use, hash), stale entries skipped
+    hits = asked = 0
+    for r, hashes in enumerate(requests):
+        asked += len(hashes)
+        k = 0
+        while k < len(hashes) and hashes[k] in held:
+            k += 1
+        hits += k
+        for h, nxt in zip(hashes, next_use[r]):
+            if h in held:
+                held[h] = nxt
+                heapq.heappush(heap, (-nxt, h))
+                continue
+            if capacity <= 0 or nxt == inf:
+                continue
+            if len(held) >= capacity:
+                while heap and held.get(heap[0][1]) != -heap[0][0]:
+                    heapq.heappop(heap)  # stale
+                if not heap or -heap[0][0] <= nxt:
+                    continue  # everything held is asked for sooner: keep it all
+                _, victim = heapq.heappop(heap)
+                del held[victim]
+            held[h] = nxt
+            heapq.heappush(heap, (-nxt, h))
+    return hits, asked
+
+
+# ---- kvtier through SGLang's calls -----------------------------------------------------------
+
+class AdapterReplay:
+    """One host pool (page_first_direct, page_size 1: one block per page) as large as the
+    longest request, registered with a new adapter for each store."""
+
+    def __init__(self, page_bytes, max_blocks):
+        import torch
+        from fakes import HostPool
+        self.torch = torch
+        layers, head_dim = 8, 128
+        heads = page_bytes // (2 * layers * head_dim * 2)
+        if heads * 2 * layers * head_dim * 2 != page_bytes:
+            sys.exit(f"--page-kib: a page must be a multiple of {2 * layers * head_dim * 2} bytes")
+        self.pool = HostPool(layout="page_first_direct", backing="torch", tokens=max_blocks,
+                             page_size=1, layers=layers, heads=heads, head_dim=head_dim)
+        self.pool.fill_random(3)
+        # The first 8 bytes of each page's K piece: the block's hash.
+        self.stamps = self.pool.kv_buffer[0].reshape(max_blocks, -1)[:, :4].view(torch.int64)
+        self.indices = torch.arange(max_blocks, dtype=torch.int64)
+
+    def open(self, directory, layout, capacity_bytes):
+        import kvtier.sglang as adapter
+        from sglang_fakes import storage_config
+        config = storage_config(layout="page_first_direct", model="trace-replay")
+        config.extra_config = {"interface_v1": True, "uri": f"file://{directory}",
+                               "file_layout": layout, "capacity": str(capacity_bytes)}
+        b = adapter.HiCacheKvtier(config, {})
+        b.register_mem_pool_host(self.pool)
+        return b
+
+    def replay(self, b, requests):
+        hits = asked = wrong = 0
+        for hashes in requests:
+            n_all = len(hashes)
+            asked += n_all
+            keys = [f"{h:016x}" for h in hashes]
+            n = b.batch_exists(keys)
+            found = 0
+            if n:
+                ok = b.batch_get_v1(keys[:n], self.indices[:n])
+                while found < n and ok[found]:
+                    found += 1
+                got = self.stamps[:found, 0].tolist()
+                wrong += sum(1 for g, h in zip(got, hashes) if g != h)
+            hits += found
+            if found < n_all:
+                self.stamps[found:n_all, 0] = self.torch.tensor(hashes[found:], dtype=self.torch.int64)
+                b.batch_set_v1(keys[found:], self.indices[found:n_all])
+        return hits, asked, wrong
+
+
+# ---- main ------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--trace")
+    ap.add_argument("--generate", choices=["chat", "docs"])
+    ap.add_argument("--limit", type=int, default=0, help="first N requests of --trace")
+    ap.add_argument("--save")
+    ap.add_argument("--capacities", default="0.05,0.1,0.25,0.5")
+    ap.add_argument("--layouts", default="files,segments")
+    ap.add_argument("--page-kib", type=int, default=64)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--no-store", action="store_true", help="the models only")
+    g = ap.add_argument_group("generator")
+    g.add_argument("--requests", type=int, default=4000)
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--prompts", type=int, default=40)
+    g.add_argument("--prompt-blocks", default="2-24")
+    g.add_argument("--alpha", type=float, default=1.1)
+    g.add_argument("--conversation-share", type=float, default=None)
+    g.add_argument("--turns", default="2-8")
+    g.add_argument("--turn-blocks", default="1-6")
+    g.add_argument("--one-off-share", type=float, default=None)
+    g.add_argument("--doc-blocks", default="8-64")
+    g.add_argument("--rate", type=float, default=2.0)
+    args = ap.parse_args()
+    if bool(args.trace) == bool(args.generate):
+        sys.exit("give one of --trace FILE and --generate chat|docs")
+
+    if args.trace:
+        requests = load_trace(args.trace, args.limit)
+        source = f"{args.trace}" + (f" (first {args.limit})" if args.limit else "")
+    else:
+        presets = {"chat": (0.6, 0.15), "docs": (0.2, 0.6)}[args.generate]
+        if args.conversation_share is None:
+            args.conversation_share = presets[0]
+        if args.one_off_share is None:
+            args.one_off_share = presets[1]
+        generated = generate(args)
+        if args.save:
+            with open(args.save, "w") as f:
+                for r in generated:
+                    f.write(json.dumps(r) + "\n")
+        requests = [r["hash_ids"] for r in generated]
+        source = (f"generated '{args.generate}': {args.requests} requests, seed {args.seed}, "
+                  f"{args.prompts} prompts of {args.prompt_blocks} blocks (Zipf {args.alpha}), "
+                  f"conversations {args.conversation_share} ({args.turns} turns of "
+                  f"{args.turn_blocks} blocks), one-off documents {args.one_off_share} "
+                  f"({args.doc_blocks} blocks), {args.rate} requests/s")
+    if not requests:
+        sys.exit("the trace has no requests")
+
+    asked = sum(len(r) for r in requests)
+    counts = {}
+    for r in requests:
+        for h in r:
+            counts[h] = counts.get(h, 0) + 1
+    distinct = len(counts)
+    once = sum(1 for c in counts.values() if c == 1)
+    print(f"trace: {source}")
+    print(f"  {len(requests)} requests, {asked} blocks asked, {distinct} distinct, "
+          f"{once / distinct:.0%} of them asked once; page {args.page_kib} KiB")
+
+    page_bytes = args.page_kib << 10
+    layouts = [] if args.no_store else [x for x in args.layouts.split(",") if x]
+    side = AdapterReplay(page_bytes, max(len(r) for r in requests)) if layouts else None
+    header = f"{'C':>8} {'share':>6} {'LRU':>7} {'Belady':>7}"
+    for layout in layouts:
+        header += f" {layout:>9} {'/LRU':>5} {'s':>6}"
+    print(header)
+    failed = False
+    for share in (float(x) for x in args.capacities.split(",")):
+        c = max(1, int(distinct * share))
+        lru, _ = replay_lru(requests, c)
+        opt, _ = replay_belady(requests, c)
+        row = f"{c:>8} {share:>6.0%} {lru / asked:7.4f} {opt / asked:7.4f}"
+        for layout in layouts:
+            directory = tempfile.mkdtemp(prefix=f"trace-{layout}-", dir=args.dir)
+            try:
+                b = side.open(directory, layout, c * (page_bytes + 4096))
+                t0 = time.perf_counter()
+                hits, _, wrong = side.replay(b, requests)
+                seconds = time.perf_counter() - t0
+                b.close()
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
+            if wrong:
+                failed = True
+                print(f"  {layout}: {wrong} pages read back with another block's bytes")
+            ratio = hits / lru if lru else float("nan")
+            row += f" {hits / asked:9.4f} {ratio:5.2f} {seconds:6.1f}"
+        print(row, flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
