@@ -28,7 +28,7 @@ makes the exit status 1).
   PYTHONPATH=build/python /usr/bin/python3 bench/trace_replay.py [--trace FILE | --generate chat]
       [--limit N] [--capacities 0.05,0.1,0.25,0.5] [--layouts files,segments] [--page-kib 64]
       [--dir DIR] [--save FILE] [--no-store]
-  generator: [--requests 4000] [--seed 1] [--prompts 40] [--prompt-blocks 2-24] [--alpha 1.1]
+  generator: [--requests 4000] [--seed 1] [--prompts 400] [--prompt-blocks 2-24] [--alpha 1.1]
       [--conversation-share 0.6] [--turns 2-8] [--turn-blocks 1-6] [--one-off-share 0.25]
       [--doc-blocks 8-64] [--rate 2.0]
 """
@@ -50,16 +50,19 @@ sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))
 # ---- traces ----------------------------------------------------------------------------------
 
 def load_trace(path, limit):
-    requests = []
+    """The requests' hash chains in arrival order (by timestamp; ties in file order)."""
+    rows = []
     with open(path) as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
-            requests.append([int(h) for h in json.loads(line)["hash_ids"]])
-            if limit and len(requests) == limit:
+            j = json.loads(line)
+            rows.append((j.get("timestamp", 0), len(rows), [int(h) for h in j["hash_ids"]]))
+            if limit and len(rows) == limit:
                 break
-    return requests
+    rows.sort(key=lambda row: row[:2])
+    return [hashes for _, _, hashes in rows]
 
 
 def span(text):
@@ -241,7 +244,7 @@ def main():
     g = ap.add_argument_group("generator")
     g.add_argument("--requests", type=int, default=4000)
     g.add_argument("--seed", type=int, default=1)
-    g.add_argument("--prompts", type=int, default=40)
+    g.add_argument("--prompts", type=int, default=400)
     g.add_argument("--prompt-blocks", default="2-24")
     g.add_argument("--alpha", type=float, default=1.1)
     g.add_argument("--conversation-share", type=float, default=None)
