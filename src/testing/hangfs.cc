@@ -37,7 +37,7 @@ namespace {
 
 // This helper is built without the sanitizers kvtier_core is built with, so it cannot use the
 // library's UniqueFd; it owns its descriptors the same way. The descriptors of open files are
-// owned by the kernel's open/release protocol (fi->fh), closed in hf_release.
+// held in fi->fh between the kernel's open and release, and handed to an OwnedFd in release.
 class OwnedFd {
  public:
   explicit OwnedFd(int fd) : fd_(fd) {}
@@ -195,8 +195,9 @@ int hf_flush(const char*, fuse_file_info*) {
   return 0;
 }
 int hf_release(const char*, fuse_file_info* fi) {
-  // Not gated: the kernel sends it when a descriptor closes, and nothing waits for it.
-  ::close(static_cast<int>(fi->fh));
+  // Not gated: the kernel sends it when a descriptor closes, and nothing waits for it. The
+  // open file's descriptor comes back to an owner here, which closes it.
+  const OwnedFd released(static_cast<int>(fi->fh));
   return 0;
 }
 int hf_fsync(const char*, int datasync, fuse_file_info* fi) {
