@@ -447,7 +447,7 @@ Result<std::unique_ptr<Backend>> create_s3_backend(const BackendParams& params) 
                                               o.part_bytes, s3::kMinPartBytes));
   }
   c.max_parallel = parallel;
-  c.loops = std::min(loops, parallel);
+  c.loops = loops;  // the client keeps it to max_parallel
   c.max_attempts = static_cast<uint32_t>(attempts);
   c.connect_timeout = std::chrono::milliseconds(connect_ms);
   o.deadline = std::chrono::milliseconds(deadline_ms);
