@@ -113,6 +113,7 @@ std::optional<uint64_t> PageIndex::put_locked(const Page& page, bool cold) {
     bytes_ -= nodes_[n].page.bytes;
     nodes_[n].page = page;
     bytes_ += page.bytes;
+    nodes_[n].page.read = false;
     unlink(n);
     link_back(n);
     return old;
@@ -121,6 +122,7 @@ std::optional<uint64_t> PageIndex::put_locked(const Page& page, bool cold) {
   table_[s] = n;
   ++count_;
   bytes_ += page.bytes;
+  nodes_[n].page.read = false;
   if (cold) {
     link_front(n);
   } else {
@@ -162,6 +164,25 @@ bool PageIndex::put_cold(const Page& page) {
   return count_ != before;
 }
 
+void PageIndex::put_relearned(const Page& page) {
+  MutexLock lock(mu_);
+  if (count_ != 0) {
+    const uint32_t n = table_[slot_of(page.hash)];
+    if (n != kNil) {
+      Page& p = nodes_[n].page;
+      bytes_ = bytes_ - p.bytes + page.bytes;
+      p.base = page.base;
+      p.bytes = page.bytes;
+      p.segment = page.segment;
+      p.header_bytes = page.header_bytes;
+      p.offset = page.offset;
+      p.payload = page.payload;
+      return;
+    }
+  }
+  (void)put_locked(page, /*cold=*/true);
+}
+
 bool PageIndex::contains(const Hash128& hash) const {
   MutexLock lock(mu_);
   return count_ != 0 && table_[slot_of(hash)] != kNil;
@@ -180,11 +201,22 @@ bool PageIndex::touch(const Hash128& hash) {
   if (count_ == 0) return false;
   const uint32_t n = table_[slot_of(hash)];
   if (n == kNil) return false;
+  nodes_[n].page.read = true;
   if (n != tail_) {
     unlink(n);
     link_back(n);
   }
   return true;
+}
+
+std::vector<PageIndex::Page> PageIndex::pages_in_segments(
+    const std::function<bool(uint32_t)>& in) const {
+  MutexLock lock(mu_);
+  std::vector<Page> found;
+  for (const Node& node : nodes_) {
+    if (node.page.segment != kNil && in(node.page.segment)) found.push_back(node.page);
+  }
+  return found;
 }
 
 std::optional<PageIndex::Page> PageIndex::erase(const Hash128& hash) {

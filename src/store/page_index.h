@@ -71,6 +71,8 @@ class PageIndex {
     uint32_t header_bytes = 0;
     uint64_t offset = 0;
     uint64_t payload = 0;
+    // Read (touched) since it was last put.
+    bool read = false;
   };
 
   // Inserts or replaces `page` as the most recently used; returns the bytes of the page it
@@ -84,11 +86,16 @@ class PageIndex {
   // Inserts `page` as the least recently used (pages found on disk whose use is unknown),
   // unless it is already indexed. Returns whether it was inserted.
   bool put_cold(const Page& page);
+  // A page another writer put again elsewhere (a later summary entry): an indexed page
+  // takes the new location and keeps its place in the use order; otherwise put_cold.
+  void put_relearned(const Page& page);
   bool contains(const Hash128& hash) const;
   // The page's entry, if indexed (its use is not recorded).
   std::optional<Page> find(const Hash128& hash) const;
   // Marks a page as just used; false when not indexed.
   bool touch(const Hash128& hash);
+  // The pages whose record lies in a segment for which `in(segment)` is true. One pass.
+  std::vector<Page> pages_in_segments(const std::function<bool(uint32_t)>& in) const;
   std::optional<Page> erase(const Hash128& hash);
   // The least recently used page, removed from the index.
   std::optional<Page> pop_oldest();

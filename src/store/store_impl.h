@@ -151,11 +151,12 @@ struct SegmentFile {
   bool sealed = false;        // its summary ends with a seal: nothing more will come
   bool ours = false;          // this store writes it
   // Capacity (docs/architecture.md, "Segment layout"): reclaimable once in the clock (sealed,
-  // or abandoned by a writer that is gone); read since the clock hand last passed it; removed.
+  // or abandoned by a writer that is gone); removed.
   bool in_clock = false;
-  bool referenced = false;
   bool gone = false;
   uint64_t clock_ns = 0;  // when it last went to the back of the clock (wall clock)
+  // When this store last set its access time (a read): a later one is another store's read.
+  uint64_t touched_ns = 0;
   // Ours only:
   uint64_t end = 0;          // where the next record goes
   uint64_t summary_end = 0;  // where the next summary entry goes
@@ -572,8 +573,11 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // alone: its pages are misses anyway).
   void segments_refresh(const std::vector<bool>& want = {});
   // Appends records and their summary entries to this store's segments.
+  // `relocating`: the pages are copies of records being reclaimed (copy_forward): counted
+  // as relocated, and room is made for them without copying forward again.
   void put_window_segments(std::span<const std::string_view> keys,
-                           std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out);
+                           std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out,
+                           bool relocating = false);
   // sync_appends: makes the records of a window durable, one sync per segment target written
   // (`by_target`: the pages written through each, indexes into `work`), before their summary
   // entries are appended. The pages of a target whose sync failed get its error and leave
@@ -587,9 +591,27 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // Removes every segment file of the namespace; `pages` gets how many pages were indexed.
   Status segments_clear(uint64_t* pages);
   // Capacity for the segment layout: `need` bytes are charged to the ledger, whole
-  // reclaimable segments removed (oldest first, read ones given a second chance) until they
-  // fit.
-  Status reserve_segments(uint64_t need);
+  // reclaimable segments removed (oldest first; one that other stores read gets a second
+  // chance) until they fit; with `copy_forward_pages`, the pages of each this store read
+  // since they were put are written again first (below).
+  Status reserve_segments(uint64_t need, bool copy_forward_pages = true);
+  // Copy-forward: the records of segments about to be reclaimed that this store read since
+  // they were put, read and verified before the segments go.
+  struct CopyForward {
+    struct Record {
+      PageIndex::Page page;  // its index entry
+      uint64_t at = 0;       // where its record lies in `records`
+      std::string key;       // from here on: from its verified header
+      uint32_t piece_count = 0;
+      uint64_t piece_bytes = 0;
+    };
+    std::vector<Record> records;
+    AlignedBuffer bytes;
+    Registration reg;
+  };
+  CopyForward read_for_copy_forward(std::span<const uint32_t> victims);
+  // Writes them again (after their segments are gone); returns how many were written.
+  size_t copy_forward(CopyForward& cf);
   // Settles a window charged `reserved` that grew this store's files by `grown`.
   void settle_segments(uint64_t reserved, uint64_t grown);
   // The bytes of every segment file of the namespace (what the ledger charges at a lone open).

@@ -28,6 +28,7 @@ struct Store::Impl::ReadWindow {
   std::vector<PageWork<MutableBuffer>> work;       // the window's valid pages
   std::vector<PageWork<MutableBuffer>*> reading;   // those whose objects opened
   std::vector<Target> segment_targets;             // segments: the window's open segments
+  std::vector<uint32_t> segment_ids;               // and the store's numbers for them
   Status batch_error;                              // fails every page being read
   std::optional<HeaderPool::Lease> header_blocks;  // one per page being read
   std::vector<MemDesc> mem;
@@ -66,6 +67,13 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
   }
   build_read_descriptors(rw);
   run_read(rw);
+  if (!rw.segment_ids.empty()) {
+    // The access times these reads set (below, and the kernel's own on a relatime mount) are
+    // this store's: only a later one tells of another store's read.
+    const uint64_t now = wall_ns();
+    MutexLock lock(seg->mu);
+    for (const uint32_t id : rw.segment_ids) seg->files[id].touched_ns = now;
+  }
   collect_read_results(rw, out);
   if (trust_size) {
     // Opened on trust, a hit, a miss and a fault are what they say. A page that did not
@@ -429,7 +437,6 @@ void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
       {
         MutexLock lock(seg->mu);
         spec.path = seg->files[p.segment].seg_path;
-        seg->files[p.segment].referenced = true;  // a second chance before it is reclaimed
       }
       spec.direct = direct;
       specs.push_back(std::move(spec));
@@ -437,13 +444,15 @@ void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
     spec_of[i] = s;
   }
   std::vector<Result<Target>> opened = agent.open_targets(specs);
-  // Segments read are marked for other stores' clocks too: their access time is set (one
-  // call per segment and window; advice only, so a failure is ignored).
+  // Segments read are marked for other stores' clocks: their access time is set (one call
+  // per segment and window; advice only, so a failure is ignored). This store's own reads
+  // count per page instead (copy-forward, store_segments_capacity.cc).
   for (size_t s = 0; s < specs.size(); ++s) {
     if (!opened[s].ok()) continue;
     const struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
     (void)::utimensat(AT_FDCWD, specs[s].path.c_str(), times, 0);
   }
+  for (const SegSpec& sp : segs) rw.segment_ids.push_back(sp.id);
   rw.segment_targets.reserve(opened.size());
   std::vector<Status> open_error(opened.size());
   for (auto& r : opened) {

@@ -267,8 +267,9 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want) {
           case segment::EntryType::kPut:
             if (ours_ns) {
               record_end = std::max(record_end, e.offset + e.record_bytes);
-              index.put_cold({e.key_hash, static_cast<uint32_t>(b), e.record_bytes, t.id,
-                              e.header_bytes, e.offset, e.payload_bytes});
+              // A key put again (a copy forward, a rewrite) is where its latest entry says.
+              index.put_relearned({e.key_hash, static_cast<uint32_t>(b), e.record_bytes, t.id,
+                                   e.header_bytes, e.offset, e.payload_bytes});
             }
             break;
           case segment::EntryType::kRemove:
@@ -407,7 +408,7 @@ Status Store::Impl::roll_segment(size_t slot, uint64_t* grown) {
 
 void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
                                       std::span<const ConstBuffer> pieces, size_t k,
-                                      std::span<Status> out) {
+                                      std::span<Status> out, bool relocating) {
   auto work = plan(keys, pieces, k, out);
   if (work.empty()) return;
   Result<HeaderPool::Lease> lease = headers.acquire(work.size());
@@ -468,11 +469,13 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     const uint64_t rolls = std::min<uint64_t>(
         work.size(), router.base_count() * lanes + 2 * records / config.segment_bytes + 1);
     reserved = records + rolls * (segment::kSegmentHeaderBytes + 2 * segment::kEntryBytes);
-    Status st = reserve_segments(reserved);
+    Status st = reserve_segments(reserved, /*copy_forward=*/!relocating);
     if (!st.ok()) {
       for (const auto& w : work) out[w.page] = st;
-      bump(counters.put_failures, work.size());
-      bump(counters.capacity_refusals, work.size());
+      if (!relocating) {
+        bump(counters.put_failures, work.size());
+        bump(counters.capacity_refusals, work.size());
+      }
       return;
     }
   }
@@ -668,12 +671,17 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   }
   settle_segments(reserved, grown);
   for (const auto& w : work) {
-    if (out[w.page].ok()) {
+    if (!out[w.page].ok()) continue;
+    if (relocating) {
+      bump(counters.relocated_pages);
+      bump(counters.relocated_bytes, w.stored_bytes);
+    } else {
       bump(counters.put_pages);
       bump(counters.put_bytes, w.payload);
       count_io(w);
     }
   }
+  if (relocating) return;
   for (const Status& s : out) {
     if (!s.ok()) bump(counters.put_failures);
   }

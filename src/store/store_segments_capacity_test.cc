@@ -77,8 +77,8 @@ TEST_F(StoreSegmentsCapacity, CapacityHoldsWhileWritingFarMoreThanIt) {
   EXPECT_EQ(s->stats().capacity_bytes, kCapacity);
 }
 
-// Pages read while others are written survive reclaims (their segment gets a second chance);
-// pages written at the same time and never read do not.
+// Pages read while others are written survive reclaims (they are copied forward); pages
+// written at the same time and never read do not.
 TEST_F(StoreSegmentsCapacity, RecentlyReadPagesSurviveReclaims) {
   constexpr uint64_t kCapacity = 8 << 20;
   auto s = open_capped(kCapacity);
@@ -99,6 +99,42 @@ TEST_F(StoreSegmentsCapacity, RecentlyReadPagesSurviveReclaims) {
   EXPECT_EQ(read_all(*s, pool, hot), hot.size());
   EXPECT_EQ(read_all(*s, pool, {cold.begin(), cold.begin() + 8}), 0u);
   EXPECT_LE(seg_files(*s).bytes, kCapacity);
+}
+
+// Reclaiming copies forward only the pages read since they were put: pages written in the
+// same batch (the same segment) and never read go, the capacity holds at every step, and the
+// copies are whole.
+TEST_F(StoreSegmentsCapacity, OnlyPagesReadAreCopiedForward) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  auto s = open_capped(kCapacity);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  const auto hot = testing::keys_for("hot-", 4);
+  const auto neighbours = testing::keys_for("nbr-", 4);
+  ASSERT_TRUE(put(*s, pool,
+                  {hot[0], neighbours[0], hot[1], neighbours[1], hot[2], neighbours[2], hot[3],
+                   neighbours[3]})
+                  .all_ok());
+  const size_t fds = testing::open_fds();
+  const auto filler = testing::keys_for("fill-", 640);  // about five capacities
+  for (size_t first = 0; first < filler.size(); first += 8) {
+    ASSERT_TRUE(put(*s, pool, {filler.begin() + first, filler.begin() + first + 8}).all_ok());
+    ASSERT_EQ(read_all(*s, pool, hot), hot.size()) << first;
+    const SegFiles f = seg_files(*s);
+    ASSERT_LE(f.bytes, kCapacity) << first;
+    ASSERT_EQ(s->stats().used_bytes, f.bytes) << first;
+  }
+  const auto st = s->stats();
+  // Each round of the clock copies the four read pages (and only them: the filler is never
+  // read, so it is never copied).
+  EXPECT_GE(st.relocated_pages, 4u);
+  EXPECT_EQ(st.relocated_pages % 4, 0u);
+  EXPECT_EQ(
+      st.relocated_bytes,
+      st.relocated_pages * page::record_bytes(page::compact_header_bytes(hot[0].size()), kPage));
+  EXPECT_EQ(st.put_pages, 8u + filler.size());  // copies are not counted as puts
+  EXPECT_EQ(read_all(*s, pool, neighbours), 0u);
+  EXPECT_EQ(testing::open_fds(), fds);
 }
 
 // The same across stores (processes): pages another store keeps reading survive this store's

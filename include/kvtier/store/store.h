@@ -252,6 +252,8 @@ struct LatencyHistogram {
   X(direct_fallback_pages, "Pages that went buffered though direct I/O was asked for.") \
   X(evicted_pages, "Pages evicted to stay within capacity.")                            \
   X(evicted_bytes, "Object bytes evicted.")                                             \
+  X(relocated_pages, "Pages read since put, copied out of segments being reclaimed.")   \
+  X(relocated_bytes, "Record bytes copied out of segments being reclaimed.")            \
   X(capacity_refusals, "Pages refused: no room even after evicting.")                   \
   X(index_stats, "Exists checks the index could not answer (a stat each).")             \
   X(deadline_misses, "Pages (and exists calls) whose location missed the deadline.")    \
