@@ -21,13 +21,15 @@ models holding exactly C pages:
   Belady  the page asked for farthest in the future leaves, and a page asked for later than
           every page held is not kept at all (the offline optimum for independent pages; with
           prefix matching a page after a miss is no hit, so it is a reference, not a bound)
-The hit ratio is leading pages found / pages asked for. Pages read back are checked: the first
+The hit ratio is leading pages found / pages asked for; "copied" is what the store wrote
+again while reclaiming (the segment layout's copy-forward: relocated bytes / bytes put), and
+"s" the replay's seconds. Pages read back are checked: the first
 8 bytes of each page hold its block's hash, written with it; any other value is reported (and
 makes the exit status 1).
 
   PYTHONPATH=build/python /usr/bin/python3 bench/trace_replay.py [--trace FILE | --generate chat]
       [--limit N] [--capacities 0.05,0.1,0.25,0.5] [--layouts files,segments] [--page-kib 64]
-      [--dir DIR] [--save FILE] [--no-store]
+      [--dir DIR] [--save FILE] [--no-store] [--segment-lanes N]
   generator: [--requests 4000] [--seed 1] [--prompts 400] [--prompt-blocks 2-24] [--alpha 1.1]
       [--conversation-share 0.6] [--turns 2-8] [--turn-blocks 1-6] [--one-off-share 0.25]
       [--doc-blocks 8-64] [--rate 2.0]
@@ -197,11 +199,11 @@ class AdapterReplay:
         self.stamps = self.pool.kv_buffer[0].reshape(max_blocks, -1)[:, :4].view(torch.int64)
         self.indices = torch.arange(max_blocks, dtype=torch.int64)
 
-    def open(self, directory, layout, capacity_bytes):
+    def open(self, directory, layout, capacity_bytes, query=""):
         import kvtier.sglang as adapter
         from sglang_fakes import storage_config
         config = storage_config(layout="page_first_direct", model="trace-replay")
-        config.extra_config = {"interface_v1": True, "uri": f"file://{directory}",
+        config.extra_config = {"interface_v1": True, "uri": f"file://{directory}{query}",
                                "file_layout": layout, "capacity": str(capacity_bytes)}
         b = adapter.HiCacheKvtier(config, {})
         b.register_mem_pool_host(self.pool)
@@ -239,6 +241,8 @@ def main():
     ap.add_argument("--capacities", default="0.05,0.1,0.25,0.5")
     ap.add_argument("--layouts", default="files,segments")
     ap.add_argument("--page-kib", type=int, default=64)
+    ap.add_argument("--segment-lanes", type=int, default=0,
+                    help="segment_lanes of the segment layout (0: the store's default)")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--no-store", action="store_true", help="the models only")
     g = ap.add_argument_group("generator")
@@ -296,7 +300,7 @@ def main():
     side = AdapterReplay(page_bytes, max(len(r) for r in requests)) if layouts else None
     header = f"{'C':>8} {'share':>6} {'LRU':>7} {'Belady':>7}"
     for layout in layouts:
-        header += f" {layout:>9} {'/LRU':>5} {'s':>6}"
+        header += f" {layout:>9} {'/LRU':>5} {'copied':>6} {'s':>6}"
     print(header)
     failed = False
     for share in (float(x) for x in args.capacities.split(",")):
@@ -304,13 +308,18 @@ def main():
         lru, _ = replay_lru(requests, c)
         opt, _ = replay_belady(requests, c)
         row = f"{c:>8} {share:>6.0%} {lru / asked:7.4f} {opt / asked:7.4f}"
+        copied = {}
         for layout in layouts:
             directory = tempfile.mkdtemp(prefix=f"trace-{layout}-", dir=args.dir)
             try:
-                b = side.open(directory, layout, c * (page_bytes + 4096))
+                query = (f"?segment_lanes={args.segment_lanes}"
+                         if args.segment_lanes and layout == "segments" else "")
+                b = side.open(directory, layout, c * (page_bytes + 4096), query)
                 t0 = time.perf_counter()
                 hits, _, wrong = side.replay(b, requests)
                 seconds = time.perf_counter() - t0
+                st = b.counters()["store"]
+                copied[layout] = st["relocated_bytes"] / max(1, st["put_bytes"])
                 b.close()
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
@@ -318,7 +327,7 @@ def main():
                 failed = True
                 print(f"  {layout}: {wrong} pages read back with another block's bytes")
             ratio = hits / lru if lru else float("nan")
-            row += f" {hits / asked:9.4f} {ratio:5.2f} {seconds:6.1f}"
+            row += f" {hits / asked:9.4f} {ratio:5.2f} {copied[layout]:6.1%} {seconds:6.1f}"
         print(row, flush=True)
     return 1 if failed else 0
 

@@ -80,8 +80,8 @@ Status check_segments_config(const StoreConfig& config) {
   return ok_status();
 }
 
-// deadline_ms, probe_interval_ms and isolate of a FILE store's URI (StoreLocation::
-// store_params): used where the config does not set them.
+// deadline_ms, probe_interval_ms, isolate and segment_lanes of a FILE store's URI
+// (StoreLocation::store_params): used where the config does not set them.
 Status resolve_guard_params(StoreConfig& cfg) {
   const BackendParams& params = cfg.location.store_params;
   auto take_ms = [&](const std::string& name, std::optional<uint64_t>& field,
@@ -106,6 +106,15 @@ Status resolve_guard_params(StoreConfig& cfg) {
   }
   if (auto it = params.find("isolate"); it != params.end() && cfg.isolate.empty()) {
     cfg.isolate = it->second;
+  }
+  if (auto it = params.find("segment_lanes"); it != params.end() && cfg.segment_lanes == 0) {
+    const std::string& v = it->second;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cfg.segment_lanes);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || cfg.segment_lanes == 0 ||
+        cfg.segment_lanes > 64) {
+      return invalid_argument_error(
+          fmt::format("segment_lanes='{}' is not a whole number from 1 to 64", v));
+    }
   }
   if (cfg.isolate.empty()) cfg.isolate = "auto";
   if (cfg.isolate != "auto" && cfg.isolate != "on" && cfg.isolate != "off") {
@@ -186,7 +195,8 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
       KVTIER_RETURN_IF_ERROR(check_segments_config(config));
     }
   }
-  // A FILE store's deadline and isolation are the store's parameters, not the backend's.
+  // A FILE store's deadline, isolation and lanes are the store's parameters, not the
+  // backend's.
   StoreConfig cfg = config;
   if (cfg.location.storage_class == StorageClass::kFile) {
     KVTIER_RETURN_IF_ERROR(resolve_guard_params(cfg));

@@ -206,6 +206,37 @@ TEST_F(StoreSegments, NoFileIsCreatedPerPageAndSpaceIsNearThePayload) {
   }
 }
 
+// The lanes can come from a file:// URI (segment_lanes), as deadline_ms does; a config that
+// sets them wins; a value that is not 1 to 64 fails the open, naming it.
+TEST_F(StoreSegments, LanesComeFromTheUri) {
+  {
+    auto s = open("?backend=posix&layout=segments&segment_lanes=3", 256 << 20);
+    ASSERT_NE(s, nullptr);
+    PagePool pool(*s, 32, kPage);
+    ASSERT_TRUE(put(*s, pool, testing::keys_for("lanes-", 32)).all_ok());  // three runs
+    EXPECT_EQ(seg_files(*s).segments.size(), 3u);
+  }
+  std::filesystem::remove_all(dir_.file("store"));
+  {
+    auto s = open("?backend=posix&layout=segments&segment_lanes=3", 256 << 20, /*lanes=*/1);
+    ASSERT_NE(s, nullptr);
+    PagePool pool(*s, 32, kPage);
+    ASSERT_TRUE(put(*s, pool, testing::keys_for("lanes-", 32)).all_ok());
+    EXPECT_EQ(seg_files(*s).segments.size(), 1u);
+  }
+  for (const char* bad : {"0", "65", "two", ""}) {
+    StoreConfig cfg;
+    cfg.location = *parse_store_uri("file://" + dir_.file("store") +
+                                    "?backend=posix&layout=segments&segment_lanes=" + bad);
+    cfg.ns = testing::test_namespace("segments");
+    Result<std::unique_ptr<Store>> s = Store::open(cfg);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("segment_lanes"), std::string::npos)
+        << s.status().to_string();
+  }
+}
+
 TEST_F(StoreSegments, SegmentsRollSealAndEveryPageSurvivesARestartExactly) {
   const auto keys = testing::keys_for("roll-", 200);
   uint64_t bytes = 0;

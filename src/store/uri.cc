@@ -165,7 +165,8 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
 
   if (scheme == "file") {
     loc.storage_class = StorageClass::kFile;
-    for (const std::string_view name : {"deadline_ms", "probe_interval_ms", "isolate"}) {
+    for (const std::string_view name :
+         {"deadline_ms", "probe_interval_ms", "isolate", "segment_lanes"}) {
       if (auto it = loc.params.find(name); it != loc.params.end()) {
         loc.store_params.insert(loc.params.extract(it));
       }
