@@ -137,6 +137,43 @@ TEST_F(StoreSegmentsCapacity, OnlyPagesReadAreCopiedForward) {
   EXPECT_EQ(testing::open_fds(), fds);
 }
 
+// A read page whose record was damaged since is not copied forward: it leaves with its
+// segment (a miss, never its bytes), while the other read pages of the segment are copied.
+TEST_F(StoreSegmentsCapacity, ADamagedRecordIsNotCopiedForward) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  auto s = open_capped(kCapacity);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  const auto hot = testing::keys_for("hot-", 4);
+  ASSERT_TRUE(put(*s, pool, hot).all_ok());  // the first records of the first segment
+  ASSERT_EQ(read_all(*s, pool, hot), hot.size());
+  {
+    // One payload byte of the second record (compact records after a 4096-byte header).
+    const uint64_t record = page::record_bytes(page::compact_header_bytes(hot[1].size()), kPage);
+    const std::string seg = seg_files(*s).segments.at(0);
+    UniqueFd fd = *open_file(seg.c_str(), O_RDWR);
+    const off_t at = static_cast<off_t>(segment::kSegmentHeaderBytes + record + 5000);
+    char c = 0;
+    ASSERT_EQ(::pread(fd.get(), &c, 1, at), 1);
+    c = static_cast<char>(c ^ 0x10);
+    ASSERT_EQ(::pwrite(fd.get(), &c, 1, at), 1);
+  }
+  // Written until the first segment is reclaimed (its copies are in by then).
+  const auto filler = testing::keys_for("fill-", 400);
+  size_t first = 0;
+  for (; first < filler.size() && s->stats().relocated_pages == 0; first += 8) {
+    ASSERT_TRUE(put(*s, pool, {filler.begin() + first, filler.begin() + first + 8}).all_ok());
+  }
+  ASSERT_LT(first, filler.size()) << "nothing was reclaimed";
+  EXPECT_EQ(s->stats().relocated_pages, 3u);
+  for (const size_t i : {0, 2, 3}) {
+    KVTIER_EXPECT_OK(s->get(hot[i], pool.slot(0), kPage)) << i;
+    EXPECT_TRUE(pool.holds(0, kPage, seed_of(hot[i]))) << i;
+  }
+  EXPECT_EQ(s->get(hot[1], pool.slot(0), kPage).code(), StatusCode::kNotFound);
+  EXPECT_EQ(s->stats().get_corrupt, 0u);
+}
+
 // The same across stores (processes): pages another store keeps reading survive this store's
 // reclaims (the reader sets the segment's access time), pages nobody reads do not.
 TEST_F(StoreSegmentsCapacity, PagesAnotherStoreReadsSurviveReclaims) {
