@@ -14,7 +14,8 @@ the request's keys (the leading run found), batch_get_v1 of that run into the ho
 hits), batch_set_v1 of the rest. One block is one page of --page-kib KiB. For each capacity C
 (--capacities, shares of the trace's distinct blocks) every layout runs in a store of its own
 with capacity = C x (page + 4 KiB), a page file's size (segments keep ~200-byte headers, so
-they hold up to 6% more pages than files in the same bytes); the same replay runs against two
+they hold up to 6% more pages than files in the same bytes; --equal-pages gives them about C
+pages instead); the same replay runs against two
 models holding exactly C pages:
   LRU     the least recently used page leaves; a hit is a use, and so is a write of a page
           already held (SGLang writes every page after the first miss; the store keeps it)
@@ -29,7 +30,7 @@ makes the exit status 1).
 
   PYTHONPATH=build/python /usr/bin/python3 bench/trace_replay.py [--trace FILE | --generate chat]
       [--limit N] [--capacities 0.05,0.1,0.25,0.5] [--layouts files,segments] [--page-kib 64]
-      [--dir DIR] [--save FILE] [--no-store] [--segment-lanes N]
+      [--dir DIR] [--save FILE] [--no-store] [--segment-lanes N] [--equal-pages]
   generator: [--requests 4000] [--seed 1] [--prompts 400] [--prompt-blocks 2-24] [--alpha 1.1]
       [--conversation-share 0.6] [--turns 2-8] [--turn-blocks 1-6] [--one-off-share 0.25]
       [--doc-blocks 8-64] [--rate 2.0]
@@ -241,6 +242,10 @@ def main():
     ap.add_argument("--capacities", default="0.05,0.1,0.25,0.5")
     ap.add_argument("--layouts", default="files,segments")
     ap.add_argument("--page-kib", type=int, default=64)
+    ap.add_argument("--equal-pages", action="store_true",
+                    help="segments get C x (page + 256 B): about C pages (a compact record and "
+                         "its summary entry), to compare the policies apart from the space "
+                         "segments save")
     ap.add_argument("--segment-lanes", type=int, default=0,
                     help="segment_lanes of the segment layout (0: the store's default)")
     ap.add_argument("--dir", default=None)
@@ -314,7 +319,8 @@ def main():
             try:
                 query = (f"?segment_lanes={args.segment_lanes}"
                          if args.segment_lanes and layout == "segments" else "")
-                b = side.open(directory, layout, c * (page_bytes + 4096), query)
+                per_page = page_bytes + (256 if layout == "segments" and args.equal_pages else 4096)
+                b = side.open(directory, layout, c * per_page, query)
                 t0 = time.perf_counter()
                 hits, _, wrong = side.replay(b, requests)
                 seconds = time.perf_counter() - t0
