@@ -22,6 +22,7 @@ BACKENDS = ("auto", "uring", "posix", "s3")
 DIRECT_IO = ("off", "auto", "on")
 FILE_LAYOUTS = ("", "files", "segments", "auto")
 ISOLATE = ("", "auto", "on", "off")
+ADMISSION = ("", "adaptive", "always")
 
 
 def option(options: Mapping[str, Any], key: str, env: Optional[str], default: Any) -> Any:
@@ -61,9 +62,9 @@ def parse_bytes(value: Any, name: str) -> int:
 
 
 def with_store_params(uri: str, *, backend: str = "auto", deadline_ms: Optional[int] = None,
-                      isolate: str = "") -> str:
+                      isolate: str = "", admission: str = "") -> str:
     """`uri` (a directory, file://..., s3://... or mem://...) with the adapter's backend,
-    deadline and isolation added where the URI does not set them itself."""
+    deadline, isolation and admission added where the URI does not set them itself."""
     if backend != "auto" and "backend=" not in uri and "://" in uri and \
             not uri.startswith("s3://"):
         uri += ("&" if "?" in uri else "?") + f"backend={backend}"
@@ -74,6 +75,8 @@ def with_store_params(uri: str, *, backend: str = "auto", deadline_ms: Optional[
         params["deadline_ms"] = str(deadline_ms)
     if isolate and not uri.startswith("s3://") and "isolate=" not in uri:
         params["isolate"] = isolate
+    if admission and not uri.startswith("s3://") and "admission=" not in uri:
+        params["admission"] = admission
     if params:
         if "://" not in uri:  # a plain directory
             uri = "file://" + uri.replace("%", "%25").replace("?", "%3F").replace(",", "%2C")
@@ -95,11 +98,13 @@ class StoreSettings:
     min_free_bytes: int = 0
     deadline_ms: Optional[int] = None
     isolate: str = ""
+    admission: str = ""
 
     def location(self) -> str:
-        """The URI the store opens: the location with backend, deadline and isolation."""
+        """The URI the store opens: the location with backend, deadline, isolation and
+        admission."""
         return with_store_params(self.uri, backend=self.backend, deadline_ms=self.deadline_ms,
-                                 isolate=self.isolate)
+                                 isolate=self.isolate, admission=self.admission)
 
     def open(self, *, model: str, dtype: str, layout: str, page_tokens: int, piece_bytes: int,
              pieces: int, tp: tuple = (0, 1), pp: tuple = (0, 1), cp: tuple = (0, 1),
@@ -154,6 +159,8 @@ def read_settings(options: Mapping[str, Any], names: Mapping[str, str],
     settings.file_layout = _choice(value, key, FILE_LAYOUTS)
     key, value = get("isolate", "")
     settings.isolate = _choice(value, key, ISOLATE)
+    key, value = get("admission", "")
+    settings.admission = _choice(value, key, ADMISSION)
     settings.fsync = as_bool(get("fsync", False)[1])
     settings.salt = str(get("salt", "")[1] or "")
     key, value = get("capacity_bytes", 0)

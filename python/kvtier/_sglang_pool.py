@@ -420,12 +420,14 @@ class _Pool:
         """Each page's first token index (what get_data_page takes)."""
         return [int(i) for i in indices.tokens()[::self.page_size]]
 
-    def exists_prefix(self, keys: List[str]) -> int:
+    def exists_prefix(self, keys: List[str], lookup: bool = True) -> int:
+        """`lookup`: SGLang asked (batch_exists); False for the adapter's own check before
+        a write or a read (the store's admission policy learns from lookups only)."""
         n = len(keys)
         for store in self.stores:
             if n == 0:
                 break
-            n = min(n, store.batch_exists(list(keys[:n])))
+            n = min(n, store.batch_exists(list(keys[:n]), lookup))
         return n
 
     def exists(self, key: str) -> bool:

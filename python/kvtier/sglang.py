@@ -34,6 +34,9 @@ Options (keys of the extra config; the environment variable is the fallback):
     isolate       KVTIER_ISOLATE    auto | on | off: which FILE locations run their I/O on
                                     kvtier's own threads so that a hung mount cannot hold
                                     SGLang's (default auto: network and FUSE filesystems)
+    admission     KVTIER_ADMISSION  adaptive | always: with a capacity, whether a full store
+                                    may decline a page's first write when that measures
+                                    better (default adaptive; docs/architecture.md)
 
 What SGLang calls, and what each call does here, is written down in docs/sglang.md: the v1
 zero-copy KV calls, the v2 calls of hybrid models (one namespace per host pool: KV, Mamba,
@@ -103,7 +106,7 @@ LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 _SETTINGS = {"uri": "uri", "backend": "backend", "direct_io": "direct_io",
              "file_layout": "file_layout", "fsync": "fsync", "salt": "salt",
              "capacity_bytes": "capacity", "min_free_bytes": "min_free",
-             "deadline_ms": "deadline_ms", "isolate": "isolate"}
+             "deadline_ms": "deadline_ms", "isolate": "isolate", "admission": "admission"}
 _ENV = {field: "KVTIER_" + key.upper() for field, key in _SETTINGS.items()}
 
 
@@ -171,7 +174,7 @@ class HiCacheKvtier(LegacyCalls, _HiCacheStorage):
                 settings[key] = settings[alias]
         self.settings = _options.read_settings(settings, _SETTINGS, _ENV, {"uri": DEFAULT_URI})
         for name in ("uri", "backend", "direct_io", "file_layout", "fsync", "salt",
-                     "capacity_bytes", "min_free_bytes", "deadline_ms", "isolate"):
+                     "capacity_bytes", "min_free_bytes", "deadline_ms", "isolate", "admission"):
             setattr(self, name, getattr(self.settings, name))
         revision = options.get("model_revision")
         if revision:
@@ -334,7 +337,7 @@ class HiCacheKvtier(LegacyCalls, _HiCacheStorage):
                 return [True] * len(keys)
             return [True] * present + self._tally("set", pool, statuses[present:],
                                                   time.perf_counter() - start)
-        present = pool.exists_prefix(keys)
+        present = pool.exists_prefix(keys, lookup=False)
         if present:
             self._count(set_present=present)
         if present == len(keys):
@@ -369,7 +372,7 @@ class HiCacheKvtier(LegacyCalls, _HiCacheStorage):
             n, statuses = done
             statuses = statuses[:n]
         else:
-            n = pool.exists_prefix(keys)
+            n = pool.exists_prefix(keys, lookup=False)
         if n < len(keys):
             self._count(get_not_read=len(keys) - n, get_misses=1, get_pages=1)
         if n == 0:

@@ -553,6 +553,45 @@ def test_capacity_evicts_least_recently_used_pages(store_dir):
     a.close()
 
 
+def test_admission_declines_one_offs_through_sglang_calls(store_dir):
+    """A full store declines first writes once that measures better, from what SGLang asks
+    (batch_exists), not from the adapter's own checks before a write or a read: with those
+    counted, every page missed would look asked for twice and be taken. A declined page
+    reports success to SGLang and is a miss later."""
+    pool = HostPool(tokens=64)
+    pool.fill_random(seed=21)
+    probe = adapter(store_dir + "-probe", HostPool())
+    page_object = probe.page_bytes + 4096 + (-probe.page_bytes) % 4096
+    probe.close()
+    a = adapter(store_dir, pool, capacity=128 * page_object, file_layout="files")
+    assert a.counters()["store"]["admission"].startswith("adaptive")
+    # 16 shared prompts of 4 pages; each request one of them and 8 pages never asked again.
+    for r in range(400):
+        keys = keys_for(f"prompt{r % 16}", 4) + keys_for(f"once{r}", 8)
+        idx = host_indices(range(len(keys)), pool.page_size)
+        n = a.batch_exists(keys)
+        found = 0
+        if n:
+            ok = a.batch_get_v1(keys[:n], idx[:n * pool.page_size])
+            while found < n and ok[found]:
+                found += 1
+        rest = keys[found:]
+        assert a.batch_set_v1(rest, idx[found * pool.page_size:]) == [True] * len(rest)
+    store = a.counters()["store"]
+    assert "declining first writes" in store["admission"], store["admission"]
+    assert store["declined_pages"] > 0 and store["admitted_pages"] > 0
+    assert store["used_bytes"] <= 128 * page_object
+    key = keys_for("written-once", 1)
+    assert a.batch_set_v1(key, host_indices(range(1), pool.page_size)) == [True]
+    assert a.batch_exists(key) == 0
+    a.close()
+    b = adapter(store_dir + "-always", pool, capacity=128 * page_object, admission="always")
+    assert b.counters()["store"]["admission"] == "always"
+    b.close()
+    with pytest.raises(kvtier.InvalidArgumentError, match="admission"):
+        adapter(store_dir + "-bad", HostPool(), admission="sometimes")
+
+
 def test_get_stats_reports_pages_and_bandwidth(store_dir):
     pool = HostPool()
     pool.fill_random(seed=14)

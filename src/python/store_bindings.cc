@@ -469,7 +469,8 @@ Status values (falsy).)")
             const size_t n = k.views.size();
             const size_t per = n == 0 ? 0 : p.const_pieces.size() / n;
             auto [present, r] = unlocked_call(self, [&](Store& s) {
-              const size_t present = skip_present ? s.batch_exists(k.views) : 0;
+              const size_t present =
+                  skip_present ? s.batch_exists(k.views, Store::ExistsCall::kCheck) : 0;
               std::span<const std::string_view> rest(k.views);
               BatchResult r =
                   present == n
@@ -498,7 +499,7 @@ Status values (falsy).)")
             const size_t n = k.views.size();
             const size_t per = n == 0 ? 0 : p.mutable_pieces.size() / n;
             auto [found, r] = unlocked_call(self, [&](Store& s) {
-              const size_t found = leading ? s.batch_exists(k.views) : n;
+              const size_t found = leading ? s.batch_exists(k.views, Store::ExistsCall::kCheck) : n;
               std::span<const std::string_view> all(k.views);
               BatchResult r =
                   found == 0
@@ -614,11 +615,15 @@ Status values (falsy).)")
           "keys"_a, "The hash naming each key's page (its file name; take_evicted's names).")
       .def(
           "batch_exists",
-          [](PyStore& self, std::vector<std::string> keys) {
+          [](PyStore& self, std::vector<std::string> keys, bool lookup) {
             Keys k(std::move(keys));
-            return unlocked_call(self, [&](Store& s) { return s.batch_exists(k.views); });
+            const auto call = lookup ? Store::ExistsCall::kLookup : Store::ExistsCall::kCheck;
+            return unlocked_call(self, [&](Store& s) { return s.batch_exists(k.views, call); });
           },
-          "keys"_a, "Number of leading keys that are stored.")
+          "keys"_a, "lookup"_a = true,
+          "Number of leading keys that are stored. lookup=False: the caller's own check "
+          "before writing or reading pages it was already asked for (the admission policy "
+          "learns the workload from lookups only).")
       .def(
           "remove",
           [](PyStore& self, const std::string& key) {

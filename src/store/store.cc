@@ -80,7 +80,7 @@ Status check_segments_config(const StoreConfig& config) {
   return ok_status();
 }
 
-// deadline_ms, probe_interval_ms, isolate and segment_lanes of a FILE store's URI
+// deadline_ms, probe_interval_ms, isolate, segment_lanes and admission of a FILE store's URI
 // (StoreLocation::store_params): used where the config does not set them.
 Status resolve_guard_params(StoreConfig& cfg) {
   const BackendParams& params = cfg.location.store_params;
@@ -115,6 +115,9 @@ Status resolve_guard_params(StoreConfig& cfg) {
       return invalid_argument_error(
           fmt::format("segment_lanes='{}' is not a whole number from 1 to 64", v));
     }
+  }
+  if (auto it = params.find("admission"); it != params.end() && cfg.admission.empty()) {
+    cfg.admission = it->second;
   }
   if (cfg.isolate.empty()) cfg.isolate = "auto";
   if (cfg.isolate != "auto" && cfg.isolate != "on" && cfg.isolate != "off") {
@@ -249,6 +252,18 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
       impl->segments_adopt_abandoned();
     }
   }
+  if (cfg.admission.empty()) cfg.admission = "adaptive";
+  if (cfg.admission != "adaptive" && cfg.admission != "always") {
+    return invalid_argument_error(
+        fmt::format("admission '{}' (use adaptive or always)", cfg.admission));
+  }
+  if (cfg.admission == "always") {
+    impl->admission_summary = "always";
+  } else if (config.capacity_bytes == 0 || !impl->ledger) {
+    impl->admission_summary = "always (adaptive needs a capacity_bytes)";
+  } else {
+    impl->admission = std::make_unique<AdmissionPolicy>(config.capacity_bytes);
+  }
   KVTIER_RETURN_IF_ERROR(impl->start_guard());
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
@@ -364,12 +379,14 @@ BatchResult Store::batch_get(std::span<const std::string_view> keys,
 
 Result<bool> Store::exists(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
+  impl_->note_lookup(std::span<const std::string_view>(&key, 1));
   if (impl_->guard) return impl_->guard->exists(key);
   return impl_->exists_here(key);
 }
 
-size_t Store::batch_exists(std::span<const std::string_view> keys) {
+size_t Store::batch_exists(std::span<const std::string_view> keys, ExistsCall call) {
   BatchTimer timer(impl_->counters, impl_->counters.exists_latency);
+  if (call == ExistsCall::kLookup) impl_->note_lookup(keys);
   return impl_->guard ? impl_->guard->batch_exists(keys) : impl_->batch_exists_here(keys);
 }
 

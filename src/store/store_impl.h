@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "admission.h"
 #include "clear_generation.h"
 #include "guard.h"
 #include "kvtier/core/aligned_buffer.h"
@@ -269,6 +270,12 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   std::string dio_summary = "off";
   // The layout and, for layout=auto, why it was chosen (StoreStats::layout).
   std::string layout_summary;
+  // Admission (admission.h): the policy when adaptive and the store has a capacity, else
+  // null and `admission_summary` says why every page is taken. `at_capacity`: the last
+  // reservation had to evict (or could not fit), so a new page now costs an old one.
+  std::unique_ptr<AdmissionPolicy> admission;
+  std::string admission_summary;
+  std::atomic<bool> at_capacity{false};
   // Submitted batches: run on a pool started on first use; the store waits for them on close.
   std::once_flag async_once;
   std::unique_ptr<WorkerPool> async_pool;
@@ -293,8 +300,19 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // the guard, the others run on this thread.
   BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
     BatchTimer timer(counters, counters.put_latency);
+    if (admission) return put_admitted(keys, pieces);
+    return put_unasked(keys, pieces);
+  }
+  BatchResult put_unasked(std::span<const std::string_view> keys,
+                          std::span<const ConstBuffer> pieces) {
     return guard ? guarded(keys, pieces) : put_here(keys, pieces);
   }
+  // put() through the admission policy (store_write.cc): pages the store does not hold,
+  // written while it is at its capacity, are asked about; declined ones report OK unwritten.
+  BatchResult put_admitted(std::span<const std::string_view> keys,
+                           std::span<const ConstBuffer> pieces);
+  // The engine asked for `keys` (exists calls): the admission policy's shadows learn it.
+  void note_lookup(std::span<const std::string_view> keys);
   BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces) {
     BatchTimer timer(counters, counters.get_latency);
     return guard ? guarded(keys, pieces) : get_here(keys, pieces);

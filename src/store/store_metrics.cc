@@ -29,6 +29,7 @@ StoreStats Store::stats() const {
   s.direct_io = impl_->dio_summary;
   s.layout = impl_->layout_summary;
   s.isolation = impl_->isolation_summary;
+  s.admission = impl_->admission ? impl_->admission->describe() : impl_->admission_summary;
   s.health = "answering";
   if (impl_->guard) {
     guard::Guard::Snapshot g = impl_->guard->snapshot();

@@ -218,8 +218,12 @@ Status Store::Impl::reserve_capacity(uint64_t need, const Evictor& evictor) {
       if (used + need <= limit) {
         used += need;
         next = Next::kDone;
+        // Within 1/16 of the limit counts as full: the segment layout frees whole segments
+        // (1/64 of the capacity), after which a few windows fit without evicting.
+        at_capacity.store(used > limit - limit / 16, std::memory_order_relaxed);
         return ok_status();
       }
+      at_capacity.store(true, std::memory_order_relaxed);
       if (evictor.choose(used + need - limit)) return ok_status();
       if (relearns < kMaxRelearns && relearn_found) {
         next = Next::kRelearn;
@@ -284,6 +288,66 @@ Status Store::Impl::reserve(uint64_t need) {
   };
   e.none_left = "there is nothing left to evict";
   return reserve_capacity(need, e);
+}
+
+// Admission (admission.h): the pages a store at its capacity would take for the first time
+// are asked about; the declined ones report OK and are not written, the rest go on as one
+// batch.
+BatchResult Store::Impl::put_admitted(std::span<const std::string_view> keys,
+                                      std::span<const ConstBuffer> pieces) {
+  size_t k = 0;
+  if (keys.empty() || !check_shape(keys, pieces, &k).ok()) return put_unasked(keys, pieces);
+  const bool full = at_capacity.load(std::memory_order_relaxed);
+  std::vector<bool> declined(keys.size(), false);
+  size_t declines = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!routing::validate_key(keys[i]).ok()) continue;  // the write path says what is wrong
+    const Hash128 h = hash128(keys[i]);
+    if (index.contains(h)) continue;  // held: written again as always
+    uint64_t payload = 0;
+    for (const ConstBuffer& p : pieces.subspan(i * k, k)) payload += p.size;
+    if (payload == 0) continue;
+    if (admission->admit(h, object_bytes(payload), full)) {
+      if (full) bump(counters.admitted_pages);
+    } else {
+      declined[i] = true;
+      ++declines;
+    }
+  }
+  if (declines == 0) return put_unasked(keys, pieces);
+  bump(counters.declined_pages, declines);
+  std::vector<std::string_view> kept_keys;
+  std::vector<ConstBuffer> kept_pieces;
+  std::vector<size_t> kept;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (declined[i]) continue;
+    kept.push_back(i);
+    kept_keys.push_back(keys[i]);
+    const auto page = pieces.subspan(i * k, k);
+    kept_pieces.insert(kept_pieces.end(), page.begin(), page.end());
+  }
+  BatchResult out;
+  out.pages.assign(keys.size(), ok_status());
+  if (kept.empty()) return out;
+  BatchResult written = put_unasked(kept_keys, kept_pieces);
+  if (!written.status.ok()) {
+    out.status = std::move(written.status);
+    out.pages.clear();
+    return out;
+  }
+  for (size_t j = 0; j < kept.size(); ++j) out.pages[kept[j]] = std::move(written.pages[j]);
+  return out;
+}
+
+void Store::Impl::note_lookup(std::span<const std::string_view> keys) {
+  if (!admission) return;
+  std::vector<Hash128> hashes;
+  hashes.reserve(keys.size());
+  for (const std::string_view key : keys) {
+    if (!routing::validate_key(key).ok()) break;
+    hashes.push_back(hash128(key));
+  }
+  admission->on_lookup(hashes);
 }
 
 }  // namespace kvtier

@@ -142,11 +142,21 @@ struct StoreConfig {
   // (0: no limit), and writes leave at least `min_free_bytes` free on the first base's
   // filesystem (0: no floor). Least recently used pages (reads count) are evicted to make
   // room; the segment layout charges its segment files and reclaims whole sealed segments,
-  // oldest first, read ones given a second chance (segment_bytes is then at most 1/64 of
-  // the capacity). Every process opening the namespace shares one budget (see
-  // docs/architecture.md).
+  // oldest first, writing the pages read since they were put forward first (segment_bytes
+  // is then at most 1/64 of the capacity). Every process opening the namespace shares one budget
+  // (see docs/architecture.md).
   uint64_t capacity_bytes = 0;
   uint64_t min_free_bytes = 0;
+  // Which new pages a store at its capacity takes (docs/architecture.md, "What is admitted"):
+  //   "adaptive"  measures, online, whether declining a page the first time it is written
+  //               (and taking it the second) keeps more hits than taking every page, and does
+  //               whichever does; a declined page's put reports success (a miss later), and
+  //               StoreStats counts admitted_pages and declined_pages.
+  //   "always"    takes every page (least recently used pages make room).
+  // Only pages the store does not hold, written while it must evict to make room, are asked
+  // about. Empty: the URI's `admission`, else adaptive. Stores without a capacity_bytes
+  // take everything.
+  std::string admission;
   // Locations that can hang (docs/architecture.md, "Locations that hang"). FILE stores only.
   // `isolate`: which bases run their I/O on the store's own threads, through staging it owns,
   // so that a call returns by its deadline whatever the kernel does: "auto" (network and FUSE
@@ -255,6 +265,8 @@ struct LatencyHistogram {
   X(relocated_pages, "Pages read since put, copied out of segments being reclaimed.")   \
   X(relocated_bytes, "Record bytes copied out of segments being reclaimed.")            \
   X(capacity_refusals, "Pages refused: no room even after evicting.")                   \
+  X(admitted_pages, "New pages a full store took, asked of the admission policy.")      \
+  X(declined_pages, "New pages the admission policy declined (the put succeeded).")     \
   X(index_stats, "Exists checks the index could not answer (a stat each).")             \
   X(deadline_misses, "Pages (and exists calls) whose location missed the deadline.")    \
   X(unhealthy_refusals, "Pages refused at once: their location is not answering.")
@@ -304,6 +316,8 @@ struct StoreStats {
   std::string isolation;
   // "answering", or which bases are not and why.
   std::string health;
+  // The admission policy: "always" (and why), or "adaptive: ..." with what it does now.
+  std::string admission;
 #define KVTIER_STAT_FIELD(name, metric, help) LatencyHistogram name;
   KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_FIELD)
 #undef KVTIER_STAT_FIELD
@@ -324,6 +338,8 @@ struct StoreStats {
     f(StatInfo{"layout", StatKind::kText, "", "FILE layout, and for layout=auto why."}, layout);
     f(StatInfo{"isolation", StatKind::kText, "", "Per base: isolated I/O, and why."}, isolation);
     f(StatInfo{"health", StatKind::kText, "", "Bases not answering, or \"answering\"."}, health);
+    f(StatInfo{"admission", StatKind::kText, "", "Admission policy, and what it does now."},
+      admission);
 #define KVTIER_STAT_VISIT(name, metric, help) \
   f(StatInfo{#name, StatKind::kHistogram, metric "_seconds", help}, name);
     KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_VISIT)
@@ -411,8 +427,13 @@ class Store {
   // except after a clear(): every call first looks at the namespace's clear generation (one
   // stat per call, not per key) and drops the index when another store cleared since.
   Result<bool> exists(std::string_view key);
-  // Number of leading keys that exist; stops at the first absent key (or fault).
-  size_t batch_exists(std::span<const std::string_view> keys);
+  // Number of leading keys that exist; stops at the first absent key (or fault). `call`
+  // says why: kLookup, what an engine asks for (the admission policy learns the workload from
+  // these and from exists()), or kCheck, the caller's own look before writing or reading
+  // pages it was already asked for (not counted as asked again).
+  enum class ExistsCall : uint8_t { kLookup, kCheck };
+  size_t batch_exists(std::span<const std::string_view> keys,
+                      ExistsCall call = ExistsCall::kLookup);
   // Whether each key is in this process's index, without any I/O (so never blocking): true
   // for pages this store wrote, read or found, and (segment layout) every page of the
   // summaries it has read. False says only "not known here": exists() may still find it.

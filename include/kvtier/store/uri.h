@@ -12,7 +12,7 @@
 //
 // Query parameters: `backend` picks the backend ("auto" by default), `layout` the FILE
 // layout ("auto" by default, "files" or "segments"), and on file:// `deadline_ms`,
-// `probe_interval_ms`, `isolate` and `segment_lanes` go to the store
+// `probe_interval_ms`, `isolate`, `segment_lanes` and `admission` go to the store
 // (StoreLocation::store_params); every other
 // parameter goes to the backend (io_threads, max_io_bytes, endpoint, region, ...), which rejects a
 // name it does not know and a value it cannot parse when the store opens (kInvalidArgument naming

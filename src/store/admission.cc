@@ -1,0 +1,159 @@
+#include "admission.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace kvtier {
+
+namespace {
+
+constexpr uint64_t kShadowPages = 16384;   // sampled pages per shadow, at most (about)
+constexpr uint64_t kGhostFactor = 4;       // the ghost list: keys missed once, x shadow pages
+constexpr uint64_t kDoorkeeperFactor = 4;  // keys per doorkeeper generation, x capacity pages
+constexpr uint64_t kBitsPerKey = 10;       // with 4 probes: about 1% false positives
+constexpr uint64_t kMaxGenerationBits = uint64_t{1} << 28;  // 32 MiB per generation
+constexpr int kProbes = 4;
+constexpr uint64_t kWindow = 8;   // hits are halved every kWindow x shadow pages of keys asked
+constexpr double kMargin = 1.05;  // the better shadow must lead by 5% ...
+constexpr double kSlack = 8;      // ... and by this many hits
+
+uint64_t fingerprint(const Hash128& key) {
+  return key.low ^ (key.high * 0x9e3779b97f4a7c15ULL);
+}
+
+}  // namespace
+
+bool AdmissionPolicy::KeyLru::touch(uint64_t k) {
+  auto it = where_.find(k);
+  if (it == where_.end()) return false;
+  order_.splice(order_.end(), order_, it->second);
+  return true;
+}
+
+void AdmissionPolicy::KeyLru::add(uint64_t k, size_t capacity) {
+  if (touch(k)) return;
+  order_.push_back(k);
+  where_.emplace(k, std::prev(order_.end()));
+  while (order_.size() > capacity) {
+    where_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+bool AdmissionPolicy::KeyLru::erase(uint64_t k) {
+  auto it = where_.find(k);
+  if (it == where_.end()) return false;
+  order_.erase(it->second);
+  where_.erase(it);
+  return true;
+}
+
+void AdmissionPolicy::Doorkeeper::size_for(uint64_t keys_per_generation) {
+  const uint64_t bits =
+      std::clamp<uint64_t>(keys_per_generation * kBitsPerKey, 64 * 64, kMaxGenerationBits);
+  current_.assign(bits / 64, 0);
+  previous_.assign(bits / 64, 0);
+  per_generation_ = std::max<uint64_t>(keys_per_generation, 1);
+  added_ = 0;
+}
+
+bool AdmissionPolicy::Doorkeeper::in(const std::vector<uint64_t>& bits, const Hash128& key) const {
+  const uint64_t n = bits.size() * 64;
+  for (int i = 0; i < kProbes; ++i) {
+    const uint64_t bit = (key.low + static_cast<uint64_t>(i) * (key.high | 1)) % n;
+    if ((bits[bit / 64] & (uint64_t{1} << (bit % 64))) == 0) return false;
+  }
+  return true;
+}
+
+bool AdmissionPolicy::Doorkeeper::contains(const Hash128& key) const {
+  return in(current_, key) || in(previous_, key);
+}
+
+void AdmissionPolicy::Doorkeeper::add(const Hash128& key) {
+  const uint64_t n = current_.size() * 64;
+  for (int i = 0; i < kProbes; ++i) {
+    const uint64_t bit = (key.low + static_cast<uint64_t>(i) * (key.high | 1)) % n;
+    current_[bit / 64] |= uint64_t{1} << (bit % 64);
+  }
+  if (++added_ >= per_generation_) {
+    previous_.swap(current_);
+    std::fill(current_.begin(), current_.end(), 0);
+    added_ = 0;
+  }
+}
+
+AdmissionPolicy::AdmissionPolicy(uint64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+
+void AdmissionPolicy::size_from(uint64_t charge) {
+  const uint64_t pages = std::max<uint64_t>(capacity_bytes_ / std::max<uint64_t>(charge, 1), 1);
+  sample_ = std::max<uint64_t>(pages / kShadowPages, 1);
+  shadow_pages_ = static_cast<size_t>(std::max<uint64_t>(pages / sample_, 1));
+  written_.size_for(pages * kDoorkeeperFactor);
+  sized_ = true;
+}
+
+void AdmissionPolicy::on_lookup(std::span<const Hash128> keys) {
+  MutexLock lock(mu_);
+  if (!sized_) return;  // nothing written yet: nothing to compare
+  for (const Hash128& key : keys) {
+    const uint64_t k = fingerprint(key);
+    if (k % sample_ != 0) continue;
+    ++asked_;
+    // Every key asked is, after this request, in an LRU cache that takes all it misses ...
+    if (all_.touch(k)) {
+      all_hits_ += 1;
+    } else {
+      all_.add(k, shadow_pages_);
+    }
+    // ... and in one that takes a key the second time it misses it.
+    if (second_.touch(k)) {
+      second_hits_ += 1;
+    } else if (ghost_.erase(k)) {
+      second_.add(k, shadow_pages_);
+    } else {
+      ghost_.add(k, shadow_pages_ * kGhostFactor);
+    }
+  }
+  if (asked_ >= kWindow * shadow_pages_) {
+    all_hits_ /= 2;
+    second_hits_ /= 2;
+    asked_ = 0;
+  }
+  decide();
+}
+
+void AdmissionPolicy::decide() {
+  const bool was = declining_;
+  if (!declining_) {
+    declining_ = second_hits_ > all_hits_ * kMargin + kSlack;
+  } else {
+    declining_ = !(all_hits_ > second_hits_ * kMargin + kSlack);
+  }
+  if (declining_ != was) ++switches_;
+}
+
+bool AdmissionPolicy::admit(const Hash128& key, uint64_t charge, bool full) {
+  MutexLock lock(mu_);
+  if (!sized_) size_from(charge);
+  const bool seen = written_.contains(key);
+  written_.add(key);
+  return !full || !declining_ || seen;
+}
+
+bool AdmissionPolicy::declining() const {
+  MutexLock lock(mu_);
+  return declining_;
+}
+
+std::string AdmissionPolicy::describe() const {
+  MutexLock lock(mu_);
+  return fmt::format(
+      "adaptive: {} (recent shadow hits: {:.0f} taking every page, {:.0f} on second sight; "
+      "{} switches)",
+      declining_ ? "declining first writes when full" : "taking every page", all_hits_,
+      second_hits_, switches_);
+}
+
+}  // namespace kvtier

@@ -1,0 +1,111 @@
+// Admission: which new pages a store at its capacity takes (StoreConfig::admission).
+//
+// A full store evicts a page for every page it takes. When most pages written are never asked
+// for again (one-off documents, the last turn of a conversation), each of them pushes out a
+// page that would have been: declining a page the first time it is written, and taking it the
+// second time (it was asked for again, missed, and written again), keeps those. When pages are
+// asked for again soon after their first write, declining loses a hit on each. Which is better
+// depends on the workload and changes with it, so the policy measures both, online:
+//
+//   two shadow caches of keys (no data), each as many pages as the capacity holds, replay what
+//   the engine asks for (exists calls: one request's prefix, in order) as an LRU cache would:
+//   one takes every page it misses, the other only a page it has missed before (a ghost list
+//   of keys missed once, four times its size). Their hits, halved every eight capacities of
+//   keys asked, decide: while the second-sight shadow has 5% more, the store declines first
+//   writes; otherwise it takes every page.
+//
+// The store's own "written before" is a doorkeeper: two generations of Bloom filters, each
+// holding the keys of four capacities of writes (about 1% false positives: a one-off page
+// let in now and then), so a page's second write is taken. Only a page the store does not
+// hold, written while the store is evicting to make room, is asked about: a store with room
+// takes everything, and `admission=always` turns the policy off.
+//
+// Bounds: the shadows sample keys (those whose hash is 0 modulo S, S = pages / 16,384, at
+// least 1; spatial sampling keeps hit ratios), so they hold at most ~100,000 keys whatever the
+// capacity; the doorkeeper takes ~10 bits per page of four capacities, per generation (at
+// most 64 MiB in all). Per process: each process decides from what it sees (docs/
+// architecture.md, "What is admitted").
+//
+// Thread-safety: safe for concurrent use (one mutex; a lookup or write batch takes it once).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/core/checksum.h"
+#include "kvtier/core/mutex.h"
+
+namespace kvtier {
+
+class AdmissionPolicy {
+ public:
+  // `capacity_bytes`: the store's capacity (> 0), which the shadows and the doorkeeper are
+  // sized from once the first write says how large a page is.
+  explicit AdmissionPolicy(uint64_t capacity_bytes);
+  AdmissionPolicy(const AdmissionPolicy&) = delete;
+  AdmissionPolicy& operator=(const AdmissionPolicy&) = delete;
+
+  // The engine asked for `keys` (one exists call): both shadows replay them.
+  void on_lookup(std::span<const Hash128> keys);
+  // Whether a page the store does not hold is written. `charge`: the bytes it takes;
+  // `full`: taking it needs an eviction. Every such write comes here, whatever the answer
+  // (the doorkeeper learns the key).
+  bool admit(const Hash128& key, uint64_t charge, bool full);
+  // Whether first writes are being declined now.
+  bool declining() const;
+  // One line for stats(): which rule holds and the shadows' hits behind it.
+  std::string describe() const;
+
+ private:
+  // Keys only, least recently used first.
+  class KeyLru {
+   public:
+    // Moves `k` to most recent; false when absent.
+    bool touch(uint64_t k);
+    // Adds `k` as most recent, dropping the least recent beyond `capacity`.
+    void add(uint64_t k, size_t capacity);
+    bool erase(uint64_t k);
+
+   private:
+    std::list<uint64_t> order_;
+    std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where_;
+  };
+
+  // Two generations of one Bloom filter: a key added is found until two generations later.
+  class Doorkeeper {
+   public:
+    void size_for(uint64_t keys_per_generation);
+    bool contains(const Hash128& key) const;
+    void add(const Hash128& key);
+
+   private:
+    bool in(const std::vector<uint64_t>& bits, const Hash128& key) const;
+    std::vector<uint64_t> current_, previous_;
+    uint64_t per_generation_ = 0;
+    uint64_t added_ = 0;
+  };
+
+  void size_from(uint64_t charge) KVTIER_REQUIRES(mu_);
+  void decide() KVTIER_REQUIRES(mu_);
+
+  const uint64_t capacity_bytes_;
+  mutable Mutex mu_;
+  bool sized_ KVTIER_GUARDED_BY(mu_) = false;
+  uint64_t sample_ KVTIER_GUARDED_BY(mu_) = 1;  // a key is in the shadows when hash % sample_ == 0
+  size_t shadow_pages_ KVTIER_GUARDED_BY(mu_) = 0;
+  KeyLru all_ KVTIER_GUARDED_BY(mu_);     // takes every page
+  KeyLru second_ KVTIER_GUARDED_BY(mu_);  // takes a page missed before
+  KeyLru ghost_ KVTIER_GUARDED_BY(mu_);   // keys second_ missed once
+  double all_hits_ KVTIER_GUARDED_BY(mu_) = 0;
+  double second_hits_ KVTIER_GUARDED_BY(mu_) = 0;
+  uint64_t asked_ KVTIER_GUARDED_BY(mu_) = 0;  // sampled keys since the hits were last halved
+  bool declining_ KVTIER_GUARDED_BY(mu_) = false;
+  uint64_t switches_ KVTIER_GUARDED_BY(mu_) = 0;
+  Doorkeeper written_ KVTIER_GUARDED_BY(mu_);
+};
+
+}  // namespace kvtier

@@ -1,0 +1,264 @@
+// Admission (admission.h): the policy's decisions on small generated workloads (a one-off page
+// declined, a page written again taken, a workload shift switching the rule back), and the
+// store with it: a declined page reports success and is a miss, no wrong byte under churn in
+// either layout, the capacity held with two stores writing to one namespace, and
+// admission=always taking every page.
+#include "admission.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kvtier/store/store.h"
+#include "segments_test_fixture.h"
+#include "store_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using testing::PagePool;
+using testing::seed_of;
+using testing::TempDir;
+using testing::views;
+
+constexpr size_t kCapacityPages = 64;
+
+// The workloads, as an engine asks for them: each request is a chain of keys.
+//   one-offs: `prompts` shared prompts of 4 keys, each request one of them and 8 keys never
+//             asked again. An LRU cache of 8 x prompts pages loses the prompts to the one-offs
+//             (a prompt comes back after 8 x prompts new pages); declining first writes keeps
+//             them.
+//   asked-twice: every request's keys are new, and asked for once more by the next request,
+//             never again: taking every page hits them; declining first writes never does.
+std::vector<std::vector<std::string>> one_offs(size_t requests, size_t first = 0,
+                                               size_t prompts = 8) {
+  std::vector<std::vector<std::string>> out;
+  for (size_t r = first; r < first + requests; ++r) {
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < 4; ++i)
+      keys.push_back("prompt-" + std::to_string(r % prompts) + "-" + std::to_string(i));
+    for (size_t i = 0; i < 8; ++i) {
+      keys.push_back("once-" + std::to_string(r) + "-" + std::to_string(i));
+    }
+    out.push_back(std::move(keys));
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> asked_twice(size_t requests) {
+  std::vector<std::vector<std::string>> out;
+  for (size_t r = 0; r < requests; ++r) {
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < 8; ++i) {
+      keys.push_back("twice-" + std::to_string(r / 2) + "-" + std::to_string(i));
+    }
+    out.push_back(std::move(keys));
+  }
+  return out;
+}
+
+std::vector<Hash128> hashes(const std::vector<std::string>& keys) {
+  std::vector<Hash128> out;
+  for (const std::string& k : keys) out.push_back(hash128(k));
+  return out;
+}
+
+// The policy alone, fed as a full store feeds it: a request's keys are looked up, then the
+// ones an LRU cache of the same size would miss are written (held ones are not asked about).
+class AdmissionPolicyTest : public ::testing::Test {
+ protected:
+  void run(const std::vector<std::vector<std::string>>& requests) {
+    for (const auto& keys : requests) {
+      policy_.on_lookup(hashes(keys));
+      for (const std::string& k : keys) (void)policy_.admit(hash128(k), 1, /*full=*/true);
+    }
+  }
+  AdmissionPolicy policy_{kCapacityPages};  // pages of one byte each
+};
+
+TEST_F(AdmissionPolicyTest, TakesEveryPageUntilDecliningMeasuresBetter) {
+  EXPECT_FALSE(policy_.declining());
+  EXPECT_TRUE(policy_.admit(hash128("first"), 1, /*full=*/true));
+  run(asked_twice(100));
+  EXPECT_FALSE(policy_.declining()) << policy_.describe();
+}
+
+TEST_F(AdmissionPolicyTest, OneOffPagesAreDeclinedAndAPageWrittenAgainIsTaken) {
+  run(one_offs(200));
+  ASSERT_TRUE(policy_.declining()) << policy_.describe();
+  EXPECT_NE(policy_.describe().find("declining first writes"), std::string::npos);
+  const Hash128 page = hash128("new page");
+  EXPECT_FALSE(policy_.admit(page, 1, /*full=*/true)) << "a first write is declined";
+  EXPECT_TRUE(policy_.admit(page, 1, /*full=*/true)) << "the second write is taken";
+  // With room, nothing is declined.
+  EXPECT_TRUE(policy_.admit(hash128("another new page"), 1, /*full=*/false));
+}
+
+TEST_F(AdmissionPolicyTest, AWorkloadShiftSwitchesTheRuleBack) {
+  run(one_offs(200));
+  ASSERT_TRUE(policy_.declining()) << policy_.describe();
+  run(asked_twice(400));
+  EXPECT_FALSE(policy_.declining()) << policy_.describe();
+  EXPECT_TRUE(policy_.admit(hash128("after the shift"), 1, /*full=*/true));
+  // And back again when one-offs return.
+  run(one_offs(400, 1000));
+  EXPECT_TRUE(policy_.declining()) << policy_.describe();
+}
+
+// The store, driven as SGLang's HiCache drives its L3 store: batch_exists on a request's keys,
+// batch_get of the run found, batch_set of the rest. Every page read back is checked.
+class StoreAdmission : public ::testing::TestWithParam<std::string> {
+ protected:
+  static constexpr size_t kBytes = 16384;
+  static constexpr size_t kPages = 512;   // the capacity, in pages
+  static constexpr size_t kPrompts = 64;  // one_offs(): a prompt returns after 512 new pages
+
+  std::unique_ptr<Store> open(const std::string& admission, uint64_t capacity = 0) {
+    StoreConfig cfg;
+    cfg.location =
+        *parse_store_uri("file://" + dir_.file("store") + "?backend=posix&layout=" + GetParam() +
+                         (admission.empty() ? "" : "&admission=") + admission);
+    cfg.ns = testing::test_namespace("admission");
+    // Files: a page takes its object (a 4 KiB header block, then the payload); segments take
+    // their segment files (1 MiB each): room for 512 to 600 pages.
+    cfg.capacity_bytes = capacity ? capacity : kPages * (kBytes + 4096);
+    return testing::open_store(std::move(cfg));
+  }
+
+  struct Tally {
+    size_t hits = 0, asked = 0, wrong = 0;
+  };
+
+  static void replay(Store& s, PagePool& pool, const std::vector<std::vector<std::string>>& reqs,
+                     Tally& t) {
+    for (const auto& keys : reqs) {
+      t.asked += keys.size();
+      const size_t n = s.batch_exists(views(keys));
+      size_t found = 0;
+      if (n > 0) {
+        std::vector<MutableBuffer> out;
+        for (size_t i = 0; i < n; ++i) {
+          pool.clear(i);
+          out.push_back(pool.out(i, kBytes));
+        }
+        const BatchResult got = s.batch_get(views({keys.begin(), keys.begin() + n}), out);
+        found = got.ok_prefix();
+        for (size_t i = 0; i < found; ++i) {
+          if (!pool.holds(i, kBytes, seed_of(keys[i]))) ++t.wrong;
+        }
+      }
+      t.hits += found;
+      if (found == keys.size()) continue;
+      const std::vector<std::string> rest(keys.begin() + found, keys.end());
+      std::vector<ConstBuffer> in;
+      for (size_t i = 0; i < rest.size(); ++i) {
+        pool.fill(i, kBytes, seed_of(rest[i]));
+        in.push_back(pool.in(i, kBytes));
+      }
+      const BatchResult put = s.batch_put(views(rest), in);
+      ASSERT_TRUE(put.all_ok()) << "a declined page is not an error";
+    }
+  }
+
+  TempDir dir_;
+};
+
+TEST_P(StoreAdmission, ADeclinedPageReportsSuccessAndIsAMiss) {
+  auto s = open("");  // adaptive by default
+  ASSERT_NE(s, nullptr);
+  EXPECT_NE(s->stats().admission.find("adaptive"), std::string::npos) << s->stats().admission;
+  PagePool pool(*s, 16, kBytes);
+  Tally t;
+  replay(*s, pool, one_offs(600, 0, kPrompts), t);
+  EXPECT_EQ(t.wrong, 0u);
+  StoreStats st = s->stats();
+  ASSERT_NE(st.admission.find("declining first writes"), std::string::npos) << st.admission;
+  EXPECT_GT(st.declined_pages, 0u);
+  EXPECT_GT(st.admitted_pages, 0u);
+  EXPECT_LE(st.used_bytes, st.capacity_bytes);
+
+  // A page written once now reports success and is not there; written again, it is.
+  const std::string key = "written twice";
+  pool.fill(0, kBytes, seed_of(key));
+  KVTIER_EXPECT_OK(s->put(key, pool.slot(0), kBytes));
+  EXPECT_EQ(s->stats().declined_pages, st.declined_pages + 1);
+  EXPECT_FALSE(*s->exists(key));
+  KVTIER_EXPECT_OK(s->put(key, pool.slot(0), kBytes));
+  EXPECT_TRUE(*s->exists(key));
+  pool.clear(1);
+  KVTIER_EXPECT_OK(s->get(key, pool.slot(1), kBytes));
+  EXPECT_TRUE(pool.holds(1, kBytes, seed_of(key)));
+  // The prompts, which the one-offs would have pushed out, are kept: most of each request's
+  // first four keys are hits once the rule holds.
+  Tally later;
+  replay(*s, pool, one_offs(kPrompts, 600, kPrompts), later);
+  EXPECT_EQ(later.wrong, 0u);
+  EXPECT_GE(later.hits, kPrompts * 4 * 3 / 4) << s->stats().admission;
+}
+
+TEST_P(StoreAdmission, AlwaysTakesEveryPage) {
+  auto s = open("always");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->stats().admission, "always");
+  PagePool pool(*s, 16, kBytes);
+  Tally t;
+  replay(*s, pool, one_offs(600, 0, kPrompts), t);
+  EXPECT_EQ(t.wrong, 0u);
+  const StoreStats st = s->stats();
+  EXPECT_EQ(st.declined_pages, 0u);
+  EXPECT_EQ(st.admitted_pages, 0u);
+  EXPECT_GT(st.evicted_pages, 0u);
+  EXPECT_LE(st.used_bytes, st.capacity_bytes);
+}
+
+// Churn: the workload shifts back and forth while two stores (each with its own policy, as two
+// processes have) write to one namespace with one capacity; nothing read back is another
+// page's bytes, and the capacity holds after every request.
+TEST_P(StoreAdmission, NoWrongByteAndTheCapacityHeldWithTwoWriters) {
+  auto a = open("");
+  auto b = open("");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  PagePool pa(*a, 16, kBytes);
+  PagePool pb(*b, 16, kBytes);
+  Tally t;
+  for (size_t round = 0; round < 4; ++round) {
+    const auto reqs = round % 2 == 0 ? one_offs(600, round * 1000, kPrompts) : asked_twice(300);
+    for (size_t r = 0; r < reqs.size(); ++r) {
+      replay(r % 2 == 0 ? *a : *b, r % 2 == 0 ? pa : pb, {reqs[r]}, t);
+      const StoreStats st = a->stats();
+      ASSERT_LE(st.used_bytes, st.capacity_bytes) << "round " << round << " request " << r;
+    }
+  }
+  EXPECT_EQ(t.wrong, 0u);
+  EXPECT_GT(t.hits, 0u);
+  EXPECT_GT(a->stats().declined_pages + b->stats().declined_pages, 0u);
+}
+
+TEST_P(StoreAdmission, AnUnknownAdmissionIsRefused) {
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri("file://" + dir_.file("store") + "?layout=" + GetParam() +
+                                  "&admission=sometimes");
+  cfg.ns = testing::test_namespace("admission");
+  cfg.capacity_bytes = 1 << 30;
+  Result<std::unique_ptr<Store>> s = Store::open(cfg);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("admission"), std::string::npos) << s.status().to_string();
+}
+
+TEST_P(StoreAdmission, WithoutACapacityEveryPageIsTaken) {
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri("file://" + dir_.file("store") + "?layout=" + GetParam());
+  cfg.ns = testing::test_namespace("admission");
+  auto s = testing::open_store(std::move(cfg));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->stats().admission, "always (adaptive needs a capacity_bytes)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, StoreAdmission, ::testing::Values("files", "segments"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace kvtier
