@@ -31,6 +31,7 @@ makes the exit status 1).
   PYTHONPATH=build/python /usr/bin/python3 bench/trace_replay.py [--trace FILE | --generate chat]
       [--limit N] [--capacities 0.05,0.1,0.25,0.5] [--layouts files,segments] [--page-kib 64]
       [--dir DIR] [--save FILE] [--no-store] [--segment-lanes N] [--equal-pages]
+      [--admission always,adaptive]
   generator: [--requests 4000] [--seed 1] [--prompts 400] [--prompt-blocks 2-24] [--alpha 1.1]
       [--conversation-share 0.6] [--turns 2-8] [--turn-blocks 1-6] [--one-off-share 0.25]
       [--doc-blocks 8-64] [--rate 2.0]
@@ -246,6 +247,10 @@ def main():
                     help="segments get C x (page + 256 B): about C pages (a compact record and "
                          "its summary entry), to compare the policies apart from the space "
                          "segments save")
+    ap.add_argument("--admission", default="always,adaptive",
+                    help="admission policies to run each layout with (the store's admission=: "
+                         "always takes every page, adaptive declines first writes when that "
+                         "measures better)")
     ap.add_argument("--segment-lanes", type=int, default=0,
                     help="segment_lanes of the segment layout (0: the store's default)")
     ap.add_argument("--dir", default=None)
@@ -301,11 +306,17 @@ def main():
           f"{once / distinct:.0%} of them asked once; page {args.page_kib} KiB")
 
     page_bytes = args.page_kib << 10
-    layouts = [] if args.no_store else [x for x in args.layouts.split(",") if x]
+    admissions = [x for x in args.admission.split(",") if x]
+    for a in admissions:
+        if a not in ("always", "adaptive"):
+            sys.exit(f"--admission: '{a}' (use always or adaptive)")
+    layouts = [] if args.no_store else [
+        (x, a) for x in args.layouts.split(",") if x for a in admissions]
     side = AdapterReplay(page_bytes, max(len(r) for r in requests)) if layouts else None
     header = f"{'C':>8} {'share':>6} {'LRU':>7} {'Belady':>7}"
-    for layout in layouts:
-        header += f" {layout:>9} {'/LRU':>5} {'copied':>6} {'s':>6}"
+    for layout, admission in layouts:
+        name = layout if admission == "always" else f"{layout}+{admission[:5]}"
+        header += f" {name:>14} {'/LRU':>5} {'copied':>6} {'s':>6}"
     print(header)
     failed = False
     for share in (float(x) for x in args.capacities.split(",")):
@@ -313,27 +324,28 @@ def main():
         lru, _ = replay_lru(requests, c)
         opt, _ = replay_belady(requests, c)
         row = f"{c:>8} {share:>6.0%} {lru / asked:7.4f} {opt / asked:7.4f}"
-        copied = {}
-        for layout in layouts:
+        for layout, admission in layouts:
             directory = tempfile.mkdtemp(prefix=f"trace-{layout}-", dir=args.dir)
             try:
-                query = (f"?segment_lanes={args.segment_lanes}"
-                         if args.segment_lanes and layout == "segments" else "")
+                params = [f"admission={admission}"]
+                if args.segment_lanes and layout == "segments":
+                    params.append(f"segment_lanes={args.segment_lanes}")
                 per_page = page_bytes + (256 if layout == "segments" and args.equal_pages else 4096)
-                b = side.open(directory, layout, c * per_page, query)
+                b = side.open(directory, layout, c * per_page, "?" + "&".join(params))
                 t0 = time.perf_counter()
                 hits, _, wrong = side.replay(b, requests)
                 seconds = time.perf_counter() - t0
                 st = b.counters()["store"]
-                copied[layout] = st["relocated_bytes"] / max(1, st["put_bytes"])
+                copied = st["relocated_bytes"] / max(1, st["put_bytes"])
                 b.close()
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
             if wrong:
                 failed = True
-                print(f"  {layout}: {wrong} pages read back with another block's bytes")
+                print(f"  {layout} ({admission}): {wrong} pages read back with another "
+                      f"block's bytes")
             ratio = hits / lru if lru else float("nan")
-            row += f" {hits / asked:9.4f} {ratio:5.2f} {copied[layout]:6.1%} {seconds:6.1f}"
+            row += f" {hits / asked:14.4f} {ratio:5.2f} {copied:6.1%} {seconds:6.1f}"
         print(row, flush=True)
     return 1 if failed else 0
 
