@@ -12,7 +12,9 @@ from the generator here (--generate chat|docs, parameters below, --save to keep 
 Every request is replayed as SGLang's HiCache controller drives its L3 store: batch_exists on
 the request's keys (the leading run found), batch_get_v1 of that run into the host pool (the
 hits), batch_set_v1 of the rest. One block is one page of --page-kib KiB. For each capacity C
-(--capacities, shares of the trace's distinct blocks) every layout runs in a store of its own
+(--capacities, shares of the trace's distinct blocks) every layout runs, once with each
+--admission policy (the store's admission=: always takes every page; adaptive declines first
+writes while that measures better, "+adapt" in the table), in a store of its own
 with capacity = C x (page + 4 KiB), a page file's size (segments keep ~200-byte headers, so
 they hold up to 6% more pages than files in the same bytes; --equal-pages gives them about C
 pages instead); the same replay runs against two
