@@ -17,10 +17,12 @@ hits), batch_set_v1 of the rest. One block is one page of --page-kib KiB. For ea
 writes while that measures better, "+adapt" in the table), in a store of its own
 with capacity = C x (page + 4 KiB), a page file's size (segments keep ~200-byte headers, so
 they hold up to 6% more pages than files in the same bytes; --equal-pages gives them about C
-pages instead); the same replay runs against two
+pages instead); the same replay runs against three
 models holding exactly C pages:
   LRU     the least recently used page leaves; a hit is a use, and so is a write of a page
           already held (SGLang writes every page after the first miss; the store keeps it)
+  oracle  LRU that takes a page only if it will be asked for again (it knows the future):
+          what no admission policy in front of LRU can beat
   Belady  the page asked for farthest in the future leaves, and a page asked for later than
           every page held is not kept at all (the offline optimum for independent pages; with
           prefix matching a page after a miss is no hit, so it is a reference, not a bound)
@@ -145,8 +147,8 @@ def replay_lru(requests, capacity):
     return hits, asked
 
 
-def replay_belady(requests, capacity):
-    # next_use[r][i]: the next request after r that asks for requests[r][i] (inf: none).
+def next_uses(requests):
+    """next_use[r][i]: the next request after r that asks for requests[r][i] (inf: none)."""
     inf = float("inf")
     last = {}
     next_use = [None] * len(requests)
@@ -154,6 +156,35 @@ def replay_belady(requests, capacity):
         next_use[r] = [last.get(h, inf) for h in requests[r]]
         for h in requests[r]:
             last[h] = r
+    return next_use
+
+
+def replay_oracle_admission(requests, capacity):
+    """LRU that takes a page only when it will be asked for again: the best any admission
+    policy in front of LRU can do (it knows the future), the bound for admission alone."""
+    inf = float("inf")
+    next_use = next_uses(requests)
+    held = OrderedDict()
+    hits = asked = 0
+    for r, hashes in enumerate(requests):
+        asked += len(hashes)
+        k = 0
+        while k < len(hashes) and hashes[k] in held:
+            k += 1
+        hits += k
+        for h, nxt in zip(hashes, next_use[r]):
+            if h in held:
+                held.move_to_end(h)
+            elif capacity > 0 and nxt != inf:
+                if len(held) >= capacity:
+                    held.popitem(last=False)
+                held[h] = True
+    return hits, asked
+
+
+def replay_belady(requests, capacity):
+    inf = float("inf")
+    next_use = next_uses(requests)
     held = {}   # hash -> its next use
     heap = []   # (-next use, hash), stale entries skipped
     hits = asked = 0
@@ -315,7 +346,7 @@ def main():
     layouts = [] if args.no_store else [
         (x, a) for x in args.layouts.split(",") if x for a in admissions]
     side = AdapterReplay(page_bytes, max(len(r) for r in requests)) if layouts else None
-    header = f"{'C':>8} {'share':>6} {'LRU':>7} {'Belady':>7}"
+    header = f"{'C':>8} {'share':>6} {'LRU':>7} {'oracle':>7} {'Belady':>7}"
     for layout, admission in layouts:
         name = layout if admission == "always" else f"{layout}+{admission[:5]}"
         header += f" {name:>14} {'/LRU':>5} {'copied':>6} {'s':>6}"
@@ -324,8 +355,9 @@ def main():
     for share in (float(x) for x in args.capacities.split(",")):
         c = max(1, int(distinct * share))
         lru, _ = replay_lru(requests, c)
+        oracle, _ = replay_oracle_admission(requests, c)
         opt, _ = replay_belady(requests, c)
-        row = f"{c:>8} {share:>6.0%} {lru / asked:7.4f} {opt / asked:7.4f}"
+        row = f"{c:>8} {share:>6.0%} {lru / asked:7.4f} {oracle / asked:7.4f} {opt / asked:7.4f}"
         for layout, admission in layouts:
             directory = tempfile.mkdtemp(prefix=f"trace-{layout}-", dir=args.dir)
             try:
