@@ -17,6 +17,9 @@ CPU tier misses it. Options (the keys of the tier's entry besides type and modul
     capacity_bytes  most bytes the tier may take ("1TiB", 500000000000); least recently used
                     chunks are evicted; shared by every process on the location, kept across
                     restarts (FILE locations)
+    admission       adaptive | always (default adaptive): with capacity_bytes, whether a full
+                    tier may decline a chunk's first store when its measurements of vLLM's
+                    lookups say that keeps more hits (a miss later, as an evicted chunk)
     deadline_ms     longest a load or store waits for storage (default 10000): later chunks
                     fail, and a mount that stopped answering is skipped until it answers
     layout          files | segments | auto (default auto: segments for chunks below 4 MiB)
@@ -131,10 +134,11 @@ if _Base is not object:
             f"SecondaryTierManager lacks {', '.join(_missing)}: use a vLLM with that API")
 
 _OPTIONS = ("root", "uri", "capacity_bytes", "deadline_ms", "layout", "direct_io", "salt",
-            "fsync", "lookup_retry_ms")
+            "fsync", "lookup_retry_ms", "admission")
 # The store's options, by the names vLLM users give them.
 _SETTINGS = {"uri": "uri", "file_layout": "layout", "direct_io": "direct_io", "salt": "salt",
-             "fsync": "fsync", "capacity_bytes": "capacity_bytes", "deadline_ms": "deadline_ms"}
+             "fsync": "fsync", "capacity_bytes": "capacity_bytes", "deadline_ms": "deadline_ms",
+             "admission": "admission"}
 
 
 # The tier's metrics in vLLM's Prometheus (build_metric_definitions, get_stats): a counter is
@@ -363,7 +367,9 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
                 if now - absent < self._retry_s:
                     return LookupResult.MISS
                 del self._absent[name]
-        if self._store.indexed([name])[0]:
+            again = name in self._asking  # asked on an earlier step, still RETRY
+        # A lookup the store's admission policy learns from, once per time vLLM asks.
+        if self._store.indexed([name], lookup=not again)[0]:
             self._counters.add(lookup_hits=1)
             return LookupResult.HIT
         with self._lookup_lock:
@@ -584,6 +590,11 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
         self._counters.add(store_chunks=len(moved), store_bytes=len(moved) * job.row_bytes,
                            store_time=seconds,
                            store_failed=len(job.keys) - len(moved) - len(job.held))
+        if moved:
+            # Stored now: a miss remembered from before (storage said absent) no longer holds.
+            with self._lookup_lock:
+                for i in moved:
+                    self._absent.pop(job.names[i], None)
         if self._events_on and moved:
             stored = [job.keys[i] for i in moved]
             if self._stored is not None:
@@ -626,7 +637,8 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
             found = {}
             for name in batch:
                 try:
-                    found[name] = self._store.exists(name)  # indexes what it finds
+                    # Indexes what it finds; lookup() told the store it was asked.
+                    found[name] = self._store.exists(name, lookup=False)
                 except Exception:  # noqa: BLE001 - unknown: asked again after the retry bound
                     found[name] = False
             now = time.monotonic()

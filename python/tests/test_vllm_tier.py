@@ -157,6 +157,23 @@ def test_store_lookup_load_round_trip(store_dir, layout):
         tier.shutdown()
 
 
+def test_a_chunk_stored_after_a_miss_is_a_hit_at_once(store_dir):
+    """vLLM asks, the tier misses (storage said absent), vLLM computes and stores the chunk:
+    the next lookup is a hit, not the remembered miss (lookup_retry_ms is long here)."""
+    array, view = primary()
+    tier = make_tier(view, store_dir, lookup_retry_ms=600000)
+    m = Manager(tier)
+    try:
+        key = keys_for("later", 1)
+        assert m.lookup(key[0]) is vbase.LookupResult.MISS
+        fill(array, range(1), seed=5)
+        job = m.submit(key, range(1), load=False)
+        assert m.finished()[job].success
+        assert m.lookup(key[0]) is vbase.LookupResult.HIT
+    finally:
+        tier.shutdown()
+
+
 def test_stores_skip_chunks_the_tier_holds(store_dir):
     array, view = primary()
     tier = make_tier(view, store_dir)

@@ -569,24 +569,29 @@ Status values (falsy).)")
           "keys"_a, "pages"_a, "batch_get without waiting: returns a Ticket.")
       .def(
           "exists",
-          [](PyStore& self, const std::string& key) {
-            Result<bool> r = unlocked_call(self, [&](Store& s) { return s.exists(key); });
+          [](PyStore& self, const std::string& key, bool lookup) {
+            const auto call = lookup ? Store::ExistsCall::kLookup : Store::ExistsCall::kCheck;
+            Result<bool> r = unlocked_call(self, [&](Store& s) { return s.exists(key, call); });
             if (!r.ok()) {
               raise_if_caller_error(r.status());
               return false;  // a storage fault: not known to be there
             }
             return *r;
           },
-          "key"_a, "Whether the page is stored (False also when the store cannot tell).")
+          "key"_a, "lookup"_a = true,
+          "Whether the page is stored (False also when the store cannot tell). lookup=False: "
+          "not an engine's lookup (see batch_exists).")
       .def(
           "indexed",
-          [](PyStore& self, std::vector<std::string> keys) {
+          [](PyStore& self, std::vector<std::string> keys, bool lookup) {
             Keys k(std::move(keys));
-            return self.get()->indexed(k.views);
+            const auto call = lookup ? Store::ExistsCall::kLookup : Store::ExistsCall::kCheck;
+            return self.get()->indexed(k.views, call);
           },
-          "keys"_a,
+          "keys"_a, "lookup"_a = false,
           "Whether each key is in this process's index, without I/O (never blocks): False "
-          "means only 'not known here' (batch_exists may still find it).")
+          "means only 'not known here' (batch_exists may still find it). lookup=True: an "
+          "engine's lookup answered from here (the admission policy learns from lookups).")
       .def(
           "watch_evictions",
           [](PyStore& self, size_t max_pending) { self.get()->watch_evictions(max_pending); },

@@ -377,9 +377,9 @@ BatchResult Store::batch_get(std::span<const std::string_view> keys,
   return impl_->get(keys, pieces);
 }
 
-Result<bool> Store::exists(std::string_view key) {
+Result<bool> Store::exists(std::string_view key, ExistsCall call) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
-  impl_->note_lookup(std::span<const std::string_view>(&key, 1));
+  if (call == ExistsCall::kLookup) impl_->note_lookup(std::span<const std::string_view>(&key, 1));
   if (impl_->guard) return impl_->guard->exists(key);
   return impl_->exists_here(key);
 }
@@ -390,7 +390,8 @@ size_t Store::batch_exists(std::span<const std::string_view> keys, ExistsCall ca
   return impl_->guard ? impl_->guard->batch_exists(keys) : impl_->batch_exists_here(keys);
 }
 
-std::vector<bool> Store::indexed(std::span<const std::string_view> keys) const {
+std::vector<bool> Store::indexed(std::span<const std::string_view> keys, ExistsCall call) const {
+  if (call == ExistsCall::kLookup) impl_->note_lookup(keys);
   std::vector<bool> out(keys.size(), false);
   for (size_t i = 0; i < keys.size(); ++i) {
     out[i] = routing::validate_key(keys[i]).ok() && impl_->index.contains(hash128(keys[i]));

@@ -421,23 +421,26 @@ class Store {
   BatchTicket submit_get(std::span<const std::string_view> keys,
                          std::span<const MutableBuffer> pieces, BatchCallback on_done = {});
 
+  // Why a caller asks whether pages exist: kLookup, what an engine asks for (the admission
+  // policy learns the workload from lookups), or kCheck, the caller's own look before writing
+  // or reading pages it was already asked for, or asking again (not counted as asked again).
+  enum class ExistsCall : uint8_t { kLookup, kCheck };
+
   // Whether a page is stored (not verified: a later get may still find it corrupt). Answered
   // from the index; a key the index lacks is looked up in storage (a page another process
   // wrote) and indexed. A page another process removed is reported until a read misses it,
   // except after a clear(): every call first looks at the namespace's clear generation (one
   // stat per call, not per key) and drops the index when another store cleared since.
-  Result<bool> exists(std::string_view key);
-  // Number of leading keys that exist; stops at the first absent key (or fault). `call`
-  // says why: kLookup, what an engine asks for (the admission policy learns the workload from
-  // these and from exists()), or kCheck, the caller's own look before writing or reading
-  // pages it was already asked for (not counted as asked again).
-  enum class ExistsCall : uint8_t { kLookup, kCheck };
+  Result<bool> exists(std::string_view key, ExistsCall call = ExistsCall::kLookup);
+  // Number of leading keys that exist; stops at the first absent key (or fault).
   size_t batch_exists(std::span<const std::string_view> keys,
                       ExistsCall call = ExistsCall::kLookup);
   // Whether each key is in this process's index, without any I/O (so never blocking): true
   // for pages this store wrote, read or found, and (segment layout) every page of the
   // summaries it has read. False says only "not known here": exists() may still find it.
-  std::vector<bool> indexed(std::span<const std::string_view> keys) const;
+  // An engine that answers its lookups from here says so with kLookup.
+  std::vector<bool> indexed(std::span<const std::string_view> keys,
+                            ExistsCall call = ExistsCall::kCheck) const;
 
   // Pages that left because of capacity: the ones this store evicted (either layout) and,
   // with the segment layout, those in segments another process reclaimed (learnt when this
