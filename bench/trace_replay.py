@@ -35,7 +35,7 @@ makes the exit status 1).
   PYTHONPATH=build/python /usr/bin/python3 bench/trace_replay.py [--trace FILE | --generate chat]
       [--limit N] [--capacities 0.05,0.1,0.25,0.5] [--layouts files,segments] [--page-kib 64]
       [--dir DIR] [--save FILE] [--no-store] [--segment-lanes N] [--equal-pages]
-      [--admission always,adaptive]
+      [--admission always,adaptive] [--engine sglang|vllm]
   generator: [--requests 4000] [--seed 1] [--prompts 400] [--prompt-blocks 2-24] [--alpha 1.1]
       [--conversation-share 0.6] [--turns 2-8] [--turn-blocks 1-6] [--one-off-share 0.25]
       [--doc-blocks 8-64] [--rate 2.0]
@@ -265,6 +265,94 @@ class AdapterReplay:
         return hits, asked, wrong
 
 
+class VllmReplay:
+    """vLLM's offloading connector with kvtier as its secondary tier (kvtier.vllm_tier.KvtierTier,
+    vLLM's types from python/tests/vllm_fakes), driven as vLLM's tiering manager drives it
+    (python/tests/test_vllm_tier.py's Manager): lookup of each chunk in order until the first
+    that is not a hit (a RETRY asked again once the tier's background lookups are done), a
+    load job of the hits into the CPU tier's rows, a store job of the rest. One block is one
+    chunk; the CPU tier's buffer is an mmap, as vLLM's shared offload region is."""
+
+    def __init__(self, page_bytes, max_blocks):
+        import mmap
+        import numpy
+        sys.path.insert(0, os.path.join(HERE, "..", "python", "tests", "vllm_fakes"))
+        from vllm.v1.kv_offload import base as vbase
+        from vllm.v1.kv_offload import config as vconfig
+        from vllm.v1.kv_offload.tiering import base as tbase
+        self.np, self.vbase, self.tbase = numpy, vbase, tbase
+        self.region = mmap.mmap(-1, max_blocks * page_bytes)
+        self.array = numpy.frombuffer(self.region, dtype=numpy.int8).reshape(max_blocks, page_bytes)
+        self.stamps = self.array[:, :8].view(numpy.int64)
+        self.view = memoryview(self.array)
+        layers = tuple(f"model.layers.{i}.self_attn.attn" for i in range(4))
+        parallel = vconfig.OffloadingParallelConfig(
+            rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
+            data_parallel_index=0, is_parallelism_agnostic=False)
+        config = vconfig.OffloadingConfig(
+            groups=(vconfig.OffloadingGroupConfig(tokens_per_block=16, layer_names=layers),),
+            worker_kv_bytes_per_block=page_bytes // 4, enable_kv_cache_events=False,
+            extra_config={}, engine_id="trace-replay",
+            model=vconfig.OffloadingModelConfig("trace-replay", "bfloat16"),
+            cache=vconfig.OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=4),
+            parallel=parallel)
+        self.spec = vbase.OffloadingSpec(config)
+        self.next_job = 0
+
+    def open(self, directory, layout, capacity_bytes, query=""):
+        from kvtier import vllm_tier
+        tier = vllm_tier.KvtierTier(self.spec, self.view, "KvtierTier",
+                                    uri=f"file://{directory}{query}", layout=layout,
+                                    capacity_bytes=str(capacity_bytes))
+        tier.close = tier.shutdown
+        return tier
+
+    def _job(self, tier, keys, rows, load):
+        job = self.tbase.TransferJob(job_id=self.next_job, keys=keys,
+                                     chunk_ids=self.np.array(rows, dtype=self.np.int32),
+                                     is_promotion=load, req_context=self.vbase.ReqContext("r"))
+        self.next_job += 1
+        (tier.submit_load if load else tier.submit_store)(job)
+        tier.drain_jobs()
+        for result in tier.get_finished_jobs():
+            if result.job_id == job.job_id:
+                return result
+        raise RuntimeError(f"job {job.job_id} was not reported")
+
+    def _lookup(self, tier, key):
+        ctx = self.vbase.ReqContext("r")
+        while True:
+            answer = tier.lookup(key, ctx)
+            if answer is not self.vbase.LookupResult.RETRY:
+                return answer is self.vbase.LookupResult.HIT
+            tier.on_schedule_end(self.vbase.ScheduleEndContext((), ()))
+            if not tier.wait_lookups(timeout=60):
+                raise RuntimeError("the tier's lookups did not finish in 60 s")
+
+    def replay(self, tier, requests):
+        hits = asked = wrong = 0
+        for hashes in requests:
+            asked += len(hashes)
+            keys = [self.vbase.make_offload_key(f"{h:016x}".encode().ljust(32, b"\0"), 0)
+                    for h in hashes]
+            n = 0
+            while n < len(keys) and self._lookup(tier, keys[n]):
+                n += 1
+            found = 0
+            if n:
+                result = self._job(tier, keys[:n], range(n), load=True)
+                ok = set(keys[:n]) if result.success else set(result.successful_keys or ())
+                while found < n and keys[found] in ok:
+                    found += 1
+                got = self.stamps[:found, 0].tolist()
+                wrong += sum(1 for g, h in zip(got, hashes) if g != h)
+            hits += found
+            if found < len(keys):
+                self.stamps[found:len(keys), 0] = hashes[found:]
+                self._job(tier, keys[found:], range(found, len(keys)), load=False)
+        return hits, asked, wrong
+
+
 # ---- main ------------------------------------------------------------------------------------
 
 def main():
@@ -280,6 +368,9 @@ def main():
                     help="segments get C x (page + 256 B): about C pages (a compact record and "
                          "its summary entry), to compare the policies apart from the space "
                          "segments save")
+    ap.add_argument("--engine", choices=["sglang", "vllm"], default="sglang",
+                    help="whose calls replay the trace: SGLang's HiCache (kvtier.sglang) or "
+                         "vLLM's offloading connector (kvtier.vllm_tier, a secondary tier)")
     ap.add_argument("--admission", default="always,adaptive",
                     help="admission policies to run each layout with (the store's admission=: "
                          "always takes every page, adaptive declines first writes when that "
@@ -334,7 +425,7 @@ def main():
             counts[h] = counts.get(h, 0) + 1
     distinct = len(counts)
     once = sum(1 for c in counts.values() if c == 1)
-    print(f"trace: {source}")
+    print(f"trace: {source}; through {args.engine}'s calls")
     print(f"  {len(requests)} requests, {asked} blocks asked, {distinct} distinct, "
           f"{once / distinct:.0%} of them asked once; page {args.page_kib} KiB")
 
@@ -345,7 +436,8 @@ def main():
             sys.exit(f"--admission: '{a}' (use always or adaptive)")
     layouts = [] if args.no_store else [
         (x, a) for x in args.layouts.split(",") if x for a in admissions]
-    side = AdapterReplay(page_bytes, max(len(r) for r in requests)) if layouts else None
+    engine = VllmReplay if args.engine == "vllm" else AdapterReplay
+    side = engine(page_bytes, max(len(r) for r in requests)) if layouts else None
     header = f"{'C':>8} {'share':>6} {'LRU':>7} {'oracle':>7} {'Belady':>7}"
     for layout, admission in layouts:
         name = layout if admission == "always" else f"{layout}+{admission[:5]}"
