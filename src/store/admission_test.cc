@@ -189,6 +189,9 @@ TEST_P(StoreAdmission, ADeclinedPageReportsSuccessAndIsAMiss) {
   pool.clear(1);
   KVTIER_EXPECT_OK(s->get(key, pool.slot(1), kBytes));
   EXPECT_TRUE(pool.holds(1, kBytes, seed_of(key)));
+  // A caller error is reported, never declined: memory outside every registration.
+  std::vector<std::byte> outside(kBytes);
+  EXPECT_EQ(s->put("unregistered", outside.data(), kBytes).code(), StatusCode::kInvalidArgument);
   // The prompts, which the one-offs would have pushed out, are kept: most of each request's
   // first four keys are hits once the rule holds.
   Tally later;

@@ -301,12 +301,12 @@ BatchResult Store::Impl::put_admitted(std::span<const std::string_view> keys,
   std::vector<bool> declined(keys.size(), false);
   size_t declines = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (!routing::validate_key(keys[i]).ok()) continue;  // the write path says what is wrong
+    // A caller error (bad key, unregistered memory, wrong geometry) is never declined: the
+    // write path reports it.
+    uint64_t payload = 0;
+    if (!validate_page(keys[i], pieces.subspan(i * k, k), &payload).ok()) continue;
     const Hash128 h = hash128(keys[i]);
     if (index.contains(h)) continue;  // held: written again as always
-    uint64_t payload = 0;
-    for (const ConstBuffer& p : pieces.subspan(i * k, k)) payload += p.size;
-    if (payload == 0) continue;
     if (admission->admit(h, object_bytes(payload), full)) {
       if (full) bump(counters.admitted_pages);
     } else {
