@@ -128,15 +128,21 @@ def generate(args):
 
 # ---- models ----------------------------------------------------------------------------------
 
+def leading(hashes, held):
+    """How many of a request's blocks are found in order, up to the first that is not (SGLang
+    and vLLM use only that run)."""
+    k = 0
+    while k < len(hashes) and hashes[k] in held:
+        k += 1
+    return k
+
+
 def replay_lru(requests, capacity):
     held = OrderedDict()
     hits = asked = 0
     for hashes in requests:
         asked += len(hashes)
-        k = 0
-        while k < len(hashes) and hashes[k] in held:
-            k += 1
-        hits += k
+        hits += leading(hashes, held)
         for h in hashes:
             if h in held:
                 held.move_to_end(h)
@@ -168,10 +174,7 @@ def replay_oracle_admission(requests, capacity):
     hits = asked = 0
     for r, hashes in enumerate(requests):
         asked += len(hashes)
-        k = 0
-        while k < len(hashes) and hashes[k] in held:
-            k += 1
-        hits += k
+        hits += leading(hashes, held)
         for h, nxt in zip(hashes, next_use[r]):
             if h in held:
                 held.move_to_end(h)
@@ -190,10 +193,7 @@ def replay_belady(requests, capacity):
     hits = asked = 0
     for r, hashes in enumerate(requests):
         asked += len(hashes)
-        k = 0
-        while k < len(hashes) and hashes[k] in held:
-            k += 1
-        hits += k
+        hits += leading(hashes, held)
         for h, nxt in zip(hashes, next_use[r]):
             if h in held:
                 held[h] = nxt

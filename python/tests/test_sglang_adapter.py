@@ -29,6 +29,16 @@ def adapter(store_dir, pool, config=None, **options):
     return backend
 
 
+def page_object_bytes(store_dir):
+    """What a page file of HostPool()'s pages takes: a 4 KiB header block, then the payload
+    padded to 4 KiB."""
+    probe = adapter(store_dir + "-probe", HostPool())
+    try:
+        return probe.page_bytes + 4096 + (-probe.page_bytes) % 4096
+    finally:
+        probe.close()
+
+
 def pool_pages(pool):
     return pool.size // pool.page_size
 
@@ -532,9 +542,7 @@ def test_deadline_and_isolate_options(store_dir):
 def test_capacity_evicts_least_recently_used_pages(store_dir):
     pool = HostPool(tokens=256)
     pool.fill_random(seed=18)
-    probe = adapter(store_dir + "-probe", HostPool())
-    page_object = probe.page_bytes + 4096 + (-probe.page_bytes) % 4096
-    probe.close()
+    page_object = page_object_bytes(store_dir)
     a = adapter(store_dir, pool, capacity=8 * page_object, file_layout="files")
     keys = keys_for("cap", 12)
     for i in range(0, 12, 4):
@@ -560,9 +568,7 @@ def test_admission_declines_one_offs_through_sglang_calls(store_dir):
     reports success to SGLang and is a miss later."""
     pool = HostPool(tokens=64)
     pool.fill_random(seed=21)
-    probe = adapter(store_dir + "-probe", HostPool())
-    page_object = probe.page_bytes + 4096 + (-probe.page_bytes) % 4096
-    probe.close()
+    page_object = page_object_bytes(store_dir)
     a = adapter(store_dir, pool, capacity=128 * page_object, file_layout="files")
     assert a.counters()["store"]["admission"].startswith("adaptive")
     # 16 shared prompts of 4 pages; each request one of them and 8 pages never asked again.
