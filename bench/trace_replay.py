@@ -35,7 +35,7 @@ makes the exit status 1).
   PYTHONPATH=build/python /usr/bin/python3 bench/trace_replay.py [--trace FILE | --generate chat]
       [--limit N] [--capacities 0.05,0.1,0.25,0.5] [--layouts files,segments] [--page-kib 64]
       [--dir DIR] [--save FILE] [--no-store] [--segment-lanes N] [--equal-pages]
-      [--admission always,adaptive] [--engine sglang|vllm]
+      [--admission always,adaptive] [--engine sglang|vllm] [--writers N]
   generator: [--requests 4000] [--seed 1] [--prompts 400] [--prompt-blocks 2-24] [--alpha 1.1]
       [--conversation-share 0.6] [--turns 2-8] [--turn-blocks 1-6] [--one-off-share 0.25]
       [--doc-blocks 8-64] [--rate 2.0]
@@ -368,6 +368,10 @@ def main():
                     help="segments get C x (page + 256 B): about C pages (a compact record and "
                          "its summary entry), to compare the policies apart from the space "
                          "segments save")
+    ap.add_argument("--writers", type=int, default=1,
+                    help="stores sharing each directory and its capacity, each with its own "
+                         "index and admission policy, as that many processes or hosts have; "
+                         "request i goes through store i %% writers")
     ap.add_argument("--engine", choices=["sglang", "vllm"], default="sglang",
                     help="whose calls replay the trace: SGLang's HiCache (kvtier.sglang) or "
                          "vLLM's offloading connector (kvtier.vllm_tier, a secondary tier)")
@@ -425,7 +429,8 @@ def main():
             counts[h] = counts.get(h, 0) + 1
     distinct = len(counts)
     once = sum(1 for c in counts.values() if c == 1)
-    print(f"trace: {source}; through {args.engine}'s calls")
+    print(f"trace: {source}; through {args.engine}'s calls"
+          + (f", {args.writers} stores sharing each directory" if args.writers > 1 else ""))
     print(f"  {len(requests)} requests, {asked} blocks asked, {distinct} distinct, "
           f"{once / distinct:.0%} of them asked once; page {args.page_kib} KiB")
 
@@ -457,13 +462,25 @@ def main():
                 if args.segment_lanes and layout == "segments":
                     params.append(f"segment_lanes={args.segment_lanes}")
                 per_page = page_bytes + (256 if layout == "segments" and args.equal_pages else 4096)
-                b = side.open(directory, layout, c * per_page, "?" + "&".join(params))
+                stores = [side.open(directory, layout, c * per_page, "?" + "&".join(params))
+                          for _ in range(args.writers)]
                 t0 = time.perf_counter()
-                hits, _, wrong = side.replay(b, requests)
+                if len(stores) == 1:
+                    hits, _, wrong = side.replay(stores[0], requests)
+                else:  # request i through store i % writers
+                    hits = wrong = 0
+                    for i, request in enumerate(requests):
+                        h, _, w = side.replay(stores[i % len(stores)], [request])
+                        hits += h
+                        wrong += w
                 seconds = time.perf_counter() - t0
-                st = b.counters()["store"]
-                copied = st["relocated_bytes"] / max(1, st["put_bytes"])
-                b.close()
+                relocated = put = 0
+                for b in stores:
+                    st = b.counters()["store"]
+                    relocated += st["relocated_bytes"]
+                    put += st["put_bytes"]
+                    b.close()
+                copied = relocated / max(1, put)
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
             if wrong:
