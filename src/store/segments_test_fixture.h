@@ -4,8 +4,10 @@
 // back.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -14,7 +16,10 @@
 #include <vector>
 
 #include "kvtier/backends/fault/fault_backend.h"
+#include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
+#include "page_format.h"
+#include "segment_format.h"
 #include "store_test_util.h"
 
 namespace kvtier::testing {
@@ -47,6 +52,21 @@ inline SegFiles seg_files(const Store& s) {
   std::sort(out.segments.begin(), out.segments.end());
   std::sort(out.summaries.begin(), out.summaries.end());
   return out;
+}
+
+// Flips one payload byte of the second record of the store's first segment (compact records of
+// kPage bytes under keys of `key_size` bytes: a 4096-byte segment header, then records of
+// header + payload rounded to 64 bytes).
+inline void damage_second_record(const Store& s, size_t key_size) {
+  const uint64_t record = page::record_bytes(page::compact_header_bytes(key_size), kPage);
+  const std::string seg = seg_files(s).segments.at(0);
+  Result<UniqueFd> fd = open_file(seg.c_str(), O_RDWR);
+  ASSERT_TRUE(fd.ok()) << fd.status().to_string();
+  const off_t at = static_cast<off_t>(segment::kSegmentHeaderBytes + record + 5000);
+  char c = 0;
+  ASSERT_EQ(::pread(fd->get(), &c, 1, at), 1);
+  c = static_cast<char>(c ^ 0x10);
+  ASSERT_EQ(::pwrite(fd->get(), &c, 1, at), 1);
 }
 
 class SegmentStoreTest : public ::testing::Test {

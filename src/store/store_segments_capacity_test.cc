@@ -147,17 +147,8 @@ TEST_F(StoreSegmentsCapacity, ADamagedRecordIsNotCopiedForward) {
   const auto hot = testing::keys_for("hot-", 4);
   ASSERT_TRUE(put(*s, pool, hot).all_ok());  // the first records of the first segment
   ASSERT_EQ(read_all(*s, pool, hot), hot.size());
-  {
-    // One payload byte of the second record (compact records after a 4096-byte header).
-    const uint64_t record = page::record_bytes(page::compact_header_bytes(hot[1].size()), kPage);
-    const std::string seg = seg_files(*s).segments.at(0);
-    UniqueFd fd = *open_file(seg.c_str(), O_RDWR);
-    const off_t at = static_cast<off_t>(segment::kSegmentHeaderBytes + record + 5000);
-    char c = 0;
-    ASSERT_EQ(::pread(fd.get(), &c, 1, at), 1);
-    c = static_cast<char>(c ^ 0x10);
-    ASSERT_EQ(::pwrite(fd.get(), &c, 1, at), 1);
-  }
+  testing::damage_second_record(*s, hot[1].size());
+  if (HasFatalFailure()) return;
   // Written until the first segment is reclaimed (its copies are in by then).
   const auto filler = testing::keys_for("fill-", 400);
   size_t first = 0;

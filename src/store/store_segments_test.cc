@@ -345,18 +345,8 @@ TEST_F(StoreSegments, ACorruptedRecordIsAMissAndIsForgotten) {
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, 4, kPage);
   ASSERT_TRUE(put(*s, pool, keys).all_ok());
-  // Flip one payload byte of the second record (compact records: 4096-byte segment header,
-  // then records of header + payload rounded to 64 bytes).
-  const uint64_t record = page::record_bytes(page::compact_header_bytes(keys[1].size()), kPage);
-  {
-    const std::string seg = seg_files(*s).segments.at(0);
-    UniqueFd fd = *open_file(seg.c_str(), O_RDWR);
-    const off_t at = static_cast<off_t>(segment::kSegmentHeaderBytes + record + 5000);
-    char c = 0;
-    ASSERT_EQ(::pread(fd.get(), &c, 1, at), 1);
-    c = static_cast<char>(c ^ 0x10);
-    ASSERT_EQ(::pwrite(fd.get(), &c, 1, at), 1);
-  }
+  testing::damage_second_record(*s, keys[1].size());
+  if (HasFatalFailure()) return;
   Status st = s->get(keys[1], pool.slot(0), kPage);
   EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.to_string();
   EXPECT_EQ(s->stats().corrupt_dropped, 1u);
