@@ -137,16 +137,18 @@ def leading(hashes, held):
     return k
 
 
-def replay_lru(requests, capacity):
+def replay_lru(requests, capacity, takes=None):
+    """An exact LRU of `capacity` pages. `takes`: takes[r][i] False for a page not to be taken
+    when missed (an admission policy in front of the LRU); None takes every page."""
     held = OrderedDict()
     hits = asked = 0
-    for hashes in requests:
+    for r, hashes in enumerate(requests):
         asked += len(hashes)
         hits += leading(hashes, held)
-        for h in hashes:
+        for i, h in enumerate(hashes):
             if h in held:
                 held.move_to_end(h)
-            elif capacity > 0:
+            elif capacity > 0 and (takes is None or takes[r][i]):
                 if len(held) >= capacity:
                     held.popitem(last=False)
                 held[h] = True
@@ -169,20 +171,8 @@ def replay_oracle_admission(requests, capacity):
     """LRU that takes a page only when it will be asked for again: the best any admission
     policy in front of LRU can do (it knows the future), the bound for admission alone."""
     inf = float("inf")
-    next_use = next_uses(requests)
-    held = OrderedDict()
-    hits = asked = 0
-    for r, hashes in enumerate(requests):
-        asked += len(hashes)
-        hits += leading(hashes, held)
-        for h, nxt in zip(hashes, next_use[r]):
-            if h in held:
-                held.move_to_end(h)
-            elif capacity > 0 and nxt != inf:
-                if len(held) >= capacity:
-                    held.popitem(last=False)
-                held[h] = True
-    return hits, asked
+    takes = [[nxt != inf for nxt in row] for row in next_uses(requests)]
+    return replay_lru(requests, capacity, takes)
 
 
 def replay_belady(requests, capacity):

@@ -18,6 +18,11 @@ constexpr uint64_t kWindow = 8;   // hits are halved every kWindow x shadow page
 constexpr double kMargin = 1.05;  // the better shadow must lead by 5% ...
 constexpr double kSlack = 8;      // ... and by this many hits
 
+// The bit of a filter of `n` bits that probe `i` of `key` sets (double hashing).
+uint64_t probe(const Hash128& key, int i, uint64_t n) {
+  return (key.low + static_cast<uint64_t>(i) * (key.high | 1)) % n;
+}
+
 uint64_t fingerprint(const Hash128& key) {
   return key.low ^ (key.high * 0x9e3779b97f4a7c15ULL);
 }
@@ -59,9 +64,8 @@ void AdmissionPolicy::Doorkeeper::size_for(uint64_t keys_per_generation) {
 }
 
 bool AdmissionPolicy::Doorkeeper::in(const std::vector<uint64_t>& bits, const Hash128& key) const {
-  const uint64_t n = bits.size() * 64;
   for (int i = 0; i < kProbes; ++i) {
-    const uint64_t bit = (key.low + static_cast<uint64_t>(i) * (key.high | 1)) % n;
+    const uint64_t bit = probe(key, i, bits.size() * 64);
     if ((bits[bit / 64] & (uint64_t{1} << (bit % 64))) == 0) return false;
   }
   return true;
@@ -72,9 +76,8 @@ bool AdmissionPolicy::Doorkeeper::contains(const Hash128& key) const {
 }
 
 void AdmissionPolicy::Doorkeeper::add(const Hash128& key) {
-  const uint64_t n = current_.size() * 64;
   for (int i = 0; i < kProbes; ++i) {
-    const uint64_t bit = (key.low + static_cast<uint64_t>(i) * (key.high | 1)) % n;
+    const uint64_t bit = probe(key, i, current_.size() * 64);
     current_[bit / 64] |= uint64_t{1} << (bit % 64);
   }
   if (++added_ >= per_generation_) {

@@ -24,7 +24,7 @@
 // least 1; spatial sampling keeps hit ratios), so they hold at most ~100,000 keys whatever the
 // capacity; the doorkeeper takes ~10 bits per page of four capacities, per generation (at
 // most 64 MiB in all). Per process: each process decides from what it sees (docs/
-// architecture.md, "What is admitted").
+// architecture.md, "Admission").
 //
 // Thread-safety: safe for concurrent use (one mutex; a lookup or write batch takes it once).
 #pragma once

@@ -300,17 +300,8 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // the guard, the others run on this thread.
   BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
     BatchTimer timer(counters, counters.put_latency);
-    if (admission) return put_admitted(keys, pieces);
-    return put_unasked(keys, pieces);
-  }
-  BatchResult put_unasked(std::span<const std::string_view> keys,
-                          std::span<const ConstBuffer> pieces) {
     return guard ? guarded(keys, pieces) : put_here(keys, pieces);
   }
-  // put() through the admission policy (store_write.cc): pages the store does not hold,
-  // written while it is at its capacity, are asked about; declined ones report OK unwritten.
-  BatchResult put_admitted(std::span<const std::string_view> keys,
-                           std::span<const ConstBuffer> pieces);
   // The engine asked for `keys` (exists calls): the admission policy's shadows learn it.
   void note_lookup(std::span<const std::string_view> keys);
   BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces) {
@@ -512,6 +503,11 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
     }
     return work;
   }
+
+  // Admission (admission.h), in both layouts' put windows once their pages are planned: the
+  // pages the store does not hold are asked about; declined ones leave `work`, unwritten, with
+  // OK in `out`. Caller errors never get here (plan() reports them).
+  void admit(std::vector<PageWork<ConstBuffer>>& work, std::span<Status> out);
 
   // The first failure among a page's descriptors, or OK.
   template <typename Buffer>

@@ -410,6 +410,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
                                       std::span<const ConstBuffer> pieces, size_t k,
                                       std::span<Status> out, bool relocating) {
   auto work = plan(keys, pieces, k, out);
+  if (!relocating) admit(work, out);  // copies forward are pages already taken
   if (work.empty()) return;
   Result<HeaderPool::Lease> lease = headers.acquire(work.size());
   if (!lease.ok()) {

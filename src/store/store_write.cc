@@ -44,6 +44,7 @@ void Store::Impl::encode_put_header(PageWork<ConstBuffer>& w, std::string_view k
 void Store::Impl::put_window(std::span<const std::string_view> keys,
                              std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out) {
   auto work = plan(keys, pieces, k, out);
+  admit(work, out);
 
   Result<HeaderPool::Lease> lease = headers.acquire(work.size());
   if (!lease.ok()) {
@@ -290,53 +291,19 @@ Status Store::Impl::reserve(uint64_t need) {
   return reserve_capacity(need, e);
 }
 
-// Admission (admission.h): the pages a store at its capacity would take for the first time
-// are asked about; the declined ones report OK and are not written, the rest go on as one
-// batch.
-BatchResult Store::Impl::put_admitted(std::span<const std::string_view> keys,
-                                      std::span<const ConstBuffer> pieces) {
-  size_t k = 0;
-  if (keys.empty() || !check_shape(keys, pieces, &k).ok()) return put_unasked(keys, pieces);
+void Store::Impl::admit(std::vector<PageWork<ConstBuffer>>& work, std::span<Status> out) {
+  if (!admission || work.empty()) return;
   const bool full = at_capacity.load(std::memory_order_relaxed);
-  std::vector<bool> declined(keys.size(), false);
-  size_t declines = 0;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    // A caller error (bad key, unregistered memory, wrong geometry) is never declined: the
-    // write path reports it.
-    uint64_t payload = 0;
-    if (!validate_page(keys[i], pieces.subspan(i * k, k), &payload).ok()) continue;
-    const Hash128 h = hash128(keys[i]);
-    if (index.contains(h)) continue;  // held: written again as always
-    if (admission->admit(h, object_bytes(payload), full)) {
+  const size_t declines = std::erase_if(work, [&](const PageWork<ConstBuffer>& w) {
+    if (index.contains(w.route.key_hash)) return false;  // held: written again as always
+    if (admission->admit(w.route.key_hash, object_bytes(w.payload), full)) {
       if (full) bump(counters.admitted_pages);
-    } else {
-      declined[i] = true;
-      ++declines;
+      return false;
     }
-  }
-  if (declines == 0) return put_unasked(keys, pieces);
+    out[w.page] = ok_status();
+    return true;
+  });
   bump(counters.declined_pages, declines);
-  std::vector<std::string_view> kept_keys;
-  std::vector<ConstBuffer> kept_pieces;
-  std::vector<size_t> kept;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (declined[i]) continue;
-    kept.push_back(i);
-    kept_keys.push_back(keys[i]);
-    const auto page = pieces.subspan(i * k, k);
-    kept_pieces.insert(kept_pieces.end(), page.begin(), page.end());
-  }
-  BatchResult out;
-  out.pages.assign(keys.size(), ok_status());
-  if (kept.empty()) return out;
-  BatchResult written = put_unasked(kept_keys, kept_pieces);
-  if (!written.status.ok()) {
-    out.status = std::move(written.status);
-    out.pages.clear();
-    return out;
-  }
-  for (size_t j = 0; j < kept.size(); ++j) out.pages[kept[j]] = std::move(written.pages[j]);
-  return out;
 }
 
 void Store::Impl::note_lookup(std::span<const std::string_view> keys) {
