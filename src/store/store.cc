@@ -63,10 +63,9 @@ Store::~Store() {
 namespace {
 
 Status check_segments_config(const StoreConfig& config) {
-  if (config.location.storage_class != StorageClass::kFile) {
+  if (config.location.storage_class == StorageClass::kMemory) {
     return unsupported_error(fmt::format(
-        "{}: the segment layout needs a FILE store (directories); objects and memory keep "
-        "one object per page",
+        "{}: the segment layout needs a FILE or object store; memory keeps one object per page",
         config.location.uri()));
   }
   if (config.segment_lanes > 64) {
@@ -80,7 +79,23 @@ Status check_segments_config(const StoreConfig& config) {
   return ok_status();
 }
 
-// deadline_ms, probe_interval_ms, isolate, segment_lanes and admission of a FILE store's URI
+// segment_lanes of a FILE or object store's URI (StoreLocation::store_params): used where
+// the config does not set it.
+Status resolve_segment_lanes(StoreConfig& cfg) {
+  const BackendParams& params = cfg.location.store_params;
+  if (auto it = params.find("segment_lanes"); it != params.end() && cfg.segment_lanes == 0) {
+    const std::string& v = it->second;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cfg.segment_lanes);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || cfg.segment_lanes == 0 ||
+        cfg.segment_lanes > 64) {
+      return invalid_argument_error(
+          fmt::format("segment_lanes='{}' is not a whole number from 1 to 64", v));
+    }
+  }
+  return ok_status();
+}
+
+// deadline_ms, probe_interval_ms, isolate and admission of a FILE store's URI
 // (StoreLocation::store_params): used where the config does not set them.
 Status resolve_guard_params(StoreConfig& cfg) {
   const BackendParams& params = cfg.location.store_params;
@@ -106,15 +121,6 @@ Status resolve_guard_params(StoreConfig& cfg) {
   }
   if (auto it = params.find("isolate"); it != params.end() && cfg.isolate.empty()) {
     cfg.isolate = it->second;
-  }
-  if (auto it = params.find("segment_lanes"); it != params.end() && cfg.segment_lanes == 0) {
-    const std::string& v = it->second;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cfg.segment_lanes);
-    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || cfg.segment_lanes == 0 ||
-        cfg.segment_lanes > 64) {
-      return invalid_argument_error(
-          fmt::format("segment_lanes='{}' is not a whole number from 1 to 64", v));
-    }
   }
   if (auto it = params.find("admission"); it != params.end() && cfg.admission.empty()) {
     cfg.admission = it->second;
@@ -156,7 +162,8 @@ Result<Store::Impl::AutoLayout> Store::Impl::choose_layout() {
   }
   bool segments = false;
   for (size_t b = 0; b < router.base_count() && !segments; ++b) {
-    KVTIER_RETURN_IF_ERROR(list_summaries(b, [&](const std::string&) { segments = true; }));
+    KVTIER_RETURN_IF_ERROR(
+        list_summaries(b, [&](const std::string&, uint64_t) { segments = true; }));
   }
   if (segments) {
     return AutoLayout{StoreLayout::kSegments, "the namespace already holds segments"};
@@ -198,9 +205,10 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
       KVTIER_RETURN_IF_ERROR(check_segments_config(config));
     }
   }
-  // A FILE store's deadline, isolation and lanes are the store's parameters, not the
-  // backend's.
+  // Segment lanes (and a FILE store's deadline and isolation) are the store's parameters,
+  // not the backend's.
   StoreConfig cfg = config;
+  KVTIER_RETURN_IF_ERROR(resolve_segment_lanes(cfg));
   if (cfg.location.storage_class == StorageClass::kFile) {
     KVTIER_RETURN_IF_ERROR(resolve_guard_params(cfg));
   }

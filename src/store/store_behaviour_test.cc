@@ -304,7 +304,10 @@ INSTANTIATE_TEST_SUITE_P(
         StoreCase{"posix_segments_fsync", "posix", "&layout=segments", 1, DirectIo::kOff, true},
         StoreCase{"uring_segments_fsync", "uring", "&layout=segments", 1, DirectIo::kOff, true},
         StoreCase{"dram", "dram", "", 1}, StoreCase{"s3", "s3", "", 1},
-        StoreCase{"s3_multipart", "s3", "&multipart_bytes=6000000&part_bytes=5242880", 1}),
+        StoreCase{"s3_multipart", "s3", "&multipart_bytes=6000000&part_bytes=5242880", 1},
+        StoreCase{"s3_segments", "s3", "&layout=segments", 1},
+        StoreCase{"s3_segments_multipart", "s3",
+                  "&layout=segments&multipart_bytes=6000000&part_bytes=5242880", 1}),
     testing::case_name);
 
 }  // namespace

@@ -148,6 +148,7 @@ struct SegmentFile {
   std::string seg_path;
   std::string sum_path;
   uint64_t summary_read = 0;  // others' segments: summary bytes applied to the index
+  uint64_t listed_bytes = 0;  // segments written whole: the summary's size when listed
   uint64_t record_end = 0;    // others' segments: the end of the last record seen
   bool sealed = false;        // its summary ends with a seal: nothing more will come
   bool ours = false;          // this store writes it
@@ -199,6 +200,9 @@ struct Segments {
   // Records and summary entries are synced after each window (fsync, or a base on FUSE:
   // see segments_open).
   bool sync_appends = false;
+  // Segments are written whole and never appended to (an object store): one per lane, base
+  // and window, each sealed by the summary written after it (store_segments_objects.cc).
+  bool whole = false;
   // Reclaimable segments, oldest first (in the order they were last written, as this store
   // learnt of them); the clock hand is the front.
   std::deque<uint32_t> clock KVTIER_GUARDED_BY(mu);
@@ -604,6 +608,29 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   Status segments_forget(const Hash128& key_hash, size_t base);
   // Removes every segment file of the namespace; `pages` gets how many pages were indexed.
   Status segments_clear(uint64_t* pages);
+  // Segments on an object store (store_segments_objects.cc): written whole, sealed at once.
+  struct WholeSegment {
+    uint32_t id;   // the store's number for it (seg->files)
+    uint32_t seq;  // in its name
+    size_t base;
+    std::vector<size_t> pages;  // indexes into the window's `work`
+    uint64_t end;               // its size: the header and every record
+  };
+  // `count` new segments of this store on base `b`, known to the table (not yet written).
+  std::vector<WholeSegment> new_whole_segments(size_t b, size_t count) KVTIER_EXCLUDES(seg->mu);
+  // Uploads the summary of each of `segs` (its begin entry, `entries`, a seal) side by side.
+  std::vector<Status> write_whole_summaries(std::span<const WholeSegment> segs,
+                                            std::span<const std::vector<segment::Entry>> entries)
+      KVTIER_EXCLUDES(seg->mu);
+  // Reads the summaries of segments `ids` (written whole: others', or all at open) side by
+  // side and applies them to the index in the order they were written; each is then sealed.
+  // One that cannot be read now is left for the next look.
+  void apply_whole_summaries(std::span<const uint32_t> ids, bool at_open) KVTIER_EXCLUDES(seg->mu);
+  // put_window_segments on an object store: each segment of the window one upload.
+  void put_window_whole(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,
+                        size_t k, std::span<Status> out);
+  // segments_forget on an object store: a summary of its own with the remove entry.
+  Status forget_whole(const Hash128& key_hash, size_t base);
   // Capacity for the segment layout: `need` bytes are charged to the ledger, whole
   // reclaimable segments removed (oldest first; one that other stores read gets a second
   // chance) until they fit; with `copy_forward_pages`, the pages of each this store read
@@ -654,8 +681,10 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // returns where that stopped.
   Result<uint64_t> read_summary(size_t b, const std::string& sum_path, uint64_t from,
                                 const std::function<void(const segment::Entry&)>& fn);
-  // Lists base `b`'s segment directory: fn(name) for each summary.
-  Status list_summaries(size_t b, const std::function<void(const std::string&)>& fn);
+  // Lists base `b`'s segment directory: fn(name, size) for each summary (size 0 unless
+  // `with_sizes`).
+  Status list_summaries(size_t b, const std::function<void(const std::string&, uint64_t)>& fn,
+                        bool with_sizes = false);
 
   // Encodes the header of a page being written into `block`: its payload checksum comes from
   // the caller's memory or, for a staged page, from the staging copy made here first (the

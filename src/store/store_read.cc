@@ -436,7 +436,11 @@ void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
       TargetSpec spec;
       {
         MutexLock lock(seg->mu);
-        spec.path = seg->files[p.segment].seg_path;
+        const SegmentFile& f = seg->files[p.segment];
+        spec.path = f.seg_path;
+        // A segment written whole is as large as its summary says (an object store then
+        // opens it without a HEAD; the GET's answer is checked against it).
+        if (seg->whole) spec.expected_size = f.ours ? f.end : f.record_end;
       }
       spec.direct = direct;
       specs.push_back(std::move(spec));
@@ -447,7 +451,7 @@ void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
   // Segments read are marked for other stores' clocks: their access time is set (one call
   // per segment and window; advice only, so a failure is ignored). This store's own reads
   // count per page instead (copy-forward, store_segments_capacity.cc).
-  for (size_t s = 0; s < specs.size(); ++s) {
+  for (size_t s = 0; s < specs.size() && !seg->whole; ++s) {
     if (!opened[s].ok()) continue;
     const struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
     (void)::utimensat(AT_FDCWD, specs[s].path.c_str(), times, 0);

@@ -54,8 +54,9 @@ Status Store::Impl::segments_open() {
   // first open or read of a file this one appended to, its data still dirty here, waited for
   // the metadata server's next tick (up to 5 s with Ceph's defaults; docs/deployment.md). A
   // sync per window and file after the append removed every such wait in a measured run.
-  seg->sync_appends = config.fsync;
-  for (size_t b = 0; b < router.base_count() && !seg->sync_appends; ++b) {
+  seg->whole = config.location.storage_class == StorageClass::kObject;
+  seg->sync_appends = config.fsync && !seg->whole;
+  for (size_t b = 0; b < router.base_count() && !seg->sync_appends && !seg->whole; ++b) {
     seg->sync_appends = on_fuse_filesystem(router.base(b));
   }
   {
@@ -68,11 +69,16 @@ Status Store::Impl::segments_open() {
   return segments_scan();
 }
 
-Status Store::Impl::list_summaries(size_t b, const std::function<void(const std::string&)>& fn) {
-  Status st = agent.list(segment_dir(router, b), ListOptions{}, [&](const ObjectInfo& e) {
-    if (std::optional<std::string> name = segment::name_of_summary(e.name)) fn(*name);
-    return ok_status();
-  });
+Status Store::Impl::list_summaries(size_t b,
+                                   const std::function<void(const std::string&, uint64_t)>& fn,
+                                   bool with_sizes) {
+  Status st = agent.list(segment_dir(router, b), ListOptions{.with_details = with_sizes},
+                         [&](const ObjectInfo& e) {
+                           if (std::optional<std::string> name = segment::name_of_summary(e.name)) {
+                             fn(*name, e.size);
+                           }
+                           return ok_status();
+                         });
   return st.code() == StatusCode::kNotFound ? ok_status() : st;
 }
 
@@ -107,18 +113,19 @@ Status Store::Impl::segments_scan() {
     std::string name;
     uint32_t base;
     uint64_t mtime_ns;
+    uint64_t bytes;
   };
   std::vector<Summary> summaries;
   uint64_t entries = 0;
   for (size_t b = 0; b < router.base_count(); ++b) {
-    Status st = agent.list(segment_dir(router, b), ListOptions{.with_details = true},
-                           [&](const ObjectInfo& e) {
-                             if (std::optional<std::string> n = segment::name_of_summary(e.name)) {
-                               summaries.push_back({*n, static_cast<uint32_t>(b), e.mtime_ns});
-                               entries += e.size / segment::kEntryBytes;
-                             }
-                             return ok_status();
-                           });
+    Status st = agent.list(
+        segment_dir(router, b), ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
+          if (std::optional<std::string> n = segment::name_of_summary(e.name)) {
+            summaries.push_back({*n, static_cast<uint32_t>(b), e.mtime_ns, e.size});
+            entries += e.size / segment::kEntryBytes;
+          }
+          return ok_status();
+        });
     if (st.code() != StatusCode::kNotFound) KVTIER_RETURN_IF_ERROR(st);
   }
   // The latest entry for a key decides. Each summary is in its writer's order; summaries go
@@ -129,6 +136,27 @@ Status Store::Impl::segments_scan() {
     return a.mtime_ns != b.mtime_ns ? a.mtime_ns < b.mtime_ns : a.name < b.name;
   });
   index.reserve(entries);
+  if (seg->whole) {
+    std::vector<uint32_t> ids;
+    MutexLock lock(seg->mu);
+    for (const Summary& s : summaries) {
+      if (seg->by_name.count(s.name) != 0) continue;
+      SegmentFile f;
+      f.name = s.name;
+      f.base = s.base;
+      f.listed_bytes = s.bytes;
+      f.seg_path =
+          segment_dir(router, s.base) + "/" + s.name + std::string(segment::kSegmentSuffix);
+      f.sum_path =
+          segment_dir(router, s.base) + "/" + s.name + std::string(segment::kSummarySuffix);
+      ids.push_back(static_cast<uint32_t>(seg->files.size()));
+      seg->by_name.emplace(s.name, ids.back());
+      seg->files.push_back(std::move(f));
+    }
+    lock.unlock();
+    apply_whole_summaries(ids, /*at_open=*/true);
+    return ok_status();
+  }
   std::vector<PageIndex::Page> run;
   run.reserve(size_t{1} << 16);
   auto flush = [&] {
@@ -196,8 +224,10 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want) {
     SegmentBase& sb = seg->bases[b];
     MutexLock refresh(sb.refresh);
     // New segments change the directory; an unchanged one (older than the clock's coarse
-    // tick, so a file created in the same tick cannot hide) need not be listed again.
-    Result<ObjectInfo> dir = agent.stat(segment_dir(router, b));
+    // tick, so a file created in the same tick cannot hide) need not be listed again. An
+    // object store's prefix has no such time: it is listed.
+    Result<ObjectInfo> dir =
+        seg->whole ? Result<ObjectInfo>(ObjectInfo{}) : agent.stat(segment_dir(router, b));
     const uint64_t mtime = dir.ok() ? dir->mtime_ns : 0;
     const bool settled = mtime != 0 && mtime + 100'000'000 < wall_ns();
     if (!(settled && mtime == sb.dir_mtime)) {
@@ -207,7 +237,18 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want) {
         known_before = seg->files.size();
       }
       std::vector<std::string> names;
-      if (!list_summaries(b, [&](const std::string& n) { names.push_back(n); }).ok()) continue;
+      std::vector<uint64_t> sizes;
+      // Whole summaries are read at the size listed (no HEAD on an object store).
+      if (!list_summaries(
+               b,
+               [&](const std::string& n, uint64_t size) {
+                 names.push_back(n);
+                 sizes.push_back(size);
+               },
+               seg->whole)
+               .ok()) {
+        continue;
+      }
       sb.dir_mtime = mtime;
       MutexLock lock(seg->mu);
       // A segment known before the listing began and missing from it was removed (reclaimed
@@ -224,9 +265,11 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want) {
           any_gone = true;
         }
       }
-      for (const std::string& name : names) {
+      for (size_t n = 0; n < names.size(); ++n) {
+        const std::string& name = names[n];
         if (seg->by_name.count(name) != 0) continue;
         SegmentFile f;
+        f.listed_bytes = sizes[n];
         f.name = name;
         f.base = static_cast<uint32_t>(b);
         f.seg_path = segment_dir(router, b) + "/" + name + std::string(segment::kSegmentSuffix);
@@ -249,10 +292,19 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want) {
         if (f.base == b && !f.ours && !f.sealed) todo.push_back({id, f.sum_path, f.summary_read});
       }
     }
+    if (seg->whole) {
+      std::vector<uint32_t> ids;
+      for (const Todo& t : todo) ids.push_back(t.id);
+      apply_whole_summaries(ids, /*at_open=*/false);
+      continue;
+    }
     for (const Todo& t : todo) {
-      // One stat tells whether it grew (a dead writer's summary never does).
-      Result<ObjectInfo> info = agent.stat(t.path);
-      if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
+      // One stat tells whether it grew (a dead writer's summary never does). A summary
+      // written whole is read once, when it is first listed.
+      if (!seg->whole) {
+        Result<ObjectInfo> info = agent.stat(t.path);
+        if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
+      }
       bool sealed = false;
       uint64_t record_end = 0;
       // A summary is read from its begin entry once; later reads start past it, and a summary
@@ -409,6 +461,10 @@ Status Store::Impl::roll_segment(size_t slot, uint64_t* grown) {
 void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
                                       std::span<const ConstBuffer> pieces, size_t k,
                                       std::span<Status> out, bool relocating) {
+  if (seg->whole) {
+    put_window_whole(keys, pieces, k, out);  // no capacity there: never relocating
+    return;
+  }
   auto work = plan(keys, pieces, k, out);
   if (!relocating) admit(work, out);  // copies forward are pages already taken
   if (work.empty()) return;
@@ -701,6 +757,7 @@ void Store::Impl::sync_records(std::span<const PageWork<ConstBuffer>> work,
 }
 
 Status Store::Impl::segments_forget(const Hash128& key_hash, size_t base) {
+  if (seg->whole) return forget_whole(key_hash, base);
   const segment::Entry e{segment::EntryType::kRemove, 0, key_hash, 0, 0, 0, wall_ns()};
   Status st;
   uint64_t grown = 0;

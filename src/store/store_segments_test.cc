@@ -48,7 +48,7 @@ TEST_F(StoreSegments, LayoutComesFromTheUriOrTheConfig) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(parse_store_uri("/x")->layout, "auto");
   EXPECT_EQ(parse_store_uri("/x?layout=files")->uri(), "file:///x?layout=files");
-  // Memory and object stores keep one object per page.
+  // Memory stores keep one object per page.
   StoreConfig mem;
   mem.location = *parse_store_uri("mem://segments-refused?layout=segments");
   mem.ns = testing::test_namespace();

@@ -222,6 +222,11 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
       i = end + 1;
     }
     loc.storage_class = StorageClass::kObject;
+    // The segment layout's lanes are the store's, not the backend's (deadline_ms is the
+    // S3 client's own here).
+    if (auto it = loc.params.find("segment_lanes"); it != loc.params.end()) {
+      loc.store_params.insert(loc.params.extract(it));
+    }
     loc.bases.push_back(base.empty() ? "/" : base);
     loc.params["bucket"] = bucket;
     if (loc.backend == "auto") loc.backend = "s3";

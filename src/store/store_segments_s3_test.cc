@@ -1,0 +1,309 @@
+// The segment layout on an object store (the behaviour suite runs over it too, as
+// s3_segments): small pages packed into few objects, other stores and restarts finding them
+// through the summaries, a missing or replaced segment a miss for exactly its pages, removes
+// seen by every store, and inspection (stat, verify, gc, clear) working on it. Skipped, with
+// the reason, where the tests' S3 server is not running (scripts/with-s3-server).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "kvtier/backends/builtin.h"
+#include "kvtier/store/inspect.h"
+#include "kvtier/store/store.h"
+#include "object_io.h"
+#include "segment_format.h"
+#include "store_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using testing::PagePool;
+
+constexpr size_t kSmall = 64 * 1024;
+
+class StoreSegmentsS3 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::s3_test_server().available()) {
+      GTEST_SKIP() << testing::s3_test_server().skip_reason;
+    }
+    Result<StoreLocation> loc = parse_store_uri(
+        testing::s3_test_server().uri(dir_.path(), "&layout=segments&segment_lanes=2"));
+    ASSERT_TRUE(loc.ok()) << loc.status().to_string();
+    location_ = *loc;
+    AgentConfig ac;
+    ac.backend = "s3";
+    ac.storage_class = StorageClass::kObject;
+    ac.params = location_.params;
+    ac.registry = &builtin_backends();
+    Result<Agent> agent = Agent::create(ac);
+    ASSERT_TRUE(agent.ok()) << agent.status().to_string();
+    agent_.emplace(std::move(agent).value());
+  }
+
+  std::unique_ptr<Store> open() {
+    StoreConfig cfg;
+    cfg.location = location_;
+    cfg.ns = testing::test_namespace();
+    Result<std::unique_ptr<Store>> s = Store::open(cfg);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+  static std::vector<std::string> keys(size_t first, size_t n) {
+    std::vector<std::string> k;
+    for (size_t i = first; i < first + n; ++i) k.push_back(fmt::format("s3-seg-{}", i));
+    return k;
+  }
+
+  static std::vector<std::string_view> views(const std::vector<std::string>& k) {
+    return {k.begin(), k.end()};
+  }
+
+  // Every object under the location, by name (the key after the last '/') suffix.
+  std::map<std::string, std::vector<ObjectInfo>> objects() {
+    std::map<std::string, std::vector<ObjectInfo>> out;
+    std::vector<std::string> dirs{location_.bases.front()};
+    while (!dirs.empty()) {
+      const std::string d = dirs.back();
+      dirs.pop_back();
+      Status st = agent_->list(d, ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
+        if (e.is_dir) {
+          dirs.push_back(d + "/" + e.name);
+        } else {
+          const size_t dot = e.name.rfind('.');
+          ObjectInfo full = e;
+          full.name = d + "/" + e.name;
+          out[dot == std::string::npos ? "" : e.name.substr(dot)].push_back(std::move(full));
+        }
+        return ok_status();
+      });
+      EXPECT_TRUE(st.ok() || st.code() == StatusCode::kNotFound) << st.to_string();
+    }
+    return out;
+  }
+
+  // Writes pages [first, first + n) (pattern = index) in one batch.
+  void put(Store& s, PagePool& pool, size_t first, size_t n) {
+    std::vector<std::string> k = keys(first, n);
+    std::vector<ConstBuffer> in;
+    for (size_t i = 0; i < n; ++i) {
+      pool.fill(i, kSmall, first + i);
+      in.push_back(pool.in(i, kSmall));
+    }
+    BatchResult r = s.batch_put(views(k), in);
+    ASSERT_TRUE(r.all_ok()) << (r.pages.empty() ? r.status : r.pages[r.ok_prefix()]).to_string();
+  }
+
+  // Reads pages [first, first + n): which came back byte-exact, which missed.
+  std::vector<bool> get(Store& s, PagePool& pool, size_t first, size_t n) {
+    std::vector<std::string> k = keys(first, n);
+    std::vector<MutableBuffer> out;
+    for (size_t i = 0; i < n; ++i) {
+      pool.clear(i);
+      out.push_back(pool.out(i, kSmall));
+    }
+    BatchResult r = s.batch_get(views(k), out);
+    std::vector<bool> hit(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (r.pages[i].ok()) {
+        EXPECT_TRUE(pool.holds(i, kSmall, first + i)) << "page " << first + i << " came back wrong";
+      } else {
+        EXPECT_TRUE(r.pages[i].code() == StatusCode::kNotFound ||
+                    r.pages[i].code() == StatusCode::kCorrupt)
+            << r.pages[i].to_string();
+      }
+      hit[i] = r.pages[i].ok();
+    }
+    return hit;
+  }
+
+  testing::TempDir dir_;
+  StoreLocation location_;
+  std::optional<Agent> agent_;
+};
+
+TEST_F(StoreSegmentsS3, SmallPagesArePackedIntoAFewObjects) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->layout(), StoreLayout::kSegments);
+  PagePool pool(*s, 128, kSmall);
+  put(*s, pool, 0, 128);  // 8 MiB in one window: one segment per lane
+  auto objs = objects();
+  const size_t segs = objs[std::string(segment::kSegmentSuffix)].size();
+  EXPECT_EQ(segs, 2u) << "one object per lane";
+  EXPECT_EQ(objs[std::string(segment::kSummarySuffix)].size(), segs);
+  EXPECT_EQ(objs[""].size(), 0u) << "no page objects";
+  uint64_t seg_bytes = 0;
+  for (const ObjectInfo& o : objs[std::string(segment::kSegmentSuffix)]) seg_bytes += o.size;
+  EXPECT_GE(seg_bytes, 128 * kSmall);
+  EXPECT_LT(seg_bytes, 128 * (kSmall + 4096) + segs * segment::kSegmentHeaderBytes);
+  std::vector<bool> hit = get(*s, pool, 0, 128);
+  EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 128);
+}
+
+TEST_F(StoreSegmentsS3, OtherStoresAndRestartsFindThePages) {
+  auto a = open();
+  auto b = open();  // open before the pages exist: learns of them by listing
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  PagePool pa(*a, 64, kSmall);
+  PagePool pb(*b, 64, kSmall);
+  put(*a, pa, 0, 40);
+  const std::vector<std::string> k = keys(0, 40);
+  EXPECT_EQ(b->batch_exists(views(k)), 40u);
+  std::vector<bool> hit = get(*b, pb, 0, 40);
+  EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 40);
+  a.reset();
+  b.reset();
+  auto c = open();  // a restart: indexed from the summaries alone
+  ASSERT_NE(c, nullptr);
+  PagePool pc(*c, 64, kSmall);
+  EXPECT_EQ(c->stats().pages, 40u);
+  hit = get(*c, pc, 0, 40);
+  EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 40);
+}
+
+TEST_F(StoreSegmentsS3, AMissingSegmentIsAMissForExactlyItsPages) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 64, kSmall);
+  put(*s, pool, 0, 8);  // under 1 MiB: one segment
+  put(*s, pool, 8, 8);  // another
+  Result<std::vector<PageListing>> pages = list_pages(location_);
+  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
+  ASSERT_EQ(pages->size(), 16u);
+  std::set<std::string> segments;
+  for (const PageListing& p : *pages) segments.insert(p.path);
+  ASSERT_EQ(segments.size(), 2u);
+  // The first batch's segment goes (as a bucket's lifecycle rule or another host would).
+  std::string first_seg;
+  const Hash128 key0 = hash128(keys(0, 1).front());
+  for (const PageListing& p : *pages) {
+    if (p.name == key0.hex()) first_seg = p.path;
+  }
+  ASSERT_FALSE(first_seg.empty());
+  KVTIER_ASSERT_OK(agent_->remove(first_seg));
+  {
+    std::vector<bool> hit = get(*s, pool, 0, 16);
+    for (size_t i = 0; i < 16; ++i) EXPECT_EQ(hit[i], i >= 8) << "page " << i;
+  }
+  auto fresh = open();
+  ASSERT_NE(fresh, nullptr);
+  PagePool pf(*fresh, 16, kSmall);
+  std::vector<bool> hit = get(*fresh, pf, 0, 16);
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(hit[i], i >= 8) << "page " << i;
+}
+
+TEST_F(StoreSegmentsS3, AReplacedSegmentIsAMissNeverData) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 16, kSmall);
+  put(*s, pool, 0, 4);
+  put(*s, pool, 4, 4);
+  Result<std::vector<PageListing>> pages = list_pages(location_);
+  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
+  std::map<std::string, uint64_t> seg_size;
+  const auto objs = objects();
+  for (const ObjectInfo& o : objs.at(std::string(segment::kSegmentSuffix))) {
+    seg_size[o.name] = o.size;
+  }
+  const Hash128 k0 = hash128(keys(0, 1).front());
+  const Hash128 k4 = hash128(keys(4, 1).front());
+  std::string seg0, seg4;
+  for (const PageListing& p : *pages) {
+    if (p.name == k0.hex()) seg0 = p.path;
+    if (p.name == k4.hex()) seg4 = p.path;
+  }
+  ASSERT_FALSE(seg0.empty());
+  ASSERT_FALSE(seg4.empty());
+  ASSERT_NE(seg0, seg4);
+  ASSERT_EQ(seg_size.count(seg0), 1u) << seg0;
+  // One replaced by other bytes of the same size, the other by an object of another size.
+  const std::string temp = location_.bases.front() + "/tmp";
+  KVTIER_ASSERT_OK(object_io::write_object(*agent_, seg0, temp, std::string(seg_size[seg0], 'x')));
+  KVTIER_ASSERT_OK(object_io::write_object(*agent_, seg4, temp, std::string(4096, 'y')));
+  std::vector<bool> hit = get(*s, pool, 0, 8);
+  EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 0);
+  auto fresh = open();
+  ASSERT_NE(fresh, nullptr);
+  PagePool pf(*fresh, 8, kSmall);
+  hit = get(*fresh, pf, 0, 8);
+  EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 0);
+}
+
+TEST_F(StoreSegmentsS3, ARemovedPageIsGoneForEveryStore) {
+  auto a = open();
+  ASSERT_NE(a, nullptr);
+  PagePool pa(*a, 8, kSmall);
+  put(*a, pa, 0, 4);
+  KVTIER_ASSERT_OK(a->remove(keys(2, 1).front()));
+  // A store that opens later applies the remove's summary after the put's.
+  auto c = open();
+  ASSERT_NE(c, nullptr);
+  PagePool pc(*c, 8, kSmall);
+  std::vector<bool> hit = get(*c, pc, 0, 4);
+  EXPECT_EQ(hit, (std::vector<bool>{true, true, false, true}));
+  hit = get(*a, pa, 0, 4);
+  EXPECT_EQ(hit, (std::vector<bool>{true, true, false, true}));
+}
+
+TEST_F(StoreSegmentsS3, StatVerifyGcAndClearWorkOnIt) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 32, kSmall);
+  put(*s, pool, 0, 24);
+  Result<Inventory> inv = take_inventory(location_);
+  ASSERT_TRUE(inv.ok()) << inv.status().to_string();
+  ASSERT_EQ(inv->namespaces.size(), 1u);
+  EXPECT_EQ(inv->namespaces[0].pages, 24u);
+  EXPECT_GE(inv->namespaces[0].segments, 1u);
+  Result<VerifyReport> v = verify_store(location_);
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->pages, 24u);
+  EXPECT_EQ(v->intact, 24u);
+  EXPECT_TRUE(v->problems.empty());
+  // gc: the 8 least recently written pages go; every store then misses them.
+  Result<std::vector<PageListing>> pages = list_pages(location_);
+  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
+  ASSERT_EQ(pages->size(), 24u);
+  std::vector<PageListing> oldest;
+  std::set<std::string> gone;
+  for (size_t i = 0; i < 8; ++i) {
+    oldest.push_back((*pages)[i]);
+    gone.insert((*pages)[i].name);
+  }
+  Result<RemovalReport> removed = remove_pages(location_, oldest);
+  ASSERT_TRUE(removed.ok()) << removed.status().to_string();
+  EXPECT_EQ(removed->pages, 8u);
+  KVTIER_EXPECT_OK(removed->first_error);
+  auto fresh = open();
+  ASSERT_NE(fresh, nullptr);
+  PagePool pf(*fresh, 24, kSmall);
+  std::vector<bool> hit = get(*fresh, pf, 0, 24);
+  const std::vector<std::string> k = keys(0, 24);
+  for (size_t i = 0; i < 24; ++i) {
+    EXPECT_EQ(hit[i], gone.count(hash128(k[i]).hex()) == 0) << "page " << i;
+  }
+  // clear: nothing left, for this store and any other.
+  KVTIER_ASSERT_OK(s->clear());
+  EXPECT_EQ(objects()[std::string(segment::kSegmentSuffix)].size(), 0u);
+  auto after = open();
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->batch_exists(views(k)), 0u);
+  EXPECT_EQ(fresh->batch_exists(views(k)), 0u);
+}
+
+TEST_F(StoreSegmentsS3, CapacityIsRefusedAsForPageObjects) {
+  StoreConfig cfg;
+  cfg.location = location_;
+  cfg.ns = testing::test_namespace();
+  cfg.capacity_bytes = 1 << 30;
+  EXPECT_EQ(Store::open(cfg).status().code(), StatusCode::kUnsupported);
+}
+
+}  // namespace
+}  // namespace kvtier
