@@ -14,7 +14,12 @@ Needs the server's variables (tests/s3/server.sh start prints them):
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
 
   bench/s3_compare.py [--sizes 1048576,4194304] [--pages 128] [--reps 3] [--parallel 32]
+      [--layout files|segments] [--curl-object-bytes N]
       [--baseline OTHER_KVTIER_BINARY] [--baseline-query '&loops=1']
+
+--layout segments packs kvtier's pages into segment objects (layout=segments); with
+--curl-object-bytes N curl moves the same bytes as objects of N bytes (e.g. 64 KiB pages
+packed, against curl moving 1 MiB objects).
 
 --baseline runs another kvtier binary (an earlier build) in the same rounds, in turn with
 the others, and prints its GB/s and the ratio of this build to it. --baseline-query appends
@@ -103,6 +108,11 @@ def main():
     ap.add_argument("--pages", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--parallel", type=int, default=32)
+    ap.add_argument("--layout", default="files", choices=["files", "segments"],
+                    help="kvtier's layout on the bucket (segments: small pages packed)")
+    ap.add_argument("--curl-object-bytes", type=int, default=0,
+                    help="curl moves the same bytes as objects of this size (default: the page "
+                         "size)")
     ap.add_argument("--baseline", default=None, help="another kvtier binary to run beside")
     ap.add_argument("--baseline-query", default="",
                     help="URI parameters for the baseline side, e.g. '&loops=1'")
@@ -116,11 +126,11 @@ def main():
     region = env("KVTIER_TEST_S3_REGION", "us-east-1")
     env("AWS_ACCESS_KEY_ID")
     env("AWS_SECRET_ACCESS_KEY")
-    uri = f"s3://{bucket}/s3-compare?endpoint={endpoint}&region={region}"
+    uri = f"s3://{bucket}/s3-compare?endpoint={endpoint}&region={region}&layout={args.layout}"
     baseline = args.baseline or (KVTIER if args.baseline_query else None)
     print(f"kvtier vs curl --parallel-max {args.parallel} against {endpoint} "
-          f"({os.cpu_count()} CPUs); {args.pages} objects per round, median (min-max) of "
-          f"{args.reps}" + (f"; baseline: {baseline} {args.baseline_query}" if baseline else "") +
+          f"({os.cpu_count()} CPUs); {args.pages} pages per round (kvtier layout "
+          f"{args.layout}), median (min-max) of {args.reps}" + (f"; baseline: {baseline} {args.baseline_query}" if baseline else "") +
           "\n")
     print(f"{'object':>10} {'op':>4} {'kvtier GB/s':>22} {'curl GB/s':>22} {'ratio':>6}" +
           f" {'CPU s/GB kvtier':>15} {'curl':>5}" +
@@ -129,12 +139,15 @@ def main():
     for size in (int(s) for s in args.sizes.split(",")):
         sides = {"kvtier": ([], [], [], []), "curl": ([], [], [], []),
                  "baseline": ([], [], [], [])}
+        # curl moves the same bytes, as objects of the page size or --curl-object-bytes.
+        curl_size = args.curl_object_bytes or size
+        curl_objects = max(1, args.pages * size // curl_size)
         with tempfile.TemporaryDirectory(dir=shm) as tmp:
             files = []
-            for i in range(args.pages):
+            for i in range(curl_objects):
                 path = os.path.join(tmp, str(i))
                 with open(path, "wb") as f:
-                    f.write(os.urandom(size))
+                    f.write(os.urandom(curl_size))
                 files.append(path)
             kvtier_round(uri, size, args.pages, args.parallel)  # warm-up, discarded
             names = ["kvtier", "curl"] + (["baseline"] if baseline else [])
@@ -147,8 +160,8 @@ def main():
                         got = kvtier_round(uri + args.baseline_query, size, args.pages,
                                            args.parallel, baseline)
                     else:
-                        got = curl_round(endpoint, bucket, region, f"curl-{size}", files, size,
-                                         args.parallel)
+                        got = curl_round(endpoint, bucket, region, f"curl-{curl_size}", files,
+                                         curl_size, args.parallel)
                     for column, value in zip(sides[which], got):
                         column.append(value)
         kv, cu, base = sides["kvtier"], sides["curl"], sides["baseline"]

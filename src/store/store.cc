@@ -136,12 +136,15 @@ Status resolve_guard_params(StoreConfig& cfg) {
 
 // What layout=auto resolves to. A namespace that already holds page files keeps the files
 // layout (its pages stay readable); one that holds segments keeps segments; an empty one gets
-// segments when its pages are below kAutoSegmentsBelow (fixed by the namespace, or the
-// caller's page_bytes when its pieces differ in size), files otherwise.
+// segments when its pages are below kAutoSegmentsBelow (kAutoObjectSegmentsBelow on an
+// object store; fixed by the namespace, or the caller's page_bytes when its pieces differ in
+// size), files otherwise.
 Result<Store::Impl::AutoLayout> Store::Impl::choose_layout() {
-  if (config.location.storage_class != StorageClass::kFile) {
-    return AutoLayout{StoreLayout::kFiles, "not a FILE store: one object per page"};
+  if (config.location.storage_class == StorageClass::kMemory) {
+    return AutoLayout{StoreLayout::kFiles, "memory: one object per page"};
   }
+  const bool object = config.location.storage_class == StorageClass::kObject;
+  const uint64_t below = object ? kAutoObjectSegmentsBelow : kAutoSegmentsBelow;
   // The first page file found ends the walk (a sentinel status, never returned).
   bool page_files = false;
   for (size_t b = 0; b < router.base_count() && !page_files; ++b) {
@@ -174,12 +177,13 @@ Result<Store::Impl::AutoLayout> Store::Impl::choose_layout() {
   if (page == 0) {
     return AutoLayout{StoreLayout::kFiles, "page size unknown (pieces of unequal sizes)"};
   }
-  if (page < kAutoSegmentsBelow) {
+  const std::string_view where = object ? " on an object store" : "";
+  if (page < below) {
     return AutoLayout{StoreLayout::kSegments,
-                      fmt::format("pages of {} B, below {} MiB", page, kAutoSegmentsBelow >> 20)};
+                      fmt::format("pages of {} B, below {} MiB{}", page, below >> 20, where)};
   }
   return AutoLayout{StoreLayout::kFiles,
-                    fmt::format("pages of {} B, {} MiB or more", page, kAutoSegmentsBelow >> 20)};
+                    fmt::format("pages of {} B, {} MiB or more{}", page, below >> 20, where)};
 }
 
 Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {

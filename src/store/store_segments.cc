@@ -299,12 +299,9 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want) {
       continue;
     }
     for (const Todo& t : todo) {
-      // One stat tells whether it grew (a dead writer's summary never does). A summary
-      // written whole is read once, when it is first listed.
-      if (!seg->whole) {
-        Result<ObjectInfo> info = agent.stat(t.path);
-        if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
-      }
+      // One stat tells whether it grew (a dead writer's summary never does).
+      Result<ObjectInfo> info = agent.stat(t.path);
+      if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
       bool sealed = false;
       uint64_t record_end = 0;
       // A summary is read from its begin entry once; later reads start past it, and a summary

@@ -297,6 +297,41 @@ TEST_F(StoreSegmentsS3, StatVerifyGcAndClearWorkOnIt) {
   EXPECT_EQ(fresh->batch_exists(views(k)), 0u);
 }
 
+TEST_F(StoreSegmentsS3, AutoPacksPagesBelowOneMiB) {
+  auto open_auto = [&](const std::string& prefix, std::string_view query, uint64_t piece) {
+    StoreConfig cfg;
+    cfg.location = *parse_store_uri(testing::s3_test_server().uri(dir_.file(prefix), query));
+    cfg.ns = testing::test_namespace();
+    cfg.ns.piece_bytes = piece;
+    Result<std::unique_ptr<Store>> s = Store::open(cfg);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(s).value() : nullptr;
+  };
+  auto small = open_auto("small", "", 256 * 1024);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->layout(), StoreLayout::kSegments);
+  EXPECT_EQ(small->stats().layout,
+            "segments (auto: pages of 262144 B, below 1 MiB on an object store)");
+  auto large = open_auto("large", "", 1 << 20);
+  ASSERT_NE(large, nullptr);
+  EXPECT_EQ(large->layout(), StoreLayout::kFiles);
+  // A namespace that holds page objects keeps them readable: it stays with files.
+  {
+    auto files = open_auto("held", "&layout=files", 256 * 1024);
+    ASSERT_NE(files, nullptr);
+    PagePool pool(*files, 1, 256 * 1024);
+    pool.fill(0, 256 * 1024, 5);
+    KVTIER_ASSERT_OK(files->put("held-page", pool.slot(0), 256 * 1024));
+  }
+  auto held = open_auto("held", "", 256 * 1024);
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(held->layout(), StoreLayout::kFiles);
+  EXPECT_EQ(held->stats().layout, "files (auto: the namespace already holds page files)");
+  PagePool pool(*held, 1, 256 * 1024);
+  KVTIER_ASSERT_OK(held->get("held-page", pool.slot(0), 256 * 1024));
+  EXPECT_TRUE(pool.holds(0, 256 * 1024, 5));
+}
+
 TEST_F(StoreSegmentsS3, CapacityIsRefusedAsForPageObjects) {
   StoreConfig cfg;
   cfg.location = location_;

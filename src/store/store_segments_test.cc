@@ -115,7 +115,7 @@ TEST_F(StoreSegments, AutoPicksSegmentsForSmallPagesOnly) {
   Result<std::unique_ptr<Store>> m = Store::open(mem);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_EQ((*m)->layout(), StoreLayout::kFiles);
-  EXPECT_EQ((*m)->stats().layout, "files (auto: not a FILE store: one object per page)");
+  EXPECT_EQ((*m)->stats().layout, "files (auto: memory: one object per page)");
 }
 
 // A namespace keeps the layout it holds: page files written before auto chose segments stay

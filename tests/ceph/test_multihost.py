@@ -139,7 +139,14 @@ class Location:
 
     @property
     def segments(self):
+        """The segment layout on CephFS (its files can be counted on the mounts)."""
         return self.kind == "file-segments"
+
+    @property
+    def indexed(self):
+        """A segment layout, on CephFS or radosgw: other hosts' pages are found through their
+        summaries (one refresh), not a stat or HEAD per page."""
+        return self.kind in ("file-segments", "s3-segments")
 
     def path(self, host):
         """The store's directory on `host`'s mount (FILE kinds)."""
@@ -154,8 +161,9 @@ class Location:
         if self.kind == "file-segments":
             return f"file://{self.path(host)}?layout=segments{extra}"
         c = self.cluster
+        layout = "segments" if self.kind == "s3-segments" else "files"
         q = (f"endpoint={c['KVTIER_CEPH_S3_ENDPOINT']}&region={c['KVTIER_CEPH_S3_REGION']}"
-             f"&deadline_ms={S3_DEADLINE_MS}")
+             f"&deadline_ms={S3_DEADLINE_MS}&layout={layout}")
         if self.query:
             q += "&" + self.query
         return f"s3://{c['KVTIER_CEPH_S3_BUCKET']}/{self.name}?{q}"
@@ -215,8 +223,9 @@ def segment_files(root):
 
 
 # "file": a file per page (file://DIR?layout=files); "file-segments": the segment layout
-# (file://DIR?layout=segments) on the same CephFS.
-KINDS = ["file", "file-segments", "s3"]
+# (file://DIR?layout=segments) on the same CephFS; "s3": an object per page on radosgw
+# (layout=files); "s3-segments": pages packed into segment objects (layout=segments).
+KINDS = ["file", "file-segments", "s3", "s3-segments"]
 FILE_KINDS = ("file", "file-segments")
 
 
@@ -245,7 +254,7 @@ def test_a_prefix_written_on_one_host_is_a_hit_on_the_others(cluster, hosts, kin
         assert e["batch_exists"] == 32 and e["exists"] == [True] * 32
         assert h.call("get", name="s", keys=ks, writers=["a"])["got"] == ["a"] * 32
         stats = h.call("stats", name="s")["stats"]
-        if loc.segments:
+        if loc.indexed:
             # Found through A's summary by one refresh, the batch_exists call's; every later
             # exists and get is answered by the index.
             assert stats["index_stats"] - asked[h.name] == 1 and stats["pages"] == 32, stats

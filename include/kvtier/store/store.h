@@ -84,19 +84,25 @@ std::string_view direct_io_name(DirectIo mode);
 // "off", "auto" or "on".
 Result<DirectIo> parse_direct_io(std::string_view text);
 
-// How a FILE store lays its pages out (docs/format.md, docs/architecture.md):
-//   kFiles     one file per page, published by rename/linkat.
+// How a FILE or object store lays its pages out (docs/format.md, docs/architecture.md):
+//   kFiles     one file (object) per page, published by rename/linkat (a PUT).
 //   kSegments  pages appended as records to large segment files, each writer process to its
-//              own; an index of summaries finds them. No file is created per page.
-// "auto" (the default: StoreConfig::layout, the URI) keeps the layout a FILE namespace already
+//              own; an index of summaries finds them. No file is created per page. On an
+//              object store each put window's records are uploaded as whole segments (one
+//              per lane), each then sealed by its summary.
+// "auto" (the default: StoreConfig::layout, the URI) keeps the layout a namespace already
 // holds (page files first: they stay readable), and on an empty namespace picks kSegments for
-// pages below kAutoSegmentsBelow (piece_bytes x pieces_per_page, or StoreConfig::page_bytes
-// where the pieces differ in size), with or without fsync; kFiles otherwise and for object
-// and memory stores. StoreStats::layout says which and why (docs/benchmarks.md: segments
-// write 27x faster than page files at 64 KiB, 4.6-5x at 1 MiB, 1.7x at 2 MiB, and read as
-// fast or faster; from 4 MiB on the two are even, within this VM's noise).
+// pages below kAutoSegmentsBelow on FILE, kAutoObjectSegmentsBelow on an object store
+// (piece_bytes x pieces_per_page, or StoreConfig::page_bytes where the pieces differ in
+// size), with or without fsync; kFiles otherwise and for memory stores. StoreStats::layout
+// says which and why (docs/benchmarks.md: segments write 27x faster than page files at 64 KiB,
+// 4.6-5x at 1 MiB, 1.7x at 2 MiB, and read as fast or faster; from 4 MiB on the two are even,
+// within this VM's noise; on S3, packed 256 KiB pages read 2.4-3x faster than page objects).
 enum class StoreLayout : uint8_t { kFiles, kSegments };
 inline constexpr uint64_t kAutoSegmentsBelow = uint64_t{4} << 20;
+// The same on an object store, where a page object costs a request and a segment's records
+// are read back in ranged GETs of 1 MiB: pages below this are packed.
+inline constexpr uint64_t kAutoObjectSegmentsBelow = uint64_t{1} << 20;
 std::string_view store_layout_name(StoreLayout layout);
 // "files" or "segments" ("auto" is resolved by Store::open).
 Result<StoreLayout> parse_store_layout(std::string_view text);

@@ -395,7 +395,8 @@ std::vector<ParamSpec> s3_backend_params() {
           {"deadline_ms", ParamType::kUnsigned},
           {"connect_timeout_ms", ParamType::kUnsigned},
           {"multipart_bytes", ParamType::kUnsigned},
-          {"part_bytes", ParamType::kUnsigned}};
+          {"part_bytes", ParamType::kUnsigned},
+          {"get_bytes", ParamType::kUnsigned}};
 }
 
 Result<std::unique_ptr<Backend>> create_s3_backend(const BackendParams& params) {
@@ -438,9 +439,10 @@ Result<std::unique_ptr<Backend>> create_s3_backend(const BackendParams& params) 
   KVTIER_ASSIGN_OR_RETURN(o.multipart_bytes,
                           param_u64(params, "multipart_bytes", uint64_t{64} << 20));
   KVTIER_ASSIGN_OR_RETURN(o.part_bytes, param_u64(params, "part_bytes", uint64_t{16} << 20));
-  if (parallel == 0 || loops == 0 || attempts == 0 || deadline_ms == 0) {
+  KVTIER_ASSIGN_OR_RETURN(o.get_bytes, param_u64(params, "get_bytes", uint64_t{1} << 20));
+  if (parallel == 0 || loops == 0 || attempts == 0 || deadline_ms == 0 || o.get_bytes == 0) {
     return invalid_argument_error(
-        "s3: max_parallel, loops, max_attempts and deadline_ms must be > 0");
+        "s3: max_parallel, loops, max_attempts, deadline_ms and get_bytes must be > 0");
   }
   if (o.part_bytes < s3::kMinPartBytes) {
     return invalid_argument_error(fmt::format("s3: part_bytes {} is below S3's minimum of {}",

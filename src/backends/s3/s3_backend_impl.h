@@ -89,6 +89,10 @@ struct Options {
   std::chrono::milliseconds deadline{10000};
   uint64_t multipart_bytes = uint64_t{64} << 20;
   uint64_t part_bytes = uint64_t{16} << 20;
+  // Adjacent descriptors of a read go out as ranged GETs of about this many bytes (cut at a
+  // descriptor's edge), side by side: one GET per packed record would pay a round trip per
+  // small page, one GET for a whole segment would move it on one connection.
+  uint64_t get_bytes = uint64_t{1} << 20;
 };
 
 // The backend. Management calls (open, stat, list, remove) run their requests on the client and

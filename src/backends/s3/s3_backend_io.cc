@@ -67,13 +67,14 @@ void S3Backend::submit(IoBatch& batch) {
       jobs.push_back(std::move(job));
       continue;
     }
-    // Reads: one ranged GET per contiguous run.
+    // Reads: one ranged GET per contiguous run of about get_bytes.
     for (size_t k = 0; k < idx.size();) {
       auto job = std::make_shared<Job>();
       job->key = t->key();
       uint64_t end = descs[idx[k]].offset;
       const uint64_t start = end;
-      while (k < idx.size() && descs[idx[k]].offset == end) {
+      while (k < idx.size() && descs[idx[k]].offset == end &&
+             (end == start || end - start < options_.get_bytes)) {
         job->descs.push_back(idx[k]);
         end += descs[idx[k]].length;
         ++k;

@@ -307,7 +307,11 @@ class S3Backend : public ::testing::Test {
   StoreLocation location(std::string_view extra = {}, std::string endpoint = {}) {
     testing::S3TestServer s = testing::s3_test_server();
     if (!endpoint.empty()) s.endpoint = std::move(endpoint);
-    Result<StoreLocation> loc = parse_store_uri(s.uri(dir_.path(), extra));
+    // Page objects unless the test asks for segments (layout=auto would pack small pages).
+    const std::string query = extra.find("layout=") == std::string_view::npos
+                                  ? "&layout=files" + std::string(extra)
+                                  : std::string(extra);
+    Result<StoreLocation> loc = parse_store_uri(s.uri(dir_.path(), query));
     EXPECT_TRUE(loc.ok()) << loc.status().to_string();
     return *loc;
   }
@@ -481,6 +485,55 @@ TEST_F(S3Backend, AReadOfAStoredPageIsOneRoundTrip) {
   KVTIER_EXPECT_OK(store->get(keys[0], pool.slot(8), kPage));
   EXPECT_TRUE(pool.holds(8, kPage, 40));
   EXPECT_EQ(store->stats().get_corrupt, 0u);
+}
+
+// Small pages packed (layout=segments): a batch is one upload of its segment and one of its
+// summary, and reading it back costs a ranged GET per get_bytes (1 MiB) of adjacent records,
+// not one per page, with no HEAD; a store opening later learns them with a LIST and a GET of
+// each summary at the size listed.
+TEST_F(S3Backend, PackedSmallPagesCostARequestPerMiB) {
+  FaultProxy proxy(testing::s3_test_server().endpoint);
+  const StoreLocation loc = location("&layout=segments&segment_lanes=1", proxy.endpoint());
+  auto store = testing::open_store(loc, testing::test_namespace());
+  ASSERT_NE(store, nullptr);
+  constexpr size_t kPage = 65536;
+  constexpr size_t kPages = 64;  // 4 MiB
+  PagePool pool(*store, 2 * kPages, kPage);
+  std::vector<std::string> keys;
+  std::vector<ConstBuffer> in;
+  std::vector<MutableBuffer> back;
+  for (size_t i = 0; i < kPages; ++i) {
+    keys.push_back(fmt::format("packed-{}", i));
+    pool.fill(i, kPage, 70 + i);
+    in.push_back(pool.in(i, kPage));
+    back.push_back(pool.out(kPages + i, kPage));
+  }
+  const int64_t puts = proxy.requests("PUT");
+  ASSERT_TRUE(store->batch_put(testing::views(keys), in).all_ok());
+  EXPECT_EQ(proxy.requests("PUT"), puts + 2) << "the segment and its summary";
+  const int64_t heads = proxy.requests("HEAD"), gets = proxy.requests("GET");
+  BatchResult r = store->batch_get(testing::views(keys), back);
+  ASSERT_TRUE(r.all_ok()) << r.status.to_string();
+  for (size_t i = 0; i < kPages; ++i) EXPECT_TRUE(pool.holds(kPages + i, kPage, 70 + i)) << i;
+  EXPECT_EQ(proxy.requests("HEAD"), heads);
+  EXPECT_GE(proxy.requests("GET"), gets + 4);
+  EXPECT_LE(proxy.requests("GET"), gets + 5);
+
+  // What opening a store costs in HEADs alone (its namespace's manifest and generation),
+  // measured on an empty namespace; a store opening where the pages are pays no more.
+  int64_t before = proxy.requests("HEAD");
+  ASSERT_NE(testing::open_store(loc, testing::test_namespace("empty-model")), nullptr);
+  const int64_t open_heads = proxy.requests("HEAD") - before;
+  before = proxy.requests("HEAD");
+  auto later = testing::open_store(loc, testing::test_namespace());
+  ASSERT_NE(later, nullptr);
+  PagePool other(*later, kPages, kPage);
+  std::vector<MutableBuffer> into;
+  for (size_t i = 0; i < kPages; ++i) into.push_back(other.out(i, kPage));
+  r = later->batch_get(testing::views(keys), into);
+  ASSERT_TRUE(r.all_ok()) << r.status.to_string();
+  for (size_t i = 0; i < kPages; ++i) EXPECT_TRUE(other.holds(i, kPage, 70 + i)) << i;
+  EXPECT_EQ(proxy.requests("HEAD") - before, open_heads) << "summaries are read at the size listed";
 }
 
 TEST_F(S3Backend, MultipartUploadsOfLargePages) {
