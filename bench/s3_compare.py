@@ -7,7 +7,9 @@ verified) and one curl process moving the same number of objects of the same siz
 from files in memory (/dev/shm) and GET to /dev/null. Rounds alternate which goes first;
 medians (min-max) of --reps rounds, and the ratio kvtier/curl; then the CPU seconds each side
 spent per GB moved (medians; kvtier's from its own accounting of each phase, curl's from the
-rusage of its processes). The S3 server runs on the same machine and is counted on neither side.
+rusage of its processes). The S3 server runs on the same machine and is counted on neither side;
+its own CPU seconds per GB while each side runs (radosgw, ceph-osd and ceph-mon, from /proc) are
+printed beside, so a gap can be placed on the client or on the server.
 
 Needs the server's variables (tests/s3/server.sh start prints them):
   KVTIER_TEST_S3_ENDPOINT, KVTIER_TEST_S3_BUCKET, [KVTIER_TEST_S3_REGION],
@@ -50,20 +52,52 @@ def env(name, default=None):
 
 
 def kvtier_round(uri, size, pages, parallel, binary=KVTIER):
+    s0, w0 = server_cpu(), time.perf_counter()
     out = subprocess.run([binary, "bench", "--uri", f"{uri}&max_parallel={parallel}",
                           "--page-bytes", str(size), "--pages", str(pages), "--batch", "128",
                           "--json"], check=True, stdout=subprocess.PIPE, text=True).stdout
     j = json.loads(out)
     if not j["verified"]:
         sys.exit(f"kvtier bench did not verify: {out}")
+    # The server's CPU over the whole run (PUT, GET and the bench's own removes), per GB
+    # moved each way: the bench runs both phases in one process.
+    server = server_load(s0, w0, 2 * pages * size / 1e9)
     # CPU per GB: older builds' JSON lacks it (None)
     return (j["write_gbps"], j["read_gbps"], j.get("write", {}).get("cpu_s_per_gb"),
-            j.get("read", {}).get("cpu_s_per_gb"))
+            j.get("read", {}).get("cpu_s_per_gb"), *server)
 
 
 def children_cpu():
     u = resource.getrusage(resource.RUSAGE_CHILDREN)
     return u.ru_utime + u.ru_stime
+
+
+SERVER_PROCESSES = ("radosgw", "ceph-osd", "ceph-mon", "swift-proxy-ser", "swift-object-se")
+
+
+def server_cpu():
+    """CPU seconds (all threads) of the local S3 server's processes, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() not in SERVER_PROCESSES:
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
+def server_load(before, started, moved_gb):
+    """The server's CPU seconds since `before` per GB moved, and the cores it kept busy."""
+    cpu = server_cpu() - before
+    return cpu / moved_gb, cpu / (time.perf_counter() - started)
 
 
 def curl_round(endpoint, bucket, region, prefix, files, size, parallel):
@@ -80,7 +114,8 @@ def curl_round(endpoint, bucket, region, prefix, files, size, parallel):
     for u in urls:
         get += ["-o", "/dev/null", u]
     quiet = {"check": True, "stdout": subprocess.DEVNULL}
-    c0, t0 = children_cpu(), time.perf_counter()
+    s0 = server_cpu()
+    c0, t0 = children_cpu(), time.perf_counter()  # the server's load: from t0 to the removes' end
     subprocess.run(put, **quiet)
     c1, t1 = children_cpu(), time.perf_counter()
     subprocess.run(get, **quiet)
@@ -90,7 +125,8 @@ def curl_round(endpoint, bucket, region, prefix, files, size, parallel):
         delete += ["-X", "DELETE", "-o", "/dev/null", u]
     subprocess.run(delete, **quiet)
     moved = len(files) * size / 1e9
-    return moved / (t1 - t0), moved / (t2 - t1), (c1 - c0) / moved, (c2 - c1) / moved
+    return (moved / (t1 - t0), moved / (t2 - t1), (c1 - c0) / moved, (c2 - c1) / moved,
+            *server_load(s0, t0, 2 * moved))
 
 
 def fmt(xs):
@@ -132,13 +168,15 @@ def main():
           f"({os.cpu_count()} CPUs); {args.pages} pages per round (kvtier layout "
           f"{args.layout}), median (min-max) of {args.reps}" + (f"; baseline: {baseline} {args.baseline_query}" if baseline else "") +
           "\n")
+    print("server CPU: the S3 server's CPU seconds over a whole round (PUT, GET, removes) per GB "
+          "moved each way, and the cores it kept busy (CPU seconds / the round's wall seconds)\n")
     print(f"{'object':>10} {'op':>4} {'kvtier GB/s':>22} {'curl GB/s':>22} {'ratio':>6}" +
-          f" {'CPU s/GB kvtier':>15} {'curl':>5}" +
+          f" {'CPU s/GB kvtier':>15} {'curl':>5} {'server CPU kvtier':>17} {'curl':>5}"
+          f" {'cores':>5} {'curl':>5}" +
           (f" {'baseline GB/s':>22} {'/base':>6} {'base CPU':>8}" if baseline else ""))
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     for size in (int(s) for s in args.sizes.split(",")):
-        sides = {"kvtier": ([], [], [], []), "curl": ([], [], [], []),
-                 "baseline": ([], [], [], [])}
+        sides = {name: ([], [], [], [], [], []) for name in ("kvtier", "curl", "baseline")}
         # curl moves the same bytes, as objects of the page size or --curl-object-bytes.
         curl_size = args.curl_object_bytes or size
         curl_objects = max(1, args.pages * size // curl_size)
@@ -171,8 +209,10 @@ def main():
             if baseline:
                 to_base = statistics.median(kv[i]) / statistics.median(base[i])
                 extra = f" {fmt(base[i]):>22} {to_base:6.2f} {med(base[i + 2]):>8}"
+            server = (f" {med(kv[4]):>17} {med(cu[4]):>5} {med(kv[5]):>5} {med(cu[5]):>5}"
+                      if op == "PUT" else " " * 36)
             print(f"{size:>10} {op:>4} {fmt(kv[i]):>22} {fmt(cu[i]):>22} {ratio:6.2f}"
-                  f" {med(kv[i + 2]):>15} {med(cu[i + 2]):>5}{extra}", flush=True)
+                  f" {med(kv[i + 2]):>15} {med(cu[i + 2]):>5}{server}{extra}", flush=True)
 
 
 if __name__ == "__main__":
