@@ -22,6 +22,12 @@ constexpr size_t kAppendBufBytes = 256 * segment::kEntryBytes;
 constexpr size_t kReadBufBytes = size_t{1} << 20;
 // Lanes when StoreConfig::segment_lanes is 0: one per hardware thread, at most this many.
 constexpr size_t kMaxAutoLanes = 4;
+// On an object store, lanes when StoreConfig::segment_lanes is 0: a put window goes up as about
+// this many segment objects side by side (each at least 1 MiB, store_segments_objects.cc).
+// Uploads, not the client's cores, are what runs in parallel there: on radosgw, 64 KiB pages
+// in windows of 8 MiB put 1.62x faster as 8 segments of 1 MiB than as 2 of 4 MiB
+// (docs/benchmarks.md, "Object store").
+constexpr size_t kAutoObjectLanes = 8;
 // A put window goes out in runs of about this many bytes, each written in one request.
 constexpr uint64_t kWriteChunkBytes = 1 << 20;
 
@@ -47,14 +53,18 @@ Status Store::Impl::segments_open() {
     KVTIER_ASSIGN_OR_RETURN(sb.read_reg,
                             agent.register_memory(sb.read_buf.data(), sb.read_buf.size()));
   }
-  seg->lanes = config.segment_lanes != 0
-                   ? config.segment_lanes
-                   : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kMaxAutoLanes);
+  seg->whole = config.location.storage_class == StorageClass::kObject;
+  if (config.segment_lanes != 0) {
+    seg->lanes = config.segment_lanes;
+  } else if (seg->whole) {
+    seg->lanes = kAutoObjectLanes;
+  } else {
+    seg->lanes = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kMaxAutoLanes);
+  }
   // On a FUSE filesystem (ceph-fuse) appends are synced even without fsync: another host's
   // first open or read of a file this one appended to, its data still dirty here, waited for
   // the metadata server's next tick (up to 5 s with Ceph's defaults; docs/deployment.md). A
   // sync per window and file after the append removed every such wait in a measured run.
-  seg->whole = config.location.storage_class == StorageClass::kObject;
   seg->sync_appends = config.fsync && !seg->whole;
   for (size_t b = 0; b < router.base_count() && !seg->sync_appends && !seg->whole; ++b) {
     seg->sync_appends = on_fuse_filesystem(router.base(b));

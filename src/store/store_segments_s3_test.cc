@@ -145,6 +145,30 @@ TEST_F(StoreSegmentsS3, SmallPagesArePackedIntoAFewObjects) {
   EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 128);
 }
 
+// Unless segment_lanes says otherwise, an object store's window goes up as 8 segments side
+// by side (each at least 1 MiB), whatever the client's cores: uploads are what runs in
+// parallel there.
+TEST_F(StoreSegmentsS3, ByDefaultAWindowGoesUpAsEightSegmentsOfAtLeastOneMiB) {
+  Result<StoreLocation> loc =
+      parse_store_uri(testing::s3_test_server().uri(dir_.path(), "&layout=segments"));
+  ASSERT_TRUE(loc.ok()) << loc.status().to_string();
+  location_ = *loc;
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 128, kSmall);
+  put(*s, pool, 0, 128);  // 8 MiB in one window
+  auto objs = objects();
+  const std::vector<ObjectInfo>& segs = objs[std::string(segment::kSegmentSuffix)];
+  EXPECT_EQ(segs.size(), 8u);
+  for (const ObjectInfo& o : segs) EXPECT_GE(o.size, uint64_t{1} << 20) << o.name;
+  put(*s, pool, 128, 8);  // 512 KiB: one segment, not eight of 64 KiB
+  EXPECT_EQ(objects()[std::string(segment::kSegmentSuffix)].size(), 9u);
+  std::vector<bool> hit = get(*s, pool, 0, 128);
+  EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 128);
+  hit = get(*s, pool, 128, 8);
+  EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 8);
+}
+
 TEST_F(StoreSegmentsS3, OtherStoresAndRestartsFindThePages) {
   auto a = open();
   auto b = open();  // open before the pages exist: learns of them by listing
