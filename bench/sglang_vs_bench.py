@@ -28,7 +28,12 @@ the data's size of memory (plus 256 MiB); --no-warm-memory skips the latter.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_vs_bench.py [--dir DIR] [--reps 3]
       [--mib 512] [--layouts files,segments] [--shapes llama-ps1,...] [--kvtier build/bin/kvtier]
-      [--baseline REV] [--no-warm-memory]
+      [--baseline REV] [--no-warm-memory] [--uri 's3://BUCKET/PREFIX?endpoint=...']
+
+--uri runs every side on another location instead of a local directory (e.g. the tests' S3
+server: scripts/with-s3-server, credentials from its env file), each round under a prefix of
+its own; `--layouts auto` leaves the layout to the store, as a new user's configuration does.
+The bench's pages are cleared after each round; the adapter's stay under their prefix.
 """
 
 import argparse
@@ -85,6 +90,16 @@ SHAPES = {
 
 
 WARM_BYTES = 0  # --no-warm-memory: 0
+LOCATION = None  # --uri: every side's pages go under it instead of a local directory
+
+
+def location_uri(directory):
+    """Where a side of a round keeps its pages: the directory, or a prefix of --uri named
+    after it."""
+    if LOCATION is None:
+        return f"file://{directory}"
+    path, sep, query = LOCATION.partition("?")
+    return f"{path.rstrip('/')}/{os.path.basename(directory)}{sep}{query}"
 
 
 def warm_free_memory():
@@ -172,7 +187,7 @@ class AdapterSide:
 
     def open(self, directory, file_layout, module=adapter_module):
         config = storage_config(layout=self.kv.layout, mla=self.shape.get("mla", False))
-        config.extra_config = {"interface_v1": True, "uri": f"file://{directory}",
+        config.extra_config = {"interface_v1": True, "uri": location_uri(directory),
                                "file_layout": file_layout}
         b = module.HiCacheKvtier(config, {})
         if self.side is None:
@@ -279,7 +294,7 @@ class AdapterSide:
 
 def bench_round(kvtier_bin, directory, page_bytes, pages, batch, file_layout, pool_pages=0):
     warm_free_memory()
-    out = subprocess.run([kvtier_bin, "bench", "--dir", directory, "--page-bytes",
+    out = subprocess.run([kvtier_bin, "bench", "--uri", location_uri(directory), "--page-bytes",
                           str(page_bytes), "--pages", str(pages), "--batch", str(batch),
                           "--layout", file_layout, "--pool-pages", str(pool_pages),
                           "--json", "--quiet"],
@@ -303,11 +318,14 @@ def main():
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON")
     ap.add_argument("--no-warm-memory", action="store_true",
                     help="do not touch and free the data's size of memory before each write")
+    ap.add_argument("--uri", default=None,
+                    help="a store location (e.g. s3://...) instead of a local directory")
     ap.add_argument("--baseline", default=None, metavar="REV",
                     help="also run the adapter of this git revision, taking turns with this one")
     args = ap.parse_args()
-    global WARM_BYTES
+    global WARM_BYTES, LOCATION
     WARM_BYTES = 0 if args.no_warm_memory else (args.mib << 20) + (256 << 20)
+    LOCATION = args.uri
     baseline = None
     if args.baseline:
         from sglang_adapter import load_baseline  # bench/sglang_adapter.py
