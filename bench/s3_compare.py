@@ -8,8 +8,10 @@ from files in memory (/dev/shm) and GET to /dev/null. Rounds alternate which goe
 medians (min-max) of --reps rounds, and the ratio kvtier/curl; then the CPU seconds each side
 spent per GB moved (medians; kvtier's from its own accounting of each phase, curl's from the
 rusage of its processes). The S3 server runs on the same machine and is counted on neither side;
-its own CPU seconds per GB while each side runs (radosgw, ceph-osd and ceph-mon, from /proc) are
-printed beside, so a gap can be placed on the client or on the server.
+its own CPU seconds per GB while each side's round runs (radosgw, ceph-osd and ceph-mon, from
+/proc) are printed beside. The rounds are not alike for the server: curl's is PUT, GET and
+DELETE; kvtier bench's is its open, PUT, three reads (a warm-up batch, the timed read, the
+byte check) and its clear.
 
 Needs the server's variables (tests/s3/server.sh start prints them):
   KVTIER_TEST_S3_ENDPOINT, KVTIER_TEST_S3_BUCKET, [KVTIER_TEST_S3_REGION],
@@ -40,6 +42,8 @@ import sys
 import tempfile
 import time
 
+from multihost import ceph_cpu_s  # bench/multihost.py: CPU seconds of a Ceph's daemons
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KVTIER = os.path.join(ROOT, "build", "bin", "kvtier")
 
@@ -59,8 +63,8 @@ def kvtier_round(uri, size, pages, parallel, binary=KVTIER):
     j = json.loads(out)
     if not j["verified"]:
         sys.exit(f"kvtier bench did not verify: {out}")
-    # The server's CPU over the whole run (PUT, GET and the bench's own removes), per GB
-    # moved each way: the bench runs both phases in one process.
+    # The server's CPU over the whole run (open, PUT, the warm-up, timed and checking reads,
+    # the clear), per GB moved each way: the bench runs all of it in one process.
     server = server_load(s0, w0, 2 * pages * size / 1e9)
     # CPU per GB: older builds' JSON lacks it (None)
     return (j["write_gbps"], j["read_gbps"], j.get("write", {}).get("cpu_s_per_gb"),
@@ -72,26 +76,11 @@ def children_cpu():
     return u.ru_utime + u.ru_stime
 
 
-SERVER_PROCESSES = ("radosgw", "ceph-osd", "ceph-mon", "swift-proxy-ser", "swift-object-se")
-
-
 def server_cpu():
-    """CPU seconds (all threads) of the local S3 server's processes, from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() not in SERVER_PROCESSES:
-                    continue
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return total
+    """CPU seconds so far of the tests' Ceph S3 server (tests/s3/server.sh), whose state
+    directory holds the env file; 0 without one."""
+    state = os.path.dirname(os.environ.get("KVTIER_TEST_S3_ENV_FILE", ""))
+    return sum(ceph_cpu_s(state).values()) if state else 0.0
 
 
 def server_load(before, started, moved_gb):
@@ -168,8 +157,9 @@ def main():
           f"({os.cpu_count()} CPUs); {args.pages} pages per round (kvtier layout "
           f"{args.layout}), median (min-max) of {args.reps}" + (f"; baseline: {baseline} {args.baseline_query}" if baseline else "") +
           "\n")
-    print("server CPU: the S3 server's CPU seconds over a whole round (PUT, GET, removes) per GB "
-          "moved each way, and the cores it kept busy (CPU seconds / the round's wall seconds)\n")
+    print("server CPU: the S3 server's CPU seconds over a whole round per GB moved each way (curl: "
+          "PUT, GET, DELETE; kvtier bench: also its open, warm-up and byte-check reads and clear), "
+          "and the cores it kept busy (CPU seconds / the round's wall seconds)\n")
     print(f"{'object':>10} {'op':>4} {'kvtier GB/s':>22} {'curl GB/s':>22} {'ratio':>6}" +
           f" {'CPU s/GB kvtier':>15} {'curl':>5} {'server CPU kvtier':>17} {'curl':>5}"
           f" {'cores':>5} {'curl':>5}" +
