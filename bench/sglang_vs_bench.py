@@ -20,11 +20,15 @@ memory with the pieces worked out beforehand (batch_put_pieces / batch_get_piece
 taking turns: adapter / bare store is what the adapter itself costs. --baseline REV runs the
 adapter of an earlier git revision beside this one, on the same pool, in the same rounds.
 
-Buffered writes on these VMs run at the speed of the memory the page cache is handed
-(memory freed moments before is fast, memory the host has taken back is 5-10x slower:
-docs/benchmarks.md), and a write that starts while earlier data is being written back is
-throttled; so before every timed write, on every side, the bench syncs, then touches and frees
-the data's size of memory (plus 256 MiB); --no-warm-memory skips the latter.
+Before every timed write, on every side, the bench syncs (no writeback of earlier data
+competes with the write) and touches and frees the data's size of memory (plus 256 MiB), so
+that the page cache is handed memory freed moments before (--no-warm-memory skips this);
+then the host pool is read once by the kernel, untimed (written 4 MiB at a time into a
+scratch memfd; `kvtier bench` does the same with its pool). On these VMs the kernel's first
+access to a user page costs about 6 us (shadow page tables), and a large free in the same
+process makes every page "first" again, so a write from a pool the kernel has not read since
+runs at about 0.7 GB/s whatever the store does, while an engine's pool is in constant use
+(docs/benchmarks.md, "The kernel's first touch of a host pool").
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_vs_bench.py [--dir DIR] [--reps 3]
       [--mib 512] [--layouts files,segments] [--shapes llama-ps1,...] [--kvtier build/bin/kvtier]
@@ -114,6 +118,27 @@ def warm_free_memory():
         numpy.ones(WARM_BYTES, dtype=numpy.uint8)
 
 
+def touch_by_kernel(tensors):
+    """Has the kernel read every page of `tensors` once (as bench.cc's touch_by_kernel does):
+    an engine's host pool is read and written by the kernel all the time, a pool filled by
+    Python alone is not, and the first kernel access to a user page costs ~6 us on these VMs."""
+    fd = os.memfd_create("kvtier-bench-touch", os.MFD_CLOEXEC)
+    try:
+        for t in tensors:
+            flat = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+            for at in range(0, len(flat), 4 << 20):
+                os.pwrite(fd, flat[at:at + (4 << 20)], 0)
+    finally:
+        os.close(fd)
+
+
+def pool_memory(pool):
+    """The host memory tensors of a pool made by make_pool."""
+    if hasattr(pool, "temporal_buffer"):
+        return [pool.temporal_buffer, *pool.conv_buffer]
+    return [pool.kv_buffer]
+
+
 def keys_for(prefix, n):
     return [hashlib.sha256(f"{prefix}/{i}".encode()).hexdigest() for i in range(n)]
 
@@ -178,6 +203,7 @@ class AdapterSide:
             self.side = make_pool(shape, pages)
         target = self.kv if self.side is None else self.side
         target.fill_random(7)
+        self.memory = pool_memory(target)
         self.reference = [target.page_bytes(self.start(i)).copy() for i in range(pages)]
 
     def start(self, page):
@@ -250,6 +276,7 @@ class AdapterSide:
         for write in (True, False):
             if write:
                 warm_free_memory()
+                touch_by_kernel(self.memory)  # after it: a large free undoes the touch
             spent = 0.0
             for first in range(0, self.pages, self.batch):
                 call = self.calls(b, write, keys[first:first + self.batch], first)
@@ -283,6 +310,7 @@ class AdapterSide:
                          ("bare_read", store.batch_get_pieces)):
             if op == "bare_write":
                 warm_free_memory()
+                touch_by_kernel(self.memory)  # after it: a large free undoes the touch
             spent = 0.0
             for k, ptrs, sizes in plan:
                 t = time.perf_counter()
