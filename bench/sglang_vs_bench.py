@@ -23,8 +23,9 @@ adapter of an earlier git revision beside this one, on the same pool, in the sam
 Before every timed write, on every side, the bench syncs (no writeback of earlier data
 competes with the write) and touches and frees the data's size of memory (plus 256 MiB), so
 that the page cache is handed memory freed moments before (--no-warm-memory skips this);
-then the host pool is read once by the kernel, untimed (written 4 MiB at a time into a
-scratch memfd; `kvtier bench` does the same with its pool). On these VMs the kernel's first
+then the host pool is read once by the kernel and once by user code, untimed (written 4 MiB
+at a time into a scratch memfd, then a byte of every page read; `kvtier bench` does the same
+with its pool, which it has just filled). On these VMs the kernel's first
 access to a user page costs about 6 us (shadow page tables), and a large free in the same
 process makes every page "first" again, so a write from a pool the kernel has not read since
 runs at about 0.7 GB/s whatever the store does, while an engine's pool is in constant use
@@ -119,15 +120,20 @@ def warm_free_memory():
 
 
 def touch_by_kernel(tensors):
-    """Has the kernel read every page of `tensors` once (as bench.cc's touch_by_kernel does):
-    an engine's host pool is read and written by the kernel all the time, a pool filled by
-    Python alone is not, and the first kernel access to a user page costs ~6 us on these VMs."""
+    """Has the kernel read every page of `tensors` once (as bench.cc's touch_by_kernel does),
+    then user code: an engine's host pool is read and written by the kernel and by the
+    engine all the time, a pool filled by Python alone and then left while other memory was
+    freed is not, and on these VMs the first access to a page after that costs ~6 us, from
+    the kernel and from user code alike (the latter shows as user CPU time in the store's
+    checksum of a write)."""
     fd = os.memfd_create("kvtier-bench-touch", os.MFD_CLOEXEC)
     try:
         for t in tensors:
             flat = memoryview(t.reshape(-1).view(torch.uint8).numpy())
             for at in range(0, len(flat), 4 << 20):
                 os.pwrite(fd, flat[at:at + (4 << 20)], 0)
+            # and by user code (the store checksums what it writes): a byte of every page
+            int(numpy.frombuffer(flat, dtype=numpy.uint8)[::4096].sum())
     finally:
         os.close(fd)
 
