@@ -24,11 +24,11 @@ Before every timed write, on every side, the bench syncs (no writeback of earlie
 competes with the write) and touches and frees the data's size of memory (plus 256 MiB), so
 that the page cache is handed memory freed moments before (--no-warm-memory skips this);
 then the host pool is read once by the kernel and once by user code, untimed (written 4 MiB
-at a time into a scratch memfd, then a byte of every page read; `kvtier bench` does the same
-with its pool, which it has just filled). On these VMs the kernel's first
-access to a user page costs about 6 us (shadow page tables), and a large free in the same
-process makes every page "first" again, so a write from a pool the kernel has not read since
-runs at about 0.7 GB/s whatever the store does, while an engine's pool is in constant use
+at a time into a scratch memfd, then a byte of every page read; `kvtier bench` does the
+former with its pool, which it has just filled). On these VMs the first access to a page
+costs about 6 us (shadow page tables), and a large free in the same process makes every page
+"first" again, so a write from a pool not touched since runs at about 0.7 GB/s whatever the
+store does, while an engine's pool is in constant use
 (docs/benchmarks.md, "The kernel's first touch of a host pool").
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_vs_bench.py [--dir DIR] [--reps 3]
@@ -119,7 +119,14 @@ def warm_free_memory():
         numpy.ones(WARM_BYTES, dtype=numpy.uint8)
 
 
-def touch_by_kernel(tensors):
+def before_timed_write(tensors):
+    """What every side does right before a timed write: warm_free_memory(), then the pool
+    touched (touch_pool); in this order, as a large free undoes the touch."""
+    warm_free_memory()
+    touch_pool(tensors)
+
+
+def touch_pool(tensors):
     """Has the kernel read every page of `tensors` once (as bench.cc's touch_by_kernel does),
     then user code: an engine's host pool is read and written by the kernel and by the
     engine all the time, a pool filled by Python alone and then left while other memory was
@@ -133,7 +140,7 @@ def touch_by_kernel(tensors):
             for at in range(0, len(flat), 4 << 20):
                 os.pwrite(fd, flat[at:at + (4 << 20)], 0)
             # and by user code (the store checksums what it writes): a byte of every page
-            int(numpy.frombuffer(flat, dtype=numpy.uint8)[::4096].sum())
+            numpy.frombuffer(flat, dtype=numpy.uint8)[::4096].sum()
     finally:
         os.close(fd)
 
@@ -281,8 +288,7 @@ class AdapterSide:
         keys = keys_for(f"{self.kind}{r}", self.pages)
         for write in (True, False):
             if write:
-                warm_free_memory()
-                touch_by_kernel(self.memory)  # after it: a large free undoes the touch
+                before_timed_write(self.memory)
             spent = 0.0
             for first in range(0, self.pages, self.batch):
                 call = self.calls(b, write, keys[first:first + self.batch], first)
@@ -315,8 +321,7 @@ class AdapterSide:
         for op, call in (("bare_write", store.batch_put_pieces),
                          ("bare_read", store.batch_get_pieces)):
             if op == "bare_write":
-                warm_free_memory()
-                touch_by_kernel(self.memory)  # after it: a large free undoes the touch
+                before_timed_write(self.memory)
             spent = 0.0
             for k, ptrs, sizes in plan:
                 t = time.perf_counter()
