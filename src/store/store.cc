@@ -95,6 +95,25 @@ Status resolve_segment_lanes(StoreConfig& cfg) {
   return ok_status();
 }
 
+// refresh_ms of a FILE or object store's URI, where the config does not set it; else the
+// default for the storage (StoreConfig::refresh_ms).
+Status resolve_refresh_ms(StoreConfig& cfg) {
+  const BackendParams& params = cfg.location.store_params;
+  if (auto it = params.find("refresh_ms"); it != params.end() && !cfg.refresh_ms) {
+    const std::string& v = it->second;
+    uint64_t ms = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
+      return invalid_argument_error(
+          fmt::format("refresh_ms='{}' is not a whole number of milliseconds", v));
+    }
+    cfg.refresh_ms = ms;
+  }
+  if (!cfg.refresh_ms)
+    cfg.refresh_ms = cfg.location.storage_class == StorageClass::kObject ? 1000 : 0;
+  return ok_status();
+}
+
 // deadline_ms, probe_interval_ms, isolate and admission of a FILE store's URI
 // (StoreLocation::store_params): used where the config does not set them.
 Status resolve_guard_params(StoreConfig& cfg) {
@@ -213,6 +232,7 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   // not the backend's.
   StoreConfig cfg = config;
   KVTIER_RETURN_IF_ERROR(resolve_segment_lanes(cfg));
+  KVTIER_RETURN_IF_ERROR(resolve_refresh_ms(cfg));
   if (cfg.location.storage_class == StorageClass::kFile) {
     KVTIER_RETURN_IF_ERROR(resolve_guard_params(cfg));
   }
@@ -453,7 +473,7 @@ Result<bool> Store::Impl::exists_here(std::string_view key) {
     bump(counters.index_stats);
     std::vector<bool> base(router.base_count(), false);
     base[r.base] = true;
-    segments_refresh(base);
+    segments_refresh(base, lookup_max_age_ns());
     return index.contains(r.key_hash);
   }
   // Not indexed: perhaps another process wrote it since this one looked.
@@ -486,7 +506,7 @@ size_t Store::Impl::batch_exists_here(std::span<const std::string_view> keys) {
       return n;
     }
     // One look at what other writers appended, then the index answers the rest.
-    impl.segments_refresh();
+    impl.segments_refresh({}, impl.lookup_max_age_ns());
     bump(impl.counters.index_stats);
     for (; n < keys.size(); ++n) {
       if (!routing::validate_key(keys[n]).ok()) break;
@@ -525,7 +545,7 @@ Status Store::remove(std::string_view key) {
     if (!impl_->index.contains(r.key_hash)) {
       std::vector<bool> base(impl_->router.base_count(), false);
       base[r.base] = true;
-      impl_->segments_refresh(base);
+      impl_->segments_refresh(base, impl_->lookup_max_age_ns());
     }
     if (!impl_->index.erase(r.key_hash)) {
       return not_found_error(fmt::format("no page {} to remove", r.key_hash.hex()));

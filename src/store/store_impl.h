@@ -181,6 +181,9 @@ struct SegmentBase {
   AlignedBuffer read_buf;  // used holding `refresh`
   Registration read_reg;
   uint64_t dir_mtime KVTIER_GUARDED_BY(refresh) = 0;  // the directory's, when last listed
+  // When the last look that completed began (now_ns()); 0: none since open. Stored holding
+  // `refresh`, once the look's findings are in the index; read without it.
+  std::atomic<uint64_t> looked_ns{0};
 };
 
 struct Segments {
@@ -589,7 +592,11 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // Applies what other writers appended since the last look (new segments, new entries), on
   // the bases `want` names (all when empty) that are serving (a base not answering is left
   // alone: its pages are misses anyway).
-  void segments_refresh(const std::vector<bool>& want = {});
+  // Looks at what other writers appended on the bases in `want` (all when empty), except
+  // where a look began after this call, or at most max_age_ns before it (lookups pass
+  // config.refresh_ms).
+  void segments_refresh(const std::vector<bool>& want = {}, uint64_t max_age_ns = 0);
+  uint64_t lookup_max_age_ns() const { return config.refresh_ms.value_or(0) * 1'000'000; }
   // Appends records and their summary entries to this store's segments.
   // `relocating`: the pages are copies of records being reclaimed (copy_forward): counted
   // as relocated, and room is made for them without copying forward again.

@@ -398,7 +398,7 @@ void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
     }
   }
   if (!unindexed.empty()) {
-    segments_refresh(unindexed);
+    segments_refresh(unindexed, lookup_max_age_ns());
     for (size_t i = 0; i < rw.work.size(); ++i) {
       if (!where[i]) where[i] = index.find(rw.work[i].route.key_hash);
     }

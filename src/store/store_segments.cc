@@ -227,12 +227,22 @@ Status Store::Impl::segments_scan() {
   return ok_status();
 }
 
-void Store::Impl::segments_refresh(const std::vector<bool>& want) {
+void Store::Impl::segments_refresh(const std::vector<bool>& want, uint64_t max_age_ns) {
+  const uint64_t asked = now_ns();
   bool any_gone = false;
   for (size_t b = 0; b < router.base_count(); ++b) {
     if ((!want.empty() && !want[b]) || !serving(b)) continue;
     SegmentBase& sb = seg->bases[b];
+    // A look that began after this call did (a concurrent caller's), or at most max_age_ns
+    // before it, will do.
+    auto recent = [&] {
+      const uint64_t at = sb.looked_ns.load(std::memory_order_acquire);
+      return at != 0 && at + max_age_ns >= asked;
+    };
+    if (recent()) continue;
     MutexLock refresh(sb.refresh);
+    if (recent()) continue;
+    const uint64_t began = now_ns();
     // New segments change the directory; an unchanged one (older than the clock's coarse
     // tick, so a file created in the same tick cannot hide) need not be listed again. An
     // object store's prefix has no such time: it is listed.
@@ -306,6 +316,8 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want) {
       std::vector<uint32_t> ids;
       for (const Todo& t : todo) ids.push_back(t.id);
       apply_whole_summaries(ids, /*at_open=*/false);
+      sb.looked_ns.store(began, std::memory_order_release);
+      bump(counters.segment_looks);
       continue;
     }
     for (const Todo& t : todo) {
@@ -347,6 +359,8 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want) {
       f.sealed = sealed || f.sealed;
       if (f.sealed && !f.gone) make_reclaimable(t.id);
     }
+    sb.looked_ns.store(began, std::memory_order_release);
+    bump(counters.segment_looks);
   }
   if (any_gone) forget_gone_segments();
 }

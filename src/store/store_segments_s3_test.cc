@@ -44,10 +44,11 @@ class StoreSegmentsS3 : public ::testing::Test {
     agent_.emplace(std::move(agent).value());
   }
 
-  std::unique_ptr<Store> open() {
+  std::unique_ptr<Store> open(std::optional<uint64_t> refresh_ms = std::nullopt) {
     StoreConfig cfg;
     cfg.location = location_;
     cfg.ns = testing::test_namespace();
+    cfg.refresh_ms = refresh_ms;
     Result<std::unique_ptr<Store>> s = Store::open(cfg);
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     return s.ok() ? std::move(s).value() : nullptr;
@@ -189,6 +190,69 @@ TEST_F(StoreSegmentsS3, OtherStoresAndRestartsFindThePages) {
   EXPECT_EQ(c->stats().pages, 40u);
   hit = get(*c, pc, 0, 40);
   EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 40);
+}
+
+// A key the index lacks makes a store list the other writers' summaries: one LIST request per
+// 1,000 segments. Lookups list at most once per refresh_ms, so a serving engine whose every
+// request ends in a miss does not list the whole namespace each time (50 ms a call at 2,048
+// segments on the project's radosgw, growing with the store).
+TEST_F(StoreSegmentsS3, LookupsListAtMostOncePerRefreshInterval) {
+  auto a = open();
+  auto hour = open(3'600'000);  // an interval no test outlasts
+  auto now = open(0);           // every lookup with a miss looks
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(hour, nullptr);
+  ASSERT_NE(now, nullptr);
+  PagePool pa(*a, 64, kSmall);
+  PagePool ph(*hour, 64, kSmall);
+  put(*a, pa, 0, 20);
+  const std::vector<std::string> first = keys(0, 20);
+  const std::vector<std::string> second = keys(20, 20);
+  // The first lookup since open looks, and later misses within the interval do not.
+  EXPECT_EQ(hour->batch_exists(views(first)), 20u);
+  EXPECT_EQ(hour->stats().segment_looks, 1u);
+  put(*a, pa, 20, 20);
+  EXPECT_EQ(hour->batch_exists(views(second)), 0u);
+  Result<bool> one = hour->exists(second.front());
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_FALSE(*one);
+  std::vector<bool> hit = get(*hour, ph, 20, 20);
+  EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 0);  // misses, not errors
+  EXPECT_EQ(hour->stats().segment_looks, 1u);
+  // What it holds it still serves.
+  hit = get(*hour, ph, 0, 20);
+  EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 20);
+  // refresh_ms=0: each lookup with a miss looks, and finds what was written before it.
+  EXPECT_EQ(now->batch_exists(views(first)), 20u);
+  EXPECT_EQ(now->batch_exists(views(second)), 20u);
+  put(*a, pa, 40, 20);
+  EXPECT_EQ(now->batch_exists(views(keys(40, 20))), 20u);
+  EXPECT_EQ(now->stats().segment_looks, 2u);  // its first look found both batches
+  // Writes, clear and reopening are not lookups: a restart finds everything at once.
+  auto again = open(3'600'000);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->batch_exists(views(keys(0, 60))), 60u);
+  EXPECT_EQ(again->stats().segment_looks, 0u);
+}
+
+TEST_F(StoreSegmentsS3, TheUriSetsTheRefreshInterval) {
+  Result<StoreLocation> loc =
+      parse_store_uri(testing::s3_test_server().uri(dir_.path(), "&layout=segments&refresh_ms=5"));
+  ASSERT_TRUE(loc.ok()) << loc.status().to_string();
+  EXPECT_EQ(loc->store_params.at("refresh_ms"), "5");
+  EXPECT_EQ(loc->params.count("refresh_ms"), 0u);  // not the backend's
+  StoreConfig cfg;
+  cfg.location = *loc;
+  cfg.ns = testing::test_namespace();
+  EXPECT_TRUE(Store::open(cfg).ok());
+  loc = parse_store_uri(testing::s3_test_server().uri(dir_.path(), "&refresh_ms=soon"));
+  ASSERT_TRUE(loc.ok()) << loc.status().to_string();
+  cfg.location = *loc;
+  Result<std::unique_ptr<Store>> bad = Store::open(cfg);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("refresh_ms='soon'"), std::string::npos)
+      << bad.status().to_string();
 }
 
 TEST_F(StoreSegmentsS3, AMissingSegmentIsAMissForExactlyItsPages) {

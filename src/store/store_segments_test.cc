@@ -437,6 +437,39 @@ TEST_F(StoreSegments, StoresSeeEachOthersPagesWithoutReopening) {
   EXPECT_EQ(b->batch_exists(testing::views(keys)), 2u);
 }
 
+// refresh_ms bounds how often a store's lookups look at what others appended (FILE default 0:
+// a stat of the directory per lookup with a miss, so every page is found at once, as above).
+TEST_F(StoreSegments, ARefreshIntervalBoundsHowOftenLookupsLook) {
+  auto a = open();
+  auto hour = open("?backend=posix&layout=segments&refresh_ms=3600000");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(hour, nullptr);
+  PagePool pa(*a, 8, kPage), ph(*hour, 8, kPage);
+  const auto keys = testing::keys_for("refresh-", 8);
+  const std::vector<std::string> first(keys.begin(), keys.begin() + 4);
+  const std::vector<std::string> second(keys.begin() + 4, keys.end());
+  ASSERT_TRUE(put(*a, pa, first).all_ok());
+  EXPECT_EQ(hour->batch_exists(testing::views(first)), 4u);  // the first lookup looks
+  EXPECT_EQ(hour->stats().segment_looks, 1u);
+  ASSERT_TRUE(put(*a, pa, second).all_ok());
+  EXPECT_EQ(hour->batch_exists(testing::views(second)), 0u);
+  EXPECT_EQ(*hour->exists(second[0]), false);
+  EXPECT_EQ(read_all(*hour, ph, keys), 4u);  // the rest are misses
+  EXPECT_EQ(hour->stats().segment_looks, 1u);
+  auto now = open();
+  ASSERT_NE(now, nullptr);
+  EXPECT_EQ(now->batch_exists(testing::views(keys)), 8u);  // indexed at open
+  EXPECT_EQ(now->stats().segment_looks, 0u);
+  // A bad value is refused when the store opens.
+  StoreConfig cfg;
+  cfg.location =
+      *parse_store_uri("file://" + dir_.file("store") + "?layout=segments&refresh_ms=-1");
+  cfg.ns = testing::test_namespace("segments");
+  Result<std::unique_ptr<Store>> bad = Store::open(cfg);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().to_string();
+}
+
 // Three processes write their own keys and read everyone's, at once: every page each one
 // reads is whole, and once all are done each process's pages are found by a store that was
 // open throughout.

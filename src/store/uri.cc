@@ -165,8 +165,8 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
 
   if (scheme == "file") {
     loc.storage_class = StorageClass::kFile;
-    for (const std::string_view name :
-         {"deadline_ms", "probe_interval_ms", "isolate", "segment_lanes", "admission"}) {
+    for (const std::string_view name : {"deadline_ms", "probe_interval_ms", "isolate",
+                                        "segment_lanes", "admission", "refresh_ms"}) {
       if (auto it = loc.params.find(name); it != loc.params.end()) {
         loc.store_params.insert(loc.params.extract(it));
       }
@@ -222,10 +222,12 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
       i = end + 1;
     }
     loc.storage_class = StorageClass::kObject;
-    // The segment layout's lanes are the store's, not the backend's (deadline_ms is the
-    // S3 client's own here).
-    if (auto it = loc.params.find("segment_lanes"); it != loc.params.end()) {
-      loc.store_params.insert(loc.params.extract(it));
+    // The segment layout's lanes and refresh interval are the store's, not the backend's
+    // (deadline_ms is the S3 client's own here).
+    for (const std::string_view name : {"segment_lanes", "refresh_ms"}) {
+      if (auto it = loc.params.find(name); it != loc.params.end()) {
+        loc.store_params.insert(loc.params.extract(it));
+      }
     }
     loc.bases.push_back(base.empty() ? "/" : base);
     loc.params["bucket"] = bucket;

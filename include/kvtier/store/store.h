@@ -124,6 +124,14 @@ struct StoreConfig {
   // threads (buffered writes into one file wait on its lock; into several they run side by
   // side). 0: one per hardware thread, at most 4.
   size_t segment_lanes = 0;
+  // kSegments: how stale a lookup may be. A key this store has not indexed (exists,
+  // batch_exists, a get, a remove) makes it look at what other writers appended on the key's
+  // base, at most once per `refresh_ms` per base: a page another process wrote is found within
+  // refresh_ms (a miss until then, which a cache can afford). Concurrent lookups share one
+  // look either way. Unset: the URI's `refresh_ms`, else 1000 on an object store (a look is a
+  // LIST of the base's summaries, one request per 1,000 segments, on every miss otherwise) and
+  // 0 on FILE (a look is a stat of the segment directory, listed again only when it changed).
+  std::optional<uint64_t> refresh_ms;
   // Make each page durable before a put reports success. kFiles: fdatasync each page file,
   // then fsync its directory. kSegments: fdatasync the segments a batch wrote, then its
   // summaries once the entries are appended (docs/format.md, "With fsync").
@@ -274,6 +282,7 @@ struct LatencyHistogram {
   X(admitted_pages, "New pages a full store took, asked of the admission policy.")      \
   X(declined_pages, "New pages the admission policy declined (the put succeeded).")     \
   X(index_stats, "Exists checks the index could not answer (a stat each).")             \
+  X(segment_looks, "Looks at what other writers appended (segment layout).")            \
   X(deadline_misses, "Pages (and exists calls) whose location missed the deadline.")    \
   X(unhealthy_refusals, "Pages refused at once: their location is not answering.")
 // Gauges, X(name, help): sampled when stats() is taken (Prometheus kvtier_<name>).
