@@ -151,7 +151,8 @@ int main(int argc, char** argv) {
       ->required();
   g->add_option("--temp-age", gc.temp_age_s,
                 "Remove temporaries older than this many seconds (writers on other hosts), and "
-                "any whose writer on this host is gone")
+                "any whose writer on this host is gone; and segments no summary names older "
+                "than this")
       ->capture_default_str();
   g->add_flag("--json", gc.json, "Print one JSON object");
   g->add_flag("--quiet", gc.quiet,

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "clear_generation.h"
 #include "kvtier/backends/builtin.h"
@@ -457,18 +458,66 @@ Result<RemovalReport> clear_namespace(const StoreLocation& location, std::string
   return report;
 }
 
+namespace {
+
+// Segments no summary names: an upload whose summary failed or came too late for its
+// caller's deadline (an object store), a writer killed between a segment and its summary.
+// No store ever finds their records or reclaims them. A writer publishes the summary moments
+// after the segment, so one older than `min_age_s` is abandoned.
+Result<uint64_t> sweep_unnamed_segments(Agent& agent, const std::string& ns_dir,
+                                        uint64_t min_age_s) {
+  const std::string dir = seg_dir_of(ns_dir);
+  std::set<std::string> named;
+  std::vector<std::pair<std::string, uint64_t>> segments;  // name, modification time
+  Status st = agent.list(dir, ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
+    if (e.is_dir) return ok_status();
+    if (std::optional<std::string> n = segment::name_of_summary(e.name)) named.insert(*n);
+    if (std::optional<std::string> n = segment::name_of_segment(e.name)) {
+      segments.emplace_back(*n, e.mtime_ns);
+    }
+    return ok_status();
+  });
+  if (st.code() == StatusCode::kNotFound) return uint64_t{0};
+  KVTIER_RETURN_IF_ERROR(st);
+  const uint64_t now = wall_ns();
+  std::vector<std::string> abandoned;
+  for (const auto& [name, mtime] : segments) {
+    if (named.count(name) == 0 && mtime != 0 && mtime + min_age_s * 1'000'000'000 <= now) {
+      abandoned.push_back(dir + "/" + name + std::string(segment::kSegmentSuffix));
+    }
+  }
+  uint64_t removed = 0;
+  Status failed;
+  for (const Status& r : agent.remove_many(abandoned)) {
+    if (r.ok()) {
+      ++removed;
+    } else if (r.code() != StatusCode::kNotFound && failed.ok()) {
+      failed = r;
+    }
+  }
+  KVTIER_RETURN_IF_ERROR(failed);
+  return removed;
+}
+
+}  // namespace
+
 Result<uint64_t> sweep_temporaries(const StoreLocation& location, uint64_t min_age_s) {
-  if (location.storage_class != StorageClass::kFile) return uint64_t{0};
+  if (location.storage_class == StorageClass::kMemory) return uint64_t{0};
   KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
   Inventory inv;
   KVTIER_RETURN_IF_ERROR(walk(agent, location, &inv, nullptr));
   uint64_t removed = 0;
   for (const NamespaceSummary& ns : inv.namespaces) {
-    if (ns.temp_files == 0) continue;
-    KVTIER_ASSIGN_OR_RETURN(
-        size_t n,
-        agent.sweep_temporaries(ns.dir + "/" + std::string(routing::kTempDir), min_age_s));
-    removed += n;
+    if (ns.temp_files != 0 && location.storage_class == StorageClass::kFile) {
+      KVTIER_ASSIGN_OR_RETURN(
+          size_t n,
+          agent.sweep_temporaries(ns.dir + "/" + std::string(routing::kTempDir), min_age_s));
+      removed += n;
+    }
+    if (ns.segments != 0) {
+      KVTIER_ASSIGN_OR_RETURN(uint64_t n, sweep_unnamed_segments(agent, ns.dir, min_age_s));
+      removed += n;
+    }
   }
   return removed;
 }

@@ -51,6 +51,10 @@ std::optional<std::string> name_of_summary(std::string_view file_name) {
   return name_with_suffix(file_name, kSummarySuffix);
 }
 
+std::optional<std::string> name_of_segment(std::string_view file_name) {
+  return name_with_suffix(file_name, kSegmentSuffix);
+}
+
 bool is_segment_file(std::string_view file_name) {
   return name_with_suffix(file_name, kSegmentSuffix).has_value() ||
          name_with_suffix(file_name, kSummarySuffix).has_value();

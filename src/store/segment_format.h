@@ -35,8 +35,10 @@ inline constexpr size_t kEntryBytes = 64;
 
 // "<writer:16 hex>-<seq:8 hex>", the name both files share before their suffix.
 std::string segment_name(uint64_t writer, uint32_t seq);
-// Parses "<name>.sum" (or .seg) into the shared name; nullopt for anything else.
+// Parses "<name>.sum" into the shared name; nullopt for anything else.
 std::optional<std::string> name_of_summary(std::string_view file_name);
+// Parses "<name>.seg" into the shared name; nullopt for anything else.
+std::optional<std::string> name_of_segment(std::string_view file_name);
 bool is_segment_file(std::string_view file_name);
 
 struct SegmentHeader {

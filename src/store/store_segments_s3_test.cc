@@ -286,6 +286,47 @@ TEST_F(StoreSegmentsS3, AMissingSegmentIsAMissForExactlyItsPages) {
   for (size_t i = 0; i < 16; ++i) EXPECT_EQ(hit[i], i >= 8) << "page " << i;
 }
 
+// A segment whose summary never made it (its upload failed, or came after the caller's
+// deadline) is found by no store and reclaimed by none: gc removes it once it is older than
+// --temp-age, as it does temporaries, and nothing else.
+TEST_F(StoreSegmentsS3, GcRemovesSegmentsNoSummaryNames) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 64, kSmall);
+  put(*s, pool, 0, 8);  // under 1 MiB: one segment
+  put(*s, pool, 8, 8);  // another
+  Result<std::vector<PageListing>> pages = list_pages(location_);
+  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
+  std::string first_seg, first_sum;
+  const Hash128 key0 = hash128(keys(0, 1).front());
+  for (const PageListing& p : *pages) {
+    if (p.name == key0.hex()) {
+      first_seg = p.path;
+      first_sum = p.summary;
+    }
+  }
+  ASSERT_FALSE(first_sum.empty());
+  KVTIER_ASSERT_OK(agent_->remove(first_sum));  // as if it had never been written
+  ASSERT_EQ(objects()[".seg"].size(), 2u);
+  // Younger than the age given: kept (a writer may be about to publish its summary).
+  Result<uint64_t> swept = sweep_temporaries(location_, 3600);
+  ASSERT_TRUE(swept.ok()) << swept.status().to_string();
+  EXPECT_EQ(*swept, 0u);
+  EXPECT_EQ(objects()[".seg"].size(), 2u);
+  swept = sweep_temporaries(location_, 0);
+  ASSERT_TRUE(swept.ok()) << swept.status().to_string();
+  EXPECT_EQ(*swept, 1u);
+  const std::vector<ObjectInfo> left = objects()[".seg"];
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_NE(left.front().name, first_seg);
+  // The other segment's pages are all there, for a store opened since.
+  auto fresh = open();
+  ASSERT_NE(fresh, nullptr);
+  PagePool pf(*fresh, 16, kSmall);
+  std::vector<bool> hit = get(*fresh, pf, 0, 16);
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(hit[i], i >= 8) << "page " << i;
+}
+
 TEST_F(StoreSegmentsS3, AReplacedSegmentIsAMissNeverData) {
   auto s = open();
   ASSERT_NE(s, nullptr);

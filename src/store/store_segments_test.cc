@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "kvtier/backends/fault/fault_backend.h"
+#include "kvtier/store/inspect.h"
 #include "kvtier/store/store.h"
 #include "page_format.h"
 #include "segment_format.h"
@@ -409,6 +410,34 @@ TEST_F(StoreSegments, ASummaryOfAnotherNamespaceIsIgnored) {
   EXPECT_EQ(s->stats().pages, 0u);
   auto again = open();
   EXPECT_EQ(again->stats().pages, 0u);
+}
+
+// A writer killed between a new segment and its summary (or whose summary could not be
+// written) leaves a segment no summary names: gc removes it once older than --temp-age.
+TEST_F(StoreSegments, GcRemovesSegmentsNoSummaryNames) {
+  auto s = open();
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 4, kPage);
+  const auto keys = testing::keys_for("named-", 4);
+  ASSERT_TRUE(put(*s, pool, keys).all_ok());
+  const SegFiles before = seg_files(*s);
+  ASSERT_EQ(before.segments.size(), 1u);
+  ASSERT_EQ(before.summaries.size(), 1u);
+  const std::string seg_dir = s->namespace_dirs()[0] + "/seg/";
+  const std::string unnamed =
+      seg_dir + segment::segment_name(0xabc, 7) + std::string(segment::kSegmentSuffix);
+  std::filesystem::copy_file(before.segments.front(), unnamed);
+  const StoreLocation loc = *parse_store_uri("file://" + dir_.file("store"));
+  Result<uint64_t> swept = sweep_temporaries(loc, 3600);  // too young: kept
+  ASSERT_TRUE(swept.ok()) << swept.status().to_string();
+  EXPECT_EQ(*swept, 0u);
+  EXPECT_TRUE(std::filesystem::exists(unnamed));
+  swept = sweep_temporaries(loc, 0);
+  ASSERT_TRUE(swept.ok()) << swept.status().to_string();
+  EXPECT_EQ(*swept, 1u);
+  EXPECT_FALSE(std::filesystem::exists(unnamed));
+  EXPECT_EQ(seg_files(*s).segments, before.segments);  // the named one stays
+  EXPECT_EQ(read_all(*s, pool, keys), 4u);
 }
 
 TEST_F(StoreSegments, StoresSeeEachOthersPagesWithoutReopening) {
