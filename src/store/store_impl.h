@@ -294,6 +294,10 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // dropped.
   Mutex generation_mu;
   clear_generation::Generation seen_generation KVTIER_GUARDED_BY(generation_mu);
+  // When the last read of it that answered began (now_ns()); 0: none since open. Exists calls
+  // read it again only once config.refresh_ms has passed (on an object store each read is a
+  // GET, on every call otherwise).
+  std::atomic<uint64_t> generation_read_ns{0};
 
   // The generation object as storage has it now; nullopt when storage cannot tell now (the
   // next call asks again).

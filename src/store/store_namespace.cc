@@ -128,12 +128,19 @@ std::optional<clear_generation::Generation> Store::Impl::read_generation() {
 
 void Store::Impl::observe_generation() {
   if (!serving(0)) return;  // the generation lives on base 0
+  const uint64_t asked = now_ns();
+  const uint64_t read_at = generation_read_ns.load(std::memory_order_acquire);
+  if (read_at != 0 && read_at + lookup_max_age_ns() >= asked) return;
   std::optional<clear_generation::Generation> now = read_generation();
   if (!now) return;
-  MutexLock lock(generation_mu);
-  if (*now == seen_generation) return;
-  seen_generation = *now;
-  index.clear();
+  {
+    MutexLock lock(generation_mu);
+    if (*now != seen_generation) {
+      seen_generation = *now;
+      index.clear();
+    }
+  }
+  generation_read_ns.store(asked, std::memory_order_release);
 }
 
 Status Store::Impl::publish_generation() {

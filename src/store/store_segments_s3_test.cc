@@ -238,6 +238,30 @@ TEST_F(StoreSegmentsS3, LookupsListAtMostOncePerRefreshInterval) {
   EXPECT_EQ(again->stats().segment_looks, 0u);
 }
 
+// Exists calls see another store's clear through the namespace's clear generation, a HEAD on
+// an object store: read at most once per refresh_ms too. Until then the stale index may
+// answer, and a read of a cleared page is a miss, never data.
+TEST_F(StoreSegmentsS3, AClearIsSeenWithinTheRefreshInterval) {
+  auto a = open();
+  auto hour = open(3'600'000);
+  auto now = open(0);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(hour, nullptr);
+  ASSERT_NE(now, nullptr);
+  PagePool pa(*a, 64, kSmall);
+  PagePool ph(*hour, 64, kSmall);
+  put(*a, pa, 0, 20);
+  const std::vector<std::string> k = keys(0, 20);
+  EXPECT_EQ(hour->batch_exists(views(k)), 20u);
+  EXPECT_EQ(now->batch_exists(views(k)), 20u);
+  KVTIER_ASSERT_OK(a->clear());
+  EXPECT_EQ(now->batch_exists(views(k)), 0u);    // read the generation again
+  EXPECT_EQ(hour->batch_exists(views(k)), 20u);  // has not, and answers from its index
+  std::vector<bool> hit = get(*hour, ph, 0, 20);
+  EXPECT_EQ(std::count(hit.begin(), hit.end(), true), 0);
+  EXPECT_EQ(a->batch_exists(views(k)), 0u);  // the store that cleared knows at once
+}
+
 TEST_F(StoreSegmentsS3, TheUriSetsTheRefreshInterval) {
   Result<StoreLocation> loc =
       parse_store_uri(testing::s3_test_server().uri(dir_.path(), "&layout=segments&refresh_ms=5"));

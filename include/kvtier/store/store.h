@@ -124,13 +124,15 @@ struct StoreConfig {
   // threads (buffered writes into one file wait on its lock; into several they run side by
   // side). 0: one per hardware thread, at most 4.
   size_t segment_lanes = 0;
-  // kSegments: how stale a lookup may be. A key this store has not indexed (exists,
-  // batch_exists, a get, a remove) makes it look at what other writers appended on the key's
-  // base, at most once per `refresh_ms` per base: a page another process wrote is found within
-  // refresh_ms (a miss until then, which a cache can afford). Concurrent lookups share one
-  // look either way. Unset: the URI's `refresh_ms`, else 1000 on an object store (a look is a
-  // LIST of the base's summaries, one request per 1,000 segments, on every miss otherwise) and
-  // 0 on FILE (a look is a stat of the segment directory, listed again only when it changed).
+  // How stale a lookup may be. Exists calls see another store's clear (any layout) by reading
+  // the namespace's clear generation; in the segment layout, a key this store has not indexed
+  // (exists, batch_exists, a get, a remove) makes it look at what other writers appended on
+  // the key's base. Each is done at most once per `refresh_ms` (per base), so a page another
+  // process wrote, or a clear, is seen within refresh_ms: until then a miss, or a page found
+  // that then reads as a miss, which a cache can afford. Concurrent lookups share one look.
+  // Unset: the URI's `refresh_ms`, else 1000 on an object store (there each is a request on
+  // every exists call: a HEAD; a LIST per 1,000 segments) and 0 on FILE (a small read; a stat of
+  // the segment directory, listed again only when it changed).
   std::optional<uint64_t> refresh_ms;
   // Make each page durable before a put reports success. kFiles: fdatasync each page file,
   // then fsync its directory. kSegments: fdatasync the segments a batch wrote, then its
