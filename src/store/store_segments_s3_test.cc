@@ -125,6 +125,27 @@ class StoreSegmentsS3 : public ::testing::Test {
     return hit;
   }
 
+  // How list_pages lists page `i` (its record's segment and summary).
+  PageListing listed(size_t i) {
+    Result<std::vector<PageListing>> pages = list_pages(location_);
+    EXPECT_TRUE(pages.ok()) << pages.status().to_string();
+    const std::string hash = hash128(keys(i, 1).front()).hex();
+    for (const PageListing& p : pages.ok() ? *pages : std::vector<PageListing>{}) {
+      if (p.name == hash) return p;
+    }
+    ADD_FAILURE() << "page " << i << " is not listed";
+    return {};
+  }
+
+  // Pages [0, 16) through a store opened now: only the second batch of 8 is found.
+  void expect_only_the_second_batch() {
+    auto fresh = open();
+    ASSERT_NE(fresh, nullptr);
+    PagePool pf(*fresh, 16, kSmall);
+    std::vector<bool> hit = get(*fresh, pf, 0, 16);
+    for (size_t i = 0; i < 16; ++i) EXPECT_EQ(hit[i], i >= 8) << "page " << i;
+  }
+
   testing::TempDir dir_;
   StoreLocation location_;
   std::optional<Agent> agent_;
@@ -295,22 +316,12 @@ TEST_F(StoreSegmentsS3, AMissingSegmentIsAMissForExactlyItsPages) {
   for (const PageListing& p : *pages) segments.insert(p.path);
   ASSERT_EQ(segments.size(), 2u);
   // The first batch's segment goes (as a bucket's lifecycle rule or another host would).
-  std::string first_seg;
-  const Hash128 key0 = hash128(keys(0, 1).front());
-  for (const PageListing& p : *pages) {
-    if (p.name == key0.hex()) first_seg = p.path;
-  }
+  const std::string first_seg = listed(0).path;
   ASSERT_FALSE(first_seg.empty());
   KVTIER_ASSERT_OK(agent_->remove(first_seg));
-  {
-    std::vector<bool> hit = get(*s, pool, 0, 16);
-    for (size_t i = 0; i < 16; ++i) EXPECT_EQ(hit[i], i >= 8) << "page " << i;
-  }
-  auto fresh = open();
-  ASSERT_NE(fresh, nullptr);
-  PagePool pf(*fresh, 16, kSmall);
-  std::vector<bool> hit = get(*fresh, pf, 0, 16);
+  std::vector<bool> hit = get(*s, pool, 0, 16);
   for (size_t i = 0; i < 16; ++i) EXPECT_EQ(hit[i], i >= 8) << "page " << i;
+  expect_only_the_second_batch();
 }
 
 // A segment whose summary never made it (its upload failed, or came after the caller's
@@ -322,16 +333,9 @@ TEST_F(StoreSegmentsS3, GcRemovesSegmentsNoSummaryNames) {
   PagePool pool(*s, 64, kSmall);
   put(*s, pool, 0, 8);  // under 1 MiB: one segment
   put(*s, pool, 8, 8);  // another
-  Result<std::vector<PageListing>> pages = list_pages(location_);
-  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
-  std::string first_seg, first_sum;
-  const Hash128 key0 = hash128(keys(0, 1).front());
-  for (const PageListing& p : *pages) {
-    if (p.name == key0.hex()) {
-      first_seg = p.path;
-      first_sum = p.summary;
-    }
-  }
+  const PageListing first = listed(0);
+  const std::string& first_seg = first.path;
+  const std::string& first_sum = first.summary;
   ASSERT_FALSE(first_sum.empty());
   KVTIER_ASSERT_OK(agent_->remove(first_sum));  // as if it had never been written
   ASSERT_EQ(objects()[".seg"].size(), 2u);
@@ -345,8 +349,8 @@ TEST_F(StoreSegmentsS3, GcRemovesSegmentsNoSummaryNames) {
   // clock event (whatever the machine's speed, this only lets more time pass).
   uint64_t newest = 0;
   for (const ObjectInfo& o : objects()[".seg"]) newest = std::max(newest, o.mtime_ns);
-  while (wall_ns() <= newest) {
-    std::this_thread::sleep_for(std::chrono::nanoseconds(newest + 1 - wall_ns()));
+  for (uint64_t t = wall_ns(); t <= newest; t = wall_ns()) {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(newest + 1 - t));
   }
   swept = sweep_temporaries(location_, 0);
   ASSERT_TRUE(swept.ok()) << swept.status().to_string();
@@ -354,12 +358,7 @@ TEST_F(StoreSegmentsS3, GcRemovesSegmentsNoSummaryNames) {
   const std::vector<ObjectInfo> left = objects()[".seg"];
   ASSERT_EQ(left.size(), 1u);
   EXPECT_NE(left.front().name, first_seg);
-  // The other segment's pages are all there, for a store opened since.
-  auto fresh = open();
-  ASSERT_NE(fresh, nullptr);
-  PagePool pf(*fresh, 16, kSmall);
-  std::vector<bool> hit = get(*fresh, pf, 0, 16);
-  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(hit[i], i >= 8) << "page " << i;
+  expect_only_the_second_batch();  // the other segment's pages are all there
 }
 
 TEST_F(StoreSegmentsS3, AReplacedSegmentIsAMissNeverData) {
