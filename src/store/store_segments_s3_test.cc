@@ -125,6 +125,13 @@ class StoreSegmentsS3 : public ::testing::Test {
     return hit;
   }
 
+  // A writer; a store whose lookups look at most once an hour (an interval no test outlasts);
+  // one whose lookups look every time.
+  struct WriterHourNow {
+    std::unique_ptr<Store> writer, hour, now;
+  };
+  WriterHourNow open_writer_hour_now() { return {open(), open(3'600'000), open(0)}; }
+
   // How list_pages lists page `i` (its record's segment and summary).
   PageListing listed(size_t i) {
     Result<std::vector<PageListing>> pages = list_pages(location_);
@@ -221,12 +228,8 @@ TEST_F(StoreSegmentsS3, OtherStoresAndRestartsFindThePages) {
 // request ends in a miss does not list the whole namespace each time (50 ms a call at 2,048
 // segments on the project's radosgw, growing with the store).
 TEST_F(StoreSegmentsS3, LookupsListAtMostOncePerRefreshInterval) {
-  auto a = open();
-  auto hour = open(3'600'000);  // an interval no test outlasts
-  auto now = open(0);           // every lookup with a miss looks
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(hour, nullptr);
-  ASSERT_NE(now, nullptr);
+  auto [a, hour, now] = open_writer_hour_now();
+  ASSERT_TRUE(a && hour && now);
   PagePool pa(*a, 64, kSmall);
   PagePool ph(*hour, 64, kSmall);
   put(*a, pa, 0, 20);
@@ -263,12 +266,8 @@ TEST_F(StoreSegmentsS3, LookupsListAtMostOncePerRefreshInterval) {
 // an object store: read at most once per refresh_ms too. Until then the stale index may
 // answer, and a read of a cleared page is a miss, never data.
 TEST_F(StoreSegmentsS3, AClearIsSeenWithinTheRefreshInterval) {
-  auto a = open();
-  auto hour = open(3'600'000);
-  auto now = open(0);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(hour, nullptr);
-  ASSERT_NE(now, nullptr);
+  auto [a, hour, now] = open_writer_hour_now();
+  ASSERT_TRUE(a && hour && now);
   PagePool pa(*a, 64, kSmall);
   PagePool ph(*hour, 64, kSmall);
   put(*a, pa, 0, 20);
