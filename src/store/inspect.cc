@@ -482,7 +482,9 @@ Result<uint64_t> sweep_unnamed_segments(Agent& agent, const std::string& ns_dir,
   const uint64_t now = wall_ns();
   std::vector<std::string> abandoned;
   for (const auto& [name, mtime] : segments) {
-    if (named.count(name) == 0 && mtime != 0 && mtime + min_age_s * 1'000'000'000 <= now) {
+    // A time ahead of the clock (a server's, rounded up) is not old.
+    if (named.count(name) == 0 && mtime != 0 && mtime <= now &&
+        (now - mtime) / 1'000'000'000 >= min_age_s) {
       abandoned.push_back(dir + "/" + name + std::string(segment::kSegmentSuffix));
     }
   }

@@ -296,7 +296,7 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   clear_generation::Generation seen_generation KVTIER_GUARDED_BY(generation_mu);
   // When the last read of it that answered began (now_ns()); 0: none since open. Exists calls
   // read it again only once config.refresh_ms has passed (on an object store each read is a
-  // GET, on every call otherwise).
+  // HEAD, on every call otherwise).
   std::atomic<uint64_t> generation_read_ns{0};
 
   // The generation object as storage has it now; nullopt when storage cannot tell now (the
@@ -595,10 +595,8 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   Status segments_scan();
   // Applies what other writers appended since the last look (new segments, new entries), on
   // the bases `want` names (all when empty) that are serving (a base not answering is left
-  // alone: its pages are misses anyway).
-  // Looks at what other writers appended on the bases in `want` (all when empty), except
-  // where a look began after this call, or at most max_age_ns before it (lookups pass
-  // config.refresh_ms).
+  // alone: its pages are misses anyway), except those where a look began after this call did,
+  // or at most max_age_ns before it (lookups pass lookup_max_age_ns(): config.refresh_ms).
   void segments_refresh(const std::vector<bool>& want = {}, uint64_t max_age_ns = 0);
   uint64_t lookup_max_age_ns() const { return config.refresh_ms.value_or(0) * 1'000'000; }
   // Appends records and their summary entries to this store's segments.

@@ -222,8 +222,8 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
       i = end + 1;
     }
     loc.storage_class = StorageClass::kObject;
-    // The segment layout's lanes and refresh interval are the store's, not the backend's
-    // (deadline_ms is the S3 client's own here).
+    // The segment layout's lanes and the lookups' refresh interval are the store's, not the
+    // backend's (deadline_ms is the S3 client's own here).
     for (const std::string_view name : {"segment_lanes", "refresh_ms"}) {
       if (auto it = loc.params.find(name); it != loc.params.end()) {
         loc.store_params.insert(loc.params.extract(it));
