@@ -347,7 +347,8 @@ TEST_F(StoreSegmentsS3, GcRemovesSegmentsNoSummaryNames) {
   // list them rounded up (Swift's S3 API): wait for the clock to pass the newest listed time, a
   // clock event (whatever the machine's speed, this only lets more time pass).
   uint64_t newest = 0;
-  for (const ObjectInfo& o : objects()[".seg"]) newest = std::max(newest, o.mtime_ns);
+  const std::vector<ObjectInfo> listed_segments = objects()[".seg"];
+  for (const ObjectInfo& o : listed_segments) newest = std::max(newest, o.mtime_ns);
   for (uint64_t t = wall_ns(); t <= newest; t = wall_ns()) {
     std::this_thread::sleep_for(std::chrono::nanoseconds(newest + 1 - t));
   }
