@@ -463,7 +463,7 @@ namespace {
 // Segments no summary names: an upload whose summary failed or came too late for its
 // caller's deadline (an object store), a writer killed between a segment and its summary.
 // No store ever finds their records or reclaims them. A writer publishes the summary moments
-// after the segment, so one older than `min_age_s` is abandoned.
+// after the segment, so one older than `min_age_s` is abandoned (0: any, whatever its time).
 Result<uint64_t> sweep_unnamed_segments(Agent& agent, const std::string& ns_dir,
                                         uint64_t min_age_s) {
   const std::string dir = seg_dir_of(ns_dir);
@@ -482,9 +482,10 @@ Result<uint64_t> sweep_unnamed_segments(Agent& agent, const std::string& ns_dir,
   const uint64_t now = wall_ns();
   std::vector<std::string> abandoned;
   for (const auto& [name, mtime] : segments) {
-    // A time ahead of the clock (a server's, rounded up) is not old.
-    if (named.count(name) == 0 && mtime != 0 && mtime <= now &&
-        (now - mtime) / 1'000'000'000 >= min_age_s) {
+    // A time ahead of the clock (a server's, rounded up) is not old; age 0 asks for none.
+    const bool old = min_age_s == 0 ||
+                     (mtime != 0 && mtime <= now && (now - mtime) / 1'000'000'000 >= min_age_s);
+    if (named.count(name) == 0 && old) {
       abandoned.push_back(dir + "/" + name + std::string(segment::kSegmentSuffix));
     }
   }

@@ -99,7 +99,8 @@ Result<RemovalReport> clear_namespace(const StoreLocation& location, std::string
 // Removes the temporaries of every namespace that no writer will publish: those whose writer
 // (on this host) is gone, and those older than `min_age_s` (writers on other hosts); and, in
 // the segment layout, segments older than `min_age_s` that no summary names (a summary that
-// failed to be written, a writer killed between the two), on FILE and object stores alike.
+// failed to be written, a writer killed between the two; with `min_age_s` 0, every one), on
+// FILE and object stores alike.
 // Returns how many it removed.
 Result<uint64_t> sweep_temporaries(const StoreLocation& location, uint64_t min_age_s);
 
