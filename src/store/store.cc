@@ -95,46 +95,36 @@ Status resolve_segment_lanes(StoreConfig& cfg) {
   return ok_status();
 }
 
-// refresh_ms of a FILE or object store's URI, where the config does not set it; else the
-// default for the storage (StoreConfig::refresh_ms).
-Status resolve_refresh_ms(StoreConfig& cfg) {
-  const BackendParams& params = cfg.location.store_params;
-  if (auto it = params.find("refresh_ms"); it != params.end() && !cfg.refresh_ms) {
+// A milliseconds parameter of a store's URI (StoreLocation::store_params), where the config
+// does not set it; else `fallback`.
+Status take_ms(const BackendParams& params, const std::string& name, std::optional<uint64_t>& field,
+               uint64_t fallback) {
+  if (auto it = params.find(name); it != params.end()) {
     const std::string& v = it->second;
     uint64_t ms = 0;
     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
     if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
       return invalid_argument_error(
-          fmt::format("refresh_ms='{}' is not a whole number of milliseconds", v));
+          fmt::format("{}='{}' is not a whole number of milliseconds", name, v));
     }
-    cfg.refresh_ms = ms;
+    if (!field) field = ms;
   }
-  if (!cfg.refresh_ms)
-    cfg.refresh_ms = cfg.location.storage_class == StorageClass::kObject ? 1000 : 0;
+  if (!field) field = fallback;
   return ok_status();
+}
+
+// refresh_ms of a FILE or object store (StoreConfig::refresh_ms).
+Status resolve_refresh_ms(StoreConfig& cfg) {
+  return take_ms(cfg.location.store_params, "refresh_ms", cfg.refresh_ms,
+                 cfg.location.storage_class == StorageClass::kObject ? 1000 : 0);
 }
 
 // deadline_ms, probe_interval_ms, isolate and admission of a FILE store's URI
 // (StoreLocation::store_params): used where the config does not set them.
 Status resolve_guard_params(StoreConfig& cfg) {
   const BackendParams& params = cfg.location.store_params;
-  auto take_ms = [&](const std::string& name, std::optional<uint64_t>& field,
-                     uint64_t fallback) -> Status {
-    if (auto it = params.find(name); it != params.end()) {
-      const std::string& v = it->second;
-      uint64_t ms = 0;
-      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
-      if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
-        return invalid_argument_error(
-            fmt::format("{}='{}' is not a whole number of milliseconds", name, v));
-      }
-      if (!field) field = ms;
-    }
-    if (!field) field = fallback;
-    return ok_status();
-  };
-  KVTIER_RETURN_IF_ERROR(take_ms("deadline_ms", cfg.deadline_ms, 10000));
-  KVTIER_RETURN_IF_ERROR(take_ms("probe_interval_ms", cfg.probe_interval_ms, 1000));
+  KVTIER_RETURN_IF_ERROR(take_ms(params, "deadline_ms", cfg.deadline_ms, 10000));
+  KVTIER_RETURN_IF_ERROR(take_ms(params, "probe_interval_ms", cfg.probe_interval_ms, 1000));
   if (*cfg.probe_interval_ms == 0) {
     return invalid_argument_error("probe_interval_ms is 0 (a probe needs an interval)");
   }
