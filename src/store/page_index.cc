@@ -177,6 +177,7 @@ void PageIndex::put_relearned(const Page& page) {
       p.header_bytes = page.header_bytes;
       p.offset = page.offset;
       p.payload = page.payload;
+      p.read = false;  // put again (or copied forward by its writer): read since, it is not
       return;
     }
   }

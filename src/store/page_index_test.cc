@@ -128,6 +128,25 @@ TEST(PageIndex, ErasesThePagesOfGoneSegments) {
   EXPECT_EQ(idx.pop_oldest()->hash, h(2));
 }
 
+// A page another writer put again elsewhere (a later summary: a new put, or its copy-forward)
+// takes the new location and keeps its place in the use order, but not this store's read
+// mark: read since it was put, it has not been, so reclaim does not copy it forward again.
+TEST(PageIndex, ARelearnedPageKeepsItsPlaceButNotItsRead) {
+  PageIndex idx;
+  idx.put({h(1), 0, 100, 1, 64, 0, 36});
+  idx.put({h(2), 0, 100, 1, 64, 100, 36});
+  ASSERT_TRUE(idx.touch(h(1)));
+  ASSERT_TRUE(idx.find(h(1))->read);
+  idx.put_relearned({h(1), 0, 120, 7, 64, 500, 56});
+  const PageIndex::Page p = *idx.find(h(1));
+  EXPECT_EQ(p.segment, 7u);
+  EXPECT_EQ(p.offset, 500u);
+  EXPECT_EQ(p.bytes, 120u);
+  EXPECT_FALSE(p.read);
+  EXPECT_EQ(idx.bytes(), 220u);
+  EXPECT_EQ(idx.pop_oldest()->hash, h(2));  // h(1) is still the most recently used
+}
+
 TEST(PageIndex, ParsesTheHexOfPageNames) {
   const Hash128 x{0x0123456789abcdefULL, 0xfedcba9876543210ULL};
   EXPECT_EQ(parse_hash_hex(x.hex()), x);
