@@ -23,6 +23,8 @@ inline constexpr std::string_view kManifest = "namespace.json";
 // The capacity ledger's files (see ledger.h).
 inline constexpr std::string_view kUsageFile = "usage";
 inline constexpr std::string_view kMembersFile = "members";
+// Which pages each store read, shared by the namespace's stores on one host (see read_marks.h).
+inline constexpr std::string_view kReadMarksFile = "reads";
 // The namespace's clear generation: rewritten by every clear(), watched by every store of the
 // namespace so that a clear in one process empties the others' indexes (see store.h).
 inline constexpr std::string_view kGenerationFile = "generation";

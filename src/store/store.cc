@@ -269,6 +269,16 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
       KVTIER_ASSIGN_OR_RETURN(scanned, impl->segment_file_bytes());
     }
     KVTIER_ASSIGN_OR_RETURN(impl->ledger, Ledger::open(impl->router.namespace_dir(0), scanned));
+    if (layout == StoreLayout::kFiles && config.capacity_bytes != 0 &&
+        !on_fuse_filesystem(impl->router.namespace_dir(0))) {
+      // One slot per 16 KiB of capacity: four per page of 64 KiB. Marks are hints: a store
+      // that cannot map them evicts by its own reads alone, as it does across hosts.
+      if (Result<std::unique_ptr<ReadMarks>> marks =
+              ReadMarks::open(impl->router.namespace_dir(0), config.capacity_bytes / 16384);
+          marks.ok()) {
+        impl->read_marks = std::move(marks).value();
+      }
+    }
     // Alone: segments nobody sealed belong to writers that are gone, and can be reclaimed.
     if (layout == StoreLayout::kSegments && impl->ledger->reset_on_open()) {
       impl->segments_adopt_abandoned();

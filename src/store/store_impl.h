@@ -41,6 +41,7 @@
 #include "page_format.h"
 #include "page_index.h"
 #include "pools.h"
+#include "read_marks.h"
 #include "routing.h"
 #include "segment_format.h"
 
@@ -256,6 +257,9 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // capacity budget when the store has one (see ledger.h).
   PageIndex index;
   std::unique_ptr<Ledger> ledger;
+  // Which pages other stores of the namespace on this host read (see read_marks.h), when
+  // the store evicts; eviction spares them once.
+  std::unique_ptr<ReadMarks> read_marks;
   // Key hashes of pages evicted, for Store::take_evicted(); off (max_pending 0) until
   // Store::watch_evictions().
   struct EvictionJournal {

@@ -247,6 +247,37 @@ TEST_F(StoreLifecycle, EvictionFollowsReadsNotOnlyWrites) {
   EXPECT_EQ(put(*tiny, tpool, {"huge"}).pages[0].code(), StatusCode::kResourceExhausted);
 }
 
+// Each process orders its own index by its own reads; a page another store of the namespace
+// read since (its read mark) is spared by this store's eviction once, and goes at its turn
+// after that unless read again. Its own reads never buy a spare: its index already has them.
+TEST_F(StoreLifecycle, EvictionSparesOnceWhatAnotherStoreRead) {
+  auto writer = open(4 * kObject);
+  auto reader = open(4 * kObject);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  PagePool pool(*writer, 8, kPage), rpool(*reader, 1, kPage);
+  ASSERT_TRUE(put(*writer, pool, {"p0", "p1", "p2", "p3"}).all_ok());
+  KVTIER_ASSERT_OK(reader->get("p0", rpool.slot(0), kPage));
+  KVTIER_ASSERT_OK(writer->get("p3", pool.slot(7), kPage));
+  // The writer's order is p0 p1 p2 p3: p0 is spared, p1 goes.
+  ASSERT_TRUE(put(*writer, pool, {"p4"}, 4).all_ok());
+  EXPECT_TRUE(writer->exists("p0").value_or(false));
+  EXPECT_FALSE(writer->exists("p1").value_or(true));
+  EXPECT_EQ(writer->stats().kept_for_others, 1u);
+  // Now p2 p3 p0 p4 (exists calls do not reorder): three more puts reach p0, spared no more.
+  ASSERT_TRUE(put(*writer, pool, {"p5", "p6"}, 5).all_ok());
+  EXPECT_TRUE(writer->exists("p0").value_or(false));
+  EXPECT_FALSE(writer->exists("p3").value_or(true));  // its own read bought nothing
+  ASSERT_TRUE(put(*writer, pool, {"p7"}, 7).all_ok());
+  EXPECT_FALSE(writer->exists("p0").value_or(true));
+  EXPECT_EQ(reader->get("p0", rpool.slot(0), kPage).code(), StatusCode::kNotFound);
+  const StoreStats st = writer->stats();
+  EXPECT_EQ(st.kept_for_others, 1u);
+  EXPECT_EQ(st.evicted_pages, 4u);
+  EXPECT_EQ(on_disk(*writer).second, 4 * kObject);
+  EXPECT_EQ(st.used_bytes, 4 * kObject);
+}
+
 // take_evicted names exactly the pages eviction removed, by their key hashes, once; nothing
 // until watch_evictions; beyond max_pending the oldest are dropped and counted.
 TEST_F(StoreLifecycle, EvictedPagesAreNamedOnceWhenWatched) {

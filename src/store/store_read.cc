@@ -374,6 +374,7 @@ void Store::Impl::index_reads(const ReadWindow& rw, std::span<const Status> out)
     if (rw.rereading(w.page)) continue;
     const Status& st = out[w.page];
     if (st.ok()) {
+      if (read_marks) read_marks->mark(w.route.key_hash);
       // A segment record is indexed with its location before it can be read.
       if (!index.touch(w.route.key_hash) && layout == StoreLayout::kFiles) {
         index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), object_bytes(w.payload)});

@@ -249,16 +249,25 @@ Status Store::Impl::reserve_capacity(uint64_t need, const Evictor& evictor) {
 }
 
 // The files layout evicts the least recently used pages this process knows of, and learns
-// others' pages by listing the namespace.
+// others' pages by listing the namespace. Its use order knows only this process's reads: a
+// page another store on this host read since (its read mark) is spared once, as the most
+// recently used.
 Status Store::Impl::reserve(uint64_t need) {
   std::vector<PageIndex::Page> victims;
   Evictor e;
   e.choose = [&](uint64_t short_by) {
     victims.clear();
     uint64_t freeing = 0;
+    size_t spares_left = index.pages();  // a page marked again meanwhile is not spared twice
     while (freeing < short_by) {
       std::optional<PageIndex::Page> victim = index.pop_oldest();
       if (!victim) break;
+      if (read_marks && spares_left > 0 && read_marks->take_others(victim->hash)) {
+        --spares_left;
+        index.put(*victim);
+        bump(counters.kept_for_others);
+        continue;
+      }
       freeing += victim->bytes;
       victims.push_back(*victim);
     }
@@ -271,6 +280,7 @@ Status Store::Impl::reserve(uint64_t need) {
       Status st = agent.remove(router.page_path(victim.base, victim.hash));
       if (st.ok()) {
         *freed += victim.bytes;
+        if (read_marks) read_marks->clear(victim.hash);
         bump(counters.evicted_pages);
         bump(counters.evicted_bytes, victim.bytes);
       } else if (st.code() != StatusCode::kNotFound && failed.ok()) {

@@ -280,6 +280,7 @@ struct LatencyHistogram {
   X(evicted_bytes, "Object bytes evicted.")                                             \
   X(relocated_pages, "Pages read since put, copied out of segments being reclaimed.")   \
   X(relocated_bytes, "Record bytes copied out of segments being reclaimed.")            \
+  X(kept_for_others, "Pages spared at eviction: another store on this host read them.") \
   X(capacity_refusals, "Pages refused: no room even after evicting.")                   \
   X(admitted_pages, "New pages a full store took, asked of the admission policy.")      \
   X(declined_pages, "New pages the admission policy declined (the put succeeded).")     \

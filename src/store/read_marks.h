@@ -1,0 +1,72 @@
+// Which pages another process read, for the page-file layout's eviction: a file beside the
+// capacity ledger, mapped shared by every process of the namespace on this host, so that
+// eviction by one process does not throw out what another is reading.
+//
+//   <namespace dir>/reads     header (magic, slot count, tag counter), then 4 bytes a slot
+//
+// Each store takes a tag (1-255) when it opens. A read hit stores the reader's tag and 24 bits
+// of the page's key hash in the page's slot (key hash modulo the slot count; a plain store
+// into the mapping, no system call). A store that is about to evict or reclaim a page asks
+// whether the slot holds another store's read of that page: its own reads already order its
+// own index, another's do not (each process keeps its own LRU; docs/architecture.md,
+// "Capacity"), so such a page is kept a second time round and its slot cleared. Evicting a
+// page clears its mark. A slot is a hint: two pages in one slot keep only the later read's
+// mark (the other page is evicted as if unmarked, never kept by the wrong mark, short of a
+// 1 in 2^24 chance), and two stores that drew the same tag ignore each other's reads, as
+// before marks existed.
+//
+// On one host the mapping is coherent for every process. Across hosts it is not, so marks are
+// not made on a FUSE filesystem (ceph-fuse), where the ledger works around a page cache other
+// hosts do not invalidate. The segment layout does without them: every store there indexes
+// every page from the summaries, reclaim copies forward what the reclaiming store read, and a
+// segment another store read (its access time) gets a second chance. Marks in its copy-forward
+// were measured: hits moved by -0.02 to +0.01 of LRU's, and 3-9% more of the bytes put were
+// copied (docs/benchmarks.md, "On serving traces").
+//
+// Thread-safety: safe for concurrent use (atomic byte stores into the mapping).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvtier/core/checksum.h"
+#include "kvtier/core/status.h"
+
+namespace kvtier {
+
+class ReadMarks {
+ public:
+  // Maps (creating) the marks of the namespace in `dir`, with about `slots` slots when this
+  // call creates the file (an existing file keeps its count). Holds no descriptor open.
+  static Result<std::unique_ptr<ReadMarks>> open(const std::string& dir, uint64_t slots);
+  ~ReadMarks();
+  ReadMarks(const ReadMarks&) = delete;
+  ReadMarks& operator=(const ReadMarks&) = delete;
+
+  // This store read the page.
+  void mark(const Hash128& hash);
+  // Whether the page's slot holds another store's read of it; the slot is cleared when it
+  // does (the read has bought its second chance).
+  bool take_others(const Hash128& hash);
+  // The page left the store: any mark of it goes (another page's in the slot stays).
+  void clear(const Hash128& hash);
+
+  uint8_t tag() const { return tag_; }
+  uint64_t slots() const { return slots_; }
+
+ private:
+  ReadMarks(void* map, size_t map_bytes, uint32_t* slot_words, uint64_t slots, uint8_t tag)
+      : map_(map), map_bytes_(map_bytes), slot_words_(slot_words), slots_(slots), tag_(tag) {}
+  uint32_t* slot(const Hash128& hash) const { return slot_words_ + hash.low % slots_; }
+  // A mark: the key hash's top 24 bits, then the reader's tag (never 0: 0 is no mark).
+  static uint32_t print_of(const Hash128& hash) { return uint32_t(hash.high >> 40) << 8; }
+
+  void* map_;
+  size_t map_bytes_;
+  uint32_t* slot_words_;
+  uint64_t slots_;
+  uint8_t tag_;
+};
+
+}  // namespace kvtier

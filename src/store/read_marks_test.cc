@@ -1,0 +1,111 @@
+// ReadMarks: another store's read is seen, taken once and cleared; a store's own read is not
+// another's; a collision keeps the later read and never spares the wrong page; a file whose
+// maker died before its header is made again, a foreign one is refused; across processes.
+#include "read_marks.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "routing.h"
+#include "src/testing/test_util.h"
+
+namespace kvtier {
+namespace {
+
+Hash128 h(uint64_t high, uint64_t low) {
+  return Hash128{high, low};
+}
+
+std::unique_ptr<ReadMarks> open_marks(const std::string& dir, uint64_t slots = 4096) {
+  Result<std::unique_ptr<ReadMarks>> m = ReadMarks::open(dir, slots);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+TEST(ReadMarks, AnotherStoresReadIsTakenOnceItsOwnNever) {
+  testing::TempDir dir;
+  auto a = open_marks(dir.path());
+  auto b = open_marks(dir.path());
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a->tag(), b->tag());
+  EXPECT_EQ(b->slots(), a->slots());
+  const Hash128 page = h(0x1234'5678'9abc'def0, 42);
+  EXPECT_FALSE(a->take_others(page));  // nobody read it
+  b->mark(page);
+  EXPECT_FALSE(b->take_others(page));  // b's own read: b's index knows it
+  EXPECT_TRUE(a->take_others(page));
+  EXPECT_FALSE(a->take_others(page));  // spent
+  // A later read by a replaces b's: nothing for a to take, b now can.
+  b->mark(page);
+  a->mark(page);
+  EXPECT_FALSE(a->take_others(page));
+  EXPECT_TRUE(b->take_others(page));
+  // An evicted page's mark goes.
+  b->mark(page);
+  a->clear(page);
+  EXPECT_FALSE(a->take_others(page));
+}
+
+TEST(ReadMarks, ACollisionKeepsTheLaterReadAndSparesNoOtherPage) {
+  testing::TempDir dir;
+  auto a = open_marks(dir.path());
+  auto b = open_marks(dir.path());
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  // One slot (equal low words modulo the slot count), different pages (high words).
+  const Hash128 first = h(uint64_t{1} << 62, 7);
+  const Hash128 second = h(uint64_t{2} << 62, 7 + a->slots());
+  b->mark(first);
+  b->mark(second);
+  EXPECT_FALSE(a->take_others(first));  // its mark was replaced: a lost spare, not a wrong one
+  a->clear(first);                      // not first's mark: second's stays
+  EXPECT_TRUE(a->take_others(second));
+}
+
+TEST(ReadMarks, AHeaderlessFileIsMadeAgainAForeignOneRefused) {
+  testing::TempDir dir;
+  const std::string path = dir.file(std::string(routing::kReadMarksFile));
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << std::string(100, '\0');  // sized, no header: its maker died
+  }
+  auto a = open_marks(dir.path(), 8192);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->slots(), 8192u);
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << std::string(64 + 4 * 4096, 'x');
+  }
+  Result<std::unique_ptr<ReadMarks>> foreign = ReadMarks::open(dir.path(), 4096);
+  EXPECT_EQ(foreign.status().code(), StatusCode::kCorrupt);
+}
+
+TEST(ReadMarks, AReadInAnotherProcessIsSeen) {
+  if (testing::under_thread_sanitizer()) {
+    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process";
+  }
+  testing::TempDir dir;
+  auto a = open_marks(dir.path());
+  ASSERT_NE(a, nullptr);
+  const Hash128 page = h(0xfeed'0000'0000'0000, 99);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    Result<std::unique_ptr<ReadMarks>> b = ReadMarks::open(dir.path(), 4096);
+    if (!b.ok() || (*b)->tag() == a->tag()) ::_exit(2);
+    (*b)->mark(page);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(a->take_others(page));
+}
+
+}  // namespace
+}  // namespace kvtier
