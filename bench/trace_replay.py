@@ -21,8 +21,11 @@ pages instead); the same replay runs against three
 models holding exactly C pages:
   LRU     the least recently used page leaves; a hit is a use, and so is a write of a page
           already held (SGLang writes every page after the first miss; the store keeps it)
-  oracle  LRU that takes a page only if it will be asked for again (it knows the future):
-          what no admission policy in front of LRU can beat
+  oracle  LRU that takes a page only if it will be asked for again (it knows the future)
+  horizon LRU that takes a page only if it will be asked for again within W requests, the
+          best W of 25, 50, ..., 3200 and no limit (it knows when): admission alone can do at
+          least this well in front of LRU, and more than "oracle" (no limit), which takes
+          pages whose next ask comes too late for LRU to keep them
   Belady  the page asked for farthest in the future leaves, and a page asked for later than
           every page held is not kept at all (the offline optimum for independent pages; with
           prefix matching a page after a miss is no hit, so it is a reference, not a bound)
@@ -173,6 +176,18 @@ def replay_oracle_admission(requests, capacity):
     inf = float("inf")
     takes = [[nxt != inf for nxt in row] for row in next_uses(requests)]
     return replay_lru(requests, capacity, takes)
+
+
+def replay_horizon_admission(requests, capacity):
+    """The best of LRUs that take a page only if it is asked for again within W requests:
+    what admission alone can reach in front of LRU when it knows when a page comes back."""
+    next_use = next_uses(requests)
+    best = 0
+    for w in (25, 50, 100, 200, 400, 800, 1600, 3200, float("inf")):
+        takes = [[nxt != float("inf") and nxt - r <= w for nxt in row]
+                 for r, row in enumerate(next_use)]
+        best = max(best, replay_lru(requests, capacity, takes)[0])
+    return best, sum(len(r) for r in requests)
 
 
 def replay_belady(requests, capacity):
@@ -433,7 +448,7 @@ def main():
         (x, a) for x in args.layouts.split(",") if x for a in admissions]
     engine = VllmReplay if args.engine == "vllm" else AdapterReplay
     side = engine(page_bytes, max(len(r) for r in requests)) if layouts else None
-    header = f"{'C':>8} {'share':>6} {'LRU':>7} {'oracle':>7} {'Belady':>7}"
+    header = f"{'C':>8} {'share':>6} {'LRU':>7} {'oracle':>7} {'horizon':>7} {'Belady':>7}"
     for layout, admission in layouts:
         name = layout if admission == "always" else f"{layout}+{admission[:5]}"
         header += f" {name:>14} {'/LRU':>5} {'copied':>6} {'s':>6}"
@@ -443,8 +458,10 @@ def main():
         c = max(1, int(distinct * share))
         lru, _ = replay_lru(requests, c)
         oracle, _ = replay_oracle_admission(requests, c)
+        horizon, _ = replay_horizon_admission(requests, c)
         opt, _ = replay_belady(requests, c)
-        row = f"{c:>8} {share:>6.0%} {lru / asked:7.4f} {oracle / asked:7.4f} {opt / asked:7.4f}"
+        row = (f"{c:>8} {share:>6.0%} {lru / asked:7.4f} {oracle / asked:7.4f} "
+               f"{horizon / asked:7.4f} {opt / asked:7.4f}")
         for layout, admission in layouts:
             directory = tempfile.mkdtemp(prefix=f"trace-{layout}-", dir=args.dir)
             try:
