@@ -6,10 +6,10 @@
 //
 // Each store takes a tag (1-255) when it opens. A read hit stores the reader's tag and 24 bits
 // of the page's key hash in the page's slot (key hash modulo the slot count; a plain store
-// into the mapping, no system call). A store that is about to evict or reclaim a page asks
-// whether the slot holds another store's read of that page: its own reads already order its
-// own index, another's do not (each process keeps its own LRU; docs/architecture.md,
-// "Capacity"), so such a page is kept a second time round and its slot cleared. Evicting a
+// into the mapping, no system call). A store that is about to evict a page asks whether the
+// slot holds another store's read of that page: its own reads already order its own index,
+// another's do not (each process keeps its own LRU; docs/architecture.md, "Capacity and
+// eviction"), so such a page is kept a second time round and its slot cleared. Evicting a
 // page clears its mark. A slot is a hint: two pages in one slot keep only the later read's
 // mark (the other page is evicted as if unmarked, never kept by the wrong mark, short of a
 // 1 in 2^24 chance), and two stores that drew the same tag ignore each other's reads, as
@@ -23,7 +23,8 @@
 // were measured: hits moved by -0.02 to +0.01 of LRU's, and 3-9% more of the bytes put were
 // copied (docs/benchmarks.md, "On serving traces").
 //
-// Thread-safety: safe for concurrent use (atomic byte stores into the mapping).
+// Thread-safety: safe for concurrent use (atomic loads, stores and compare-exchanges of the
+// mapping's 4-byte slots, relaxed: a mark is a hint, ordered with nothing else).
 #pragma once
 
 #include <cstdint>

@@ -258,7 +258,9 @@ Status Store::Impl::reserve(uint64_t need) {
   e.choose = [&](uint64_t short_by) {
     victims.clear();
     uint64_t freeing = 0;
-    size_t spares_left = index.pages();  // a page marked again meanwhile is not spared twice
+    // At most one pass over the index: readers marking pages as fast as they are spared
+    // cannot hold a writer.
+    size_t spares_left = index.pages();
     while (freeing < short_by) {
       std::optional<PageIndex::Page> victim = index.pop_oldest();
       if (!victim) break;
