@@ -26,12 +26,20 @@ std::unique_ptr<ReadMarks> open_marks(const std::string& dir, uint64_t slots = 4
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
-TEST(ReadMarks, AnotherStoresReadIsTakenOnceItsOwnNever) {
+// Two stores' marks of one namespace: a and b.
+class ReadMarksOfTwo : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a = open_marks(dir.path());
+    b = open_marks(dir.path());
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+  }
   testing::TempDir dir;
-  auto a = open_marks(dir.path());
-  auto b = open_marks(dir.path());
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
+  std::unique_ptr<ReadMarks> a, b;
+};
+
+TEST_F(ReadMarksOfTwo, AnotherStoresReadIsTakenOnceItsOwnNever) {
   EXPECT_NE(a->tag(), b->tag());
   EXPECT_EQ(b->slots(), a->slots());
   const Hash128 page = h(0x1234'5678'9abc'def0, 42);
@@ -51,12 +59,7 @@ TEST(ReadMarks, AnotherStoresReadIsTakenOnceItsOwnNever) {
   EXPECT_FALSE(a->take_others(page));
 }
 
-TEST(ReadMarks, ACollisionKeepsTheLaterReadAndSparesNoOtherPage) {
-  testing::TempDir dir;
-  auto a = open_marks(dir.path());
-  auto b = open_marks(dir.path());
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
+TEST_F(ReadMarksOfTwo, ACollisionKeepsTheLaterReadAndSparesNoOtherPage) {
   // One slot (equal low words modulo the slot count), different pages (high words).
   const Hash128 first = h(uint64_t{1} << 62, 7);
   const Hash128 second = h(uint64_t{2} << 62, 7 + a->slots());
