@@ -17,7 +17,7 @@
 namespace kvtier {
 namespace {
 
-constexpr uint64_t kMagic = 0x31534b52414d4b56;  // "VKMARKS1"
+constexpr uint64_t kMagic = 0x32534b52414d4b56;  // "VKMARKS2"
 constexpr uint64_t kHeaderBytes = 64;
 constexpr uint64_t kMaxSlots = uint64_t{1} << 24;  // 64 MiB of marks at most
 
@@ -33,7 +33,7 @@ static_assert(kHeaderBytes % alignof(uint32_t) == 0);
 
 Result<std::unique_ptr<ReadMarks>> ReadMarks::open(const std::string& dir, uint64_t slots) {
   const std::string path = dir + "/" + std::string(routing::kReadMarksFile);
-  slots = std::clamp<uint64_t>(slots, 4096, kMaxSlots);
+  slots = std::clamp<uint64_t>(slots, 4096, kMaxSlots) / kWays * kWays;
   KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_file(path.c_str(), O_RDWR | O_CREAT, 0644));
   // The first opener sizes the file under the lock; the others map what it made. A file whose
   // header was never written (its maker died first) has never been mapped, and is made again.
@@ -65,7 +65,7 @@ Result<std::unique_ptr<ReadMarks>> ReadMarks::open(const std::string& dir, uint6
   if (::pread(fd.get(), &h, sizeof h, 0) != ssize_t(sizeof h) || ::fstat(fd.get(), &st) != 0) {
     return corrupt_error(fmt::format("{}: too short for read marks", path));
   }
-  if (h.magic != kMagic || h.slots == 0 || h.slots > kMaxSlots ||
+  if (h.magic != kMagic || h.slots == 0 || h.slots > kMaxSlots || h.slots % kWays != 0 ||
       uint64_t(st.st_size) != kHeaderBytes + h.slots * 4) {
     return corrupt_error(fmt::format("{}: not read marks of this version", path));
   }
@@ -85,26 +85,52 @@ ReadMarks::~ReadMarks() {
 }
 
 void ReadMarks::mark(const Hash128& hash) {
-  std::atomic_ref<uint32_t> s(*slot(hash));
-  const uint32_t mine = print_of(hash) | tag_;
-  // Only a change dirties the line (and the file's page).
-  if (s.load(std::memory_order_relaxed) != mine) s.store(mine, std::memory_order_relaxed);
+  uint32_t* b = bucket(hash);
+  const uint32_t print = print_of(hash);
+  const uint32_t mine = print | tag_;
+  int empty = -1;
+  for (int i = 0; i < kWays; ++i) {
+    std::atomic_ref<uint32_t> s(b[i]);
+    const uint32_t seen = s.load(std::memory_order_relaxed);
+    if (seen != 0 && (seen & ~0xffu) == print) {
+      // Only a change dirties the line (and the file's page).
+      if (seen != mine) s.store(mine, std::memory_order_relaxed);
+      return;
+    }
+    if (seen == 0 && empty < 0) empty = i;
+  }
+  uint32_t free_slot = 0;
+  if (empty >= 0 && std::atomic_ref<uint32_t>(b[empty]).compare_exchange_strong(
+                        free_slot, mine, std::memory_order_relaxed)) {
+    return;
+  }
+  // A full bucket: the page's hash picks the mark it replaces (that page loses its spare).
+  std::atomic_ref<uint32_t>(b[hash.high % kWays]).store(mine, std::memory_order_relaxed);
 }
 
 bool ReadMarks::take_others(const Hash128& hash) {
-  std::atomic_ref<uint32_t> s(*slot(hash));
-  uint32_t seen = s.load(std::memory_order_relaxed);
-  if ((seen & ~0xffu) != print_of(hash) || (seen & 0xff) == 0 || (seen & 0xff) == tag_) {
-    return false;
+  uint32_t* b = bucket(hash);
+  const uint32_t print = print_of(hash);
+  for (int i = 0; i < kWays; ++i) {
+    std::atomic_ref<uint32_t> s(b[i]);
+    uint32_t seen = s.load(std::memory_order_relaxed);
+    if (seen == 0 || (seen & ~0xffu) != print) continue;
+    if ((seen & 0xff) == tag_) return false;
+    return s.compare_exchange_strong(seen, 0, std::memory_order_relaxed);
   }
-  return s.compare_exchange_strong(seen, 0, std::memory_order_relaxed);
+  return false;
 }
 
 void ReadMarks::clear(const Hash128& hash) {
-  std::atomic_ref<uint32_t> s(*slot(hash));
-  uint32_t seen = s.load(std::memory_order_relaxed);
-  if (seen != 0 && (seen & ~0xffu) == print_of(hash)) {
-    s.compare_exchange_strong(seen, 0, std::memory_order_relaxed);
+  uint32_t* b = bucket(hash);
+  const uint32_t print = print_of(hash);
+  for (int i = 0; i < kWays; ++i) {
+    std::atomic_ref<uint32_t> s(b[i]);
+    uint32_t seen = s.load(std::memory_order_relaxed);
+    if (seen != 0 && (seen & ~0xffu) == print) {
+      s.compare_exchange_strong(seen, 0, std::memory_order_relaxed);
+      return;
+    }
   }
 }
 

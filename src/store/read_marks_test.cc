@@ -1,5 +1,5 @@
 // ReadMarks: another store's read is seen, taken once and cleared; a store's own read is not
-// another's; a collision keeps the later read and never spares the wrong page; a file whose
+// another's; a full bucket loses a mark and never spares the wrong page; a file whose
 // maker died before its header is made again, a foreign one is refused; across processes.
 #include "read_marks.h"
 
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <vector>
 
 #include "routing.h"
 #include "src/testing/test_util.h"
@@ -59,15 +60,23 @@ TEST_F(ReadMarksOfTwo, AnotherStoresReadIsTakenOnceItsOwnNever) {
   EXPECT_FALSE(a->take_others(page));
 }
 
-TEST_F(ReadMarksOfTwo, ACollisionKeepsTheLaterReadAndSparesNoOtherPage) {
-  // One slot (equal low words modulo the slot count), different pages (high words).
-  const Hash128 first = h(uint64_t{1} << 62, 7);
-  const Hash128 second = h(uint64_t{2} << 62, 7 + a->slots());
-  b->mark(first);
-  b->mark(second);
-  EXPECT_FALSE(a->take_others(first));  // its mark was replaced: a lost spare, not a wrong one
-  a->clear(first);                      // not first's mark: second's stays
-  EXPECT_TRUE(a->take_others(second));
+// Four pages of one bucket keep their marks; a fifth replaces one (a lost spare, never a
+// wrong one), and clearing a page leaves the others' marks.
+TEST_F(ReadMarksOfTwo, AFullBucketLosesAMarkAndSparesNoOtherPage) {
+  // One bucket (equal low words modulo the bucket count), five pages (high words).
+  std::vector<Hash128> pages;
+  // (Apart by twice the bucket count: one slot per mark would put the first, third and
+  // fifth in one slot.)
+  for (uint64_t i = 0; i < 5; ++i) pages.push_back(h((i + 1) << 58, 7 + i * (a->slots() / 2)));
+  for (const Hash128& p : pages) b->mark(p);
+  // The fifth (high word 5 << 58: its low bits pick the first slot) replaced the first.
+  EXPECT_FALSE(a->take_others(pages[0]));
+  for (size_t i = 1; i < 5; ++i) EXPECT_TRUE(a->take_others(pages[i])) << i;
+  for (const Hash128& p : pages) b->mark(p);
+  a->clear(pages[3]);
+  EXPECT_FALSE(a->take_others(pages[3]));
+  EXPECT_TRUE(a->take_others(pages[4]));
+  EXPECT_TRUE(a->take_others(pages[2]));
 }
 
 TEST(ReadMarks, AHeaderlessFileIsMadeAgainAForeignOneRefused) {
