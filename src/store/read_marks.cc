@@ -108,29 +108,27 @@ void ReadMarks::mark(const Hash128& hash) {
   std::atomic_ref<uint32_t>(b[hash.high % kWays]).store(mine, std::memory_order_relaxed);
 }
 
-bool ReadMarks::take_others(const Hash128& hash) {
+// The slot of the page's bucket that holds a mark of it, with the mark; nullptr if none.
+uint32_t* ReadMarks::find(const Hash128& hash, uint32_t* seen) const {
   uint32_t* b = bucket(hash);
-  const uint32_t print = print_of(hash);
   for (int i = 0; i < kWays; ++i) {
-    std::atomic_ref<uint32_t> s(b[i]);
-    uint32_t seen = s.load(std::memory_order_relaxed);
-    if (seen == 0 || (seen & ~0xffu) != print) continue;
-    if ((seen & 0xff) == tag_) return false;
-    return s.compare_exchange_strong(seen, 0, std::memory_order_relaxed);
+    *seen = std::atomic_ref<uint32_t>(b[i]).load(std::memory_order_relaxed);
+    if (*seen != 0 && (*seen & ~0xffu) == print_of(hash)) return &b[i];
   }
-  return false;
+  return nullptr;
+}
+
+bool ReadMarks::take_others(const Hash128& hash) {
+  uint32_t seen = 0;
+  uint32_t* s = find(hash, &seen);
+  if (s == nullptr || (seen & 0xff) == tag_) return false;
+  return std::atomic_ref<uint32_t>(*s).compare_exchange_strong(seen, 0, std::memory_order_relaxed);
 }
 
 void ReadMarks::clear(const Hash128& hash) {
-  uint32_t* b = bucket(hash);
-  const uint32_t print = print_of(hash);
-  for (int i = 0; i < kWays; ++i) {
-    std::atomic_ref<uint32_t> s(b[i]);
-    uint32_t seen = s.load(std::memory_order_relaxed);
-    if (seen != 0 && (seen & ~0xffu) == print) {
-      s.compare_exchange_strong(seen, 0, std::memory_order_relaxed);
-      return;
-    }
+  uint32_t seen = 0;
+  if (uint32_t* s = find(hash, &seen)) {
+    std::atomic_ref<uint32_t>(*s).compare_exchange_strong(seen, 0, std::memory_order_relaxed);
   }
 }
 

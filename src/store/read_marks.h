@@ -66,6 +66,7 @@ class ReadMarks {
   uint32_t* bucket(const Hash128& hash) const {
     return slot_words_ + hash.low % (slots_ / kWays) * kWays;
   }
+  uint32_t* find(const Hash128& hash, uint32_t* seen) const;
   // A mark: the key hash's top 24 bits, then the reader's tag (never 0: 0 is no mark).
   static uint32_t print_of(const Hash128& hash) { return uint32_t(hash.high >> 40) << 8; }
 
