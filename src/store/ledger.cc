@@ -33,27 +33,6 @@ Status bypass_page_cache_on_fuse(int fd, const std::string& what) {
   }
   return ok_status();
 }
-
-// An exclusive flock held for a scope (released on every path).
-class FileLock {
- public:
-  static Result<FileLock> exclusive(int fd, const std::string& what) {
-    while (::flock(fd, LOCK_EX) != 0) {
-      if (errno != EINTR) return errno_status(errno, "flock", what);
-    }
-    return FileLock(fd);
-  }
-  FileLock(FileLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  FileLock& operator=(FileLock&&) = delete;
-  ~FileLock() {
-    if (fd_ >= 0) ::flock(fd_, LOCK_UN);
-  }
-
- private:
-  explicit FileLock(int fd) : fd_(fd) {}
-  int fd_;
-};
-
 }  // namespace
 
 bool on_fuse_filesystem(const std::string& path) {

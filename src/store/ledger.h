@@ -21,11 +21,15 @@
 // FILE stores only (flock on a local or shared filesystem that supports it).
 #pragma once
 
+#include <sys/file.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "kvtier/core/status.h"
 #include "kvtier/core/unique_fd.h"
@@ -35,6 +39,27 @@ namespace kvtier {
 // Whether `path` lies on a FUSE filesystem (ceph-fuse, by default): its page cache is not kept
 // coherent across hosts the way a local or NFS one is, so the store works around it.
 bool on_fuse_filesystem(const std::string& path);
+
+// An exclusive flock held for a scope (released on every path): the ledger's, and the read
+// marks' while their file is made (read_marks.h).
+class FileLock {
+ public:
+  static Result<FileLock> exclusive(int fd, const std::string& what) {
+    while (::flock(fd, LOCK_EX) != 0) {
+      if (errno != EINTR) return errno_status(errno, "flock", what);
+    }
+    return FileLock(fd);
+  }
+  FileLock(FileLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  FileLock& operator=(FileLock&&) = delete;
+  ~FileLock() {
+    if (fd_ >= 0) ::flock(fd_, LOCK_UN);
+  }
+
+ private:
+  explicit FileLock(int fd) : fd_(fd) {}
+  int fd_;
+};
 
 class Ledger {
  public:

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +11,7 @@
 #include <cerrno>
 
 #include "kvtier/core/unique_fd.h"
+#include "ledger.h"
 #include "routing.h"
 
 namespace kvtier {
@@ -37,29 +37,25 @@ Result<std::unique_ptr<ReadMarks>> ReadMarks::open(const std::string& dir, uint6
   KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_file(path.c_str(), O_RDWR | O_CREAT, 0644));
   // The first opener sizes the file under the lock; the others map what it made. A file whose
   // header was never written (its maker died first) has never been mapped, and is made again.
-  while (::flock(fd.get(), LOCK_EX) != 0) {
-    if (errno != EINTR) return errno_status(errno, "flock", path);
-  }
-  Status made = [&]() -> Status {
+  {
+    KVTIER_ASSIGN_OR_RETURN(FileLock lock, FileLock::exclusive(fd.get(), path));
     Header h{};
     const ssize_t n = ::pread(fd.get(), &h, sizeof h, 0);
     if (n < 0) return errno_status(errno, "pread", path);
-    if (n == ssize_t(sizeof h) && h.magic != 0) return ok_status();
-    const off_t bytes = off_t(kHeaderBytes + slots * 4);
-    if (::ftruncate(fd.get(), bytes) != 0) return errno_status(errno, "ftruncate", path);
-    // Every block allocated now: a store into a shared mapping that needs a block the
-    // filesystem does not have is a SIGBUS, not an error.
-    if (const int err = ::posix_fallocate(fd.get(), 0, bytes); err != 0) {
-      return errno_status(err, "posix_fallocate", path);
+    if (n != ssize_t(sizeof h) || h.magic == 0) {
+      const off_t bytes = off_t(kHeaderBytes + slots * 4);
+      if (::ftruncate(fd.get(), bytes) != 0) return errno_status(errno, "ftruncate", path);
+      // Every block allocated now: a store into a shared mapping that needs a block the
+      // filesystem does not have is a SIGBUS, not an error.
+      if (const int err = ::posix_fallocate(fd.get(), 0, bytes); err != 0) {
+        return errno_status(err, "posix_fallocate", path);
+      }
+      h = Header{.magic = kMagic, .slots = slots, .tags_taken = 0};
+      if (::pwrite(fd.get(), &h, sizeof h, 0) != ssize_t(sizeof h)) {
+        return errno_status(errno, "pwrite", path);
+      }
     }
-    h = Header{.magic = kMagic, .slots = slots, .tags_taken = 0};
-    if (::pwrite(fd.get(), &h, sizeof h, 0) != ssize_t(sizeof h)) {
-      return errno_status(errno, "pwrite", path);
-    }
-    return ok_status();
-  }();
-  ::flock(fd.get(), LOCK_UN);
-  KVTIER_RETURN_IF_ERROR(made);
+  }
   Header h{};
   struct stat st {};
   if (::pread(fd.get(), &h, sizeof h, 0) != ssize_t(sizeof h) || ::fstat(fd.get(), &st) != 0) {
