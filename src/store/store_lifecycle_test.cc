@@ -79,6 +79,13 @@ class StoreLifecycle : public ::testing::Test {
     }
     return s.batch_put(testing::views(keys), in);
   }
+  // Each key by a call of its own, in order (the last is the most recently used).
+  static bool put_each(Store& s, PagePool& pool, const std::vector<std::string>& keys) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!put(s, pool, {keys[i]}, i).all_ok()) return false;
+    }
+    return true;
+  }
 
   testing::TempDir dir_;
 };
@@ -230,7 +237,7 @@ TEST_F(StoreLifecycle, EvictionFollowsReadsNotOnlyWrites) {
   auto s = open(4 * kObject);
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, 8, kPage);
-  ASSERT_TRUE(put(*s, pool, {"p0", "p1", "p2", "p3"}).all_ok());
+  ASSERT_TRUE(put_each(*s, pool, {"p0", "p1", "p2", "p3"}));
   KVTIER_ASSERT_OK(s->get("p0", pool.slot(7), kPage));  // p0 is now the most recently used
   ASSERT_TRUE(put(*s, pool, {"p4"}, 4).all_ok());
   EXPECT_TRUE(s->exists("p0").value_or(false));
@@ -247,6 +254,30 @@ TEST_F(StoreLifecycle, EvictionFollowsReadsNotOnlyWrites) {
   EXPECT_EQ(put(*tiny, tpool, {"huge"}).pages[0].code(), StatusCode::kResourceExhausted);
 }
 
+// Engines put and get a prompt's pages in prefix order, and a later page is of no use once an
+// earlier one is gone: within a batch the first page is the most recently used, so eviction
+// takes a prefix's last pages first, for puts and reads alike.
+TEST_F(StoreLifecycle, EvictionTakesABatchsLastPagesFirst) {
+  auto s = open(4 * kObject);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  ASSERT_TRUE(put(*s, pool, {"a0", "a1", "a2", "a3"}).all_ok());  // a3 a2 a1 a0
+  ASSERT_TRUE(put(*s, pool, {"b"}, 4).all_ok());                  // a2 a1 a0 b
+  EXPECT_FALSE(s->exists("a3").value_or(true));
+  std::vector<MutableBuffer> out{pool.out(5, kPage), pool.out(6, kPage)};
+  const std::vector<std::string> keys{"a1", "a2"};
+  ASSERT_TRUE(s->batch_get(testing::views(keys), out).all_ok());  // a0 b a2 a1
+  ASSERT_TRUE(put(*s, pool, {"c"}, 7).all_ok());
+  EXPECT_FALSE(s->exists("a0").value_or(true));
+  for (const char* k : {"a1", "a2", "b", "c"}) EXPECT_TRUE(s->exists(k).value_or(false)) << k;
+  ASSERT_TRUE(put(*s, pool, {"d"}, 0).all_ok());  // a2 a1 c d
+  EXPECT_FALSE(s->exists("b").value_or(true));
+  ASSERT_TRUE(put(*s, pool, {"e"}, 1).all_ok());
+  EXPECT_FALSE(s->exists("a2").value_or(true));
+  EXPECT_TRUE(s->exists("a1").value_or(false));
+  EXPECT_EQ(s->stats().evicted_pages, 4u);
+}
+
 // Each process orders its own index by its own reads; a page another store of the namespace
 // read since (its read mark) is spared by this store's eviction once, and goes at its turn
 // after that unless read again. Its own reads never buy a spare: its index already has them.
@@ -256,7 +287,7 @@ TEST_F(StoreLifecycle, EvictionSparesOnceWhatAnotherStoreRead) {
   ASSERT_NE(writer, nullptr);
   ASSERT_NE(reader, nullptr);
   PagePool pool(*writer, 8, kPage), rpool(*reader, 1, kPage);
-  ASSERT_TRUE(put(*writer, pool, {"p0", "p1", "p2", "p3"}).all_ok());
+  ASSERT_TRUE(put_each(*writer, pool, {"p0", "p1", "p2", "p3"}));
   KVTIER_ASSERT_OK(reader->get("p0", rpool.slot(0), kPage));
   KVTIER_ASSERT_OK(writer->get("p3", pool.slot(7), kPage));
   // The writer's order is p0 p1 p2 p3: p0 is spared, p1 goes.
@@ -284,18 +315,18 @@ TEST_F(StoreLifecycle, EvictedPagesAreNamedOnceWhenWatched) {
   auto s = open(4 * kObject);
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, 8, kPage);
-  ASSERT_TRUE(put(*s, pool, {"p0", "p1", "p2", "p3"}).all_ok());
+  ASSERT_TRUE(put_each(*s, pool, {"p0", "p1", "p2", "p3"}));
   ASSERT_TRUE(put(*s, pool, {"p4"}, 4).all_ok());  // evicts p0, not watched
   EXPECT_TRUE(s->take_evicted().keys.empty());
   s->watch_evictions(2);
-  ASSERT_TRUE(put(*s, pool, {"p5", "p6"}, 5).all_ok());  // evicts p1, p2
+  ASSERT_TRUE(put(*s, pool, {"p5", "p6"}, 5).all_ok());  // evicts p1, p2; now p3 p4 p6 p5
   Store::Evicted e = s->take_evicted();
   EXPECT_EQ(e.keys, (std::vector<Hash128>{hash128("p1"), hash128("p2")}));
   EXPECT_EQ(e.dropped, 0u);
   EXPECT_TRUE(s->take_evicted().keys.empty());                 // each once
-  ASSERT_TRUE(put(*s, pool, {"p7", "p8", "p9"}, 0).all_ok());  // evicts p3, p4, p5
+  ASSERT_TRUE(put(*s, pool, {"p7", "p8", "p9"}, 0).all_ok());  // evicts p3, p4, p6
   e = s->take_evicted();
-  EXPECT_EQ(e.keys, (std::vector<Hash128>{hash128("p4"), hash128("p5")}));
+  EXPECT_EQ(e.keys, (std::vector<Hash128>{hash128("p4"), hash128("p6")}));
   EXPECT_EQ(e.dropped, 1u);  // p3: over max_pending
   EXPECT_FALSE(s->exists("p3").value_or(true));
   s->watch_evictions(0);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <ranges>
 
 #include "store_impl.h"
 
@@ -169,10 +170,13 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
   for (const Status& s : out) {
     if (!s.ok()) bump(counters.put_failures);
   }
-  // Published pages are indexed as just used; bytes reserved for pages that were not
-  // published, and those of pages a publish replaced, go back to the budget.
+  // Published pages are indexed as just used, the last of the batch first: engines put a
+  // prompt's pages in prefix order, and a later page is worth nothing once an earlier one is
+  // gone, so the earlier ones are the more recently used (evicted after them). Bytes reserved
+  // for pages that were not published, and those of pages a publish replaced, go back to the
+  // budget.
   uint64_t give_back = 0;
-  for (const auto& w : work) {
+  for (const auto& w : std::views::reverse(work)) {
     const uint64_t bytes = object_bytes(w.payload);
     if (out[w.page].ok()) {
       const std::optional<uint64_t> old =
