@@ -17,7 +17,7 @@ hits), batch_set_v1 of the rest. One block is one page of --page-kib KiB. For ea
 writes while that measures better, "+adapt" in the table), in a store of its own
 with capacity = C x (page + 4 KiB), a page file's size (segments keep ~200-byte headers, so
 they hold up to 6% more pages than files in the same bytes; --equal-pages gives them about C
-pages instead); the same replay runs against three
+pages instead); the same replay runs against
 models holding exactly C pages:
   LRU     the least recently used page leaves; a hit is a use, and so is a write of a page
           already held (SGLang writes every page after the first miss; the store keeps it)
@@ -29,6 +29,8 @@ models holding exactly C pages:
   Belady  the page asked for farthest in the future leaves, and a page asked for later than
           every page held is not kept at all (the offline optimum for independent pages; with
           prefix matching a page after a miss is no hit, so it is a reference, not a bound)
+  bound   Belady counting every page it holds, not only the leading run: no policy finds
+          more, so it bounds what any admission and eviction can reach
 The hit ratio is leading pages found / pages asked for; "copied" is what the store wrote
 again while reclaiming (the segment layout's copy-forward: relocated bytes / bytes put), and
 "s" the replay's seconds. Pages read back are checked: the first
@@ -190,7 +192,15 @@ def replay_horizon_admission(requests, capacity):
     return best, sum(len(r) for r in requests)
 
 
-def replay_belady(requests, capacity):
+def every(hashes, held):
+    """How many of a request's blocks are held, wherever they lie."""
+    return sum(1 for h in hashes if h in held)
+
+
+def replay_belady(requests, capacity, found=leading):
+    """Belady's optimum (evict the page asked for furthest ahead; take nothing asked for later
+    than everything held). With found=every it counts every block held, not only the leading
+    run: no policy finds more leading blocks than that, the bound for any policy."""
     inf = float("inf")
     next_use = next_uses(requests)
     held = {}   # hash -> its next use
@@ -198,7 +208,7 @@ def replay_belady(requests, capacity):
     hits = asked = 0
     for r, hashes in enumerate(requests):
         asked += len(hashes)
-        hits += leading(hashes, held)
+        hits += found(hashes, held)
         for h, nxt in zip(hashes, next_use[r]):
             if h in held:
                 held[h] = nxt
@@ -448,7 +458,8 @@ def main():
         (x, a) for x in args.layouts.split(",") if x for a in admissions]
     engine = VllmReplay if args.engine == "vllm" else AdapterReplay
     side = engine(page_bytes, max(len(r) for r in requests)) if layouts else None
-    header = f"{'C':>8} {'share':>6} {'LRU':>7} {'oracle':>7} {'horizon':>7} {'Belady':>7}"
+    header = (f"{'C':>8} {'share':>6} {'LRU':>7} {'oracle':>7} {'horizon':>7} {'Belady':>7} "
+              f"{'bound':>7}")
     for layout, admission in layouts:
         name = layout if admission == "always" else f"{layout}+{admission[:5]}"
         header += f" {name:>14} {'/LRU':>5} {'copied':>6} {'s':>6}"
@@ -460,8 +471,9 @@ def main():
         oracle, _ = replay_oracle_admission(requests, c)
         horizon, _ = replay_horizon_admission(requests, c)
         opt, _ = replay_belady(requests, c)
+        bound, _ = replay_belady(requests, c, found=every)
         row = (f"{c:>8} {share:>6.0%} {lru / asked:7.4f} {oracle / asked:7.4f} "
-               f"{horizon / asked:7.4f} {opt / asked:7.4f}")
+               f"{horizon / asked:7.4f} {opt / asked:7.4f} {bound / asked:7.4f}")
         for layout, admission in layouts:
             directory = tempfile.mkdtemp(prefix=f"trace-{layout}-", dir=args.dir)
             try:
