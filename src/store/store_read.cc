@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ranges>
 
 #include "store_impl.h"
 
@@ -373,7 +372,8 @@ void Store::Impl::drop(const routing::Route& route, const ObjectIdentity& identi
 void Store::Impl::index_reads(const ReadWindow& rw, std::span<const Status> out) {
   // The last page first, so the window's first page is the most recently used (a prefix's
   // earlier pages outlast its later ones, as in put_window).
-  for (const auto& w : std::views::reverse(rw.work)) {
+  for (auto it = rw.work.rbegin(); it != rw.work.rend(); ++it) {
+    const auto& w = *it;
     if (rw.rereading(w.page)) continue;
     const Status& st = out[w.page];
     if (st.ok()) {

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ranges>
 
 #include "store_impl.h"
 
@@ -176,7 +175,8 @@ void Store::Impl::put_window(std::span<const std::string_view> keys,
   // for pages that were not published, and those of pages a publish replaced, go back to the
   // budget.
   uint64_t give_back = 0;
-  for (const auto& w : std::views::reverse(work)) {
+  for (auto it = work.rbegin(); it != work.rend(); ++it) {
+    const auto& w = *it;
     const uint64_t bytes = object_bytes(w.payload);
     if (out[w.page].ok()) {
       const std::optional<uint64_t> old =
