@@ -582,11 +582,22 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
     if (!out.status.ok()) return out;
     out.pages.resize(keys.size());
     const size_t step = std::min<size_t>(budget.capacity(), 128);
+    size_t last_window = 0;
     for (size_t first = 0; first < keys.size(); first += step) {
       const size_t n = std::min(step, keys.size() - first);
       ObjectBudget::Permits permits(budget, n);
       window(keys.subspan(first, n), pieces.subspan(first * k, n * k), k,
              std::span<Status>(out.pages).subspan(first, n));
+      last_window = first;
+    }
+    // Each window indexes its pages last to first (put_window, index_reads), so that a
+    // prefix's first page is the last evicted; across windows that leaves a later window's
+    // pages the more recent. The earlier windows' pages are touched again, last to first, so
+    // the batch's first page is its most recently used however long the batch.
+    if (layout == StoreLayout::kFiles && ledger) {  // order matters only to eviction
+      for (size_t i = last_window; i-- > 0;) {
+        if (out.pages[i].ok()) index.touch(hash128(keys[i]));
+      }
     }
     return out;
   }

@@ -278,6 +278,32 @@ TEST_F(StoreLifecycle, EvictionTakesABatchsLastPagesFirst) {
   EXPECT_EQ(s->stats().evicted_pages, 4u);
 }
 
+// The same for a batch longer than a window (the store works 128 pages at a time at most).
+TEST_F(StoreLifecycle, ALongBatchsFirstPageIsItsMostRecentlyUsed) {
+  constexpr size_t kPages = 300;
+  auto s = open(kPages * kObject);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, kPages, kPage);
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < kPages; ++i) keys.push_back(fmt::format("long-{}", i));
+  ASSERT_TRUE(put(*s, pool, keys).all_ok());
+  ASSERT_TRUE(put(*s, pool, {"next"}).all_ok());
+  EXPECT_FALSE(s->exists(keys.back()).value_or(true));
+  keys.pop_back();
+  for (size_t i : {size_t{0}, size_t{127}, size_t{128}, keys.size() - 1}) {
+    EXPECT_TRUE(s->exists(keys[i]).value_or(false)) << keys[i];
+  }
+  std::vector<MutableBuffer> out;
+  for (size_t i = 0; i < keys.size(); ++i) out.push_back(pool.out(i, kPage));
+  ASSERT_TRUE(s->batch_get(testing::views(keys), out).all_ok());
+  ASSERT_TRUE(put(*s, pool, {"x"}).all_ok());  // "next" was not read: it goes first
+  EXPECT_FALSE(s->exists("next").value_or(true));
+  ASSERT_TRUE(put(*s, pool, {"y"}).all_ok());  // then the read's last page
+  EXPECT_FALSE(s->exists(keys.back()).value_or(true));
+  EXPECT_TRUE(s->exists(keys[127]).value_or(false));
+  EXPECT_TRUE(s->exists(keys[0]).value_or(false));
+}
+
 // Each process orders its own index by its own reads; a page another store of the namespace
 // read since (its read mark) is spared by this store's eviction once, and goes at its turn
 // after that unless read again. Its own reads never buy a spare: its index already has them.
