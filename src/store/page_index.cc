@@ -113,7 +113,7 @@ std::optional<uint64_t> PageIndex::put_locked(const Page& page, bool cold) {
     bytes_ -= nodes_[n].page.bytes;
     nodes_[n].page = page;
     bytes_ += page.bytes;
-    nodes_[n].page.read = false;
+    nodes_[n].page.read_ns = 0;
     unlink(n);
     link_back(n);
     return old;
@@ -122,7 +122,7 @@ std::optional<uint64_t> PageIndex::put_locked(const Page& page, bool cold) {
   table_[s] = n;
   ++count_;
   bytes_ += page.bytes;
-  nodes_[n].page.read = false;
+  nodes_[n].page.read_ns = 0;
   if (cold) {
     link_front(n);
   } else {
@@ -177,7 +177,7 @@ void PageIndex::put_relearned(const Page& page) {
       p.header_bytes = page.header_bytes;
       p.offset = page.offset;
       p.payload = page.payload;
-      p.read = false;  // put again (or copied forward by its writer): read since, it is not
+      p.read_ns = 0;  // put again (or copied forward by its writer): read since, it is not
       return;
     }
   }
@@ -197,12 +197,12 @@ std::optional<PageIndex::Page> PageIndex::find(const Hash128& hash) const {
   return nodes_[n].page;
 }
 
-bool PageIndex::touch(const Hash128& hash) {
+bool PageIndex::touch(const Hash128& hash, uint64_t when_ns) {
   MutexLock lock(mu_);
   if (count_ == 0) return false;
   const uint32_t n = table_[slot_of(hash)];
   if (n == kNil) return false;
-  nodes_[n].page.read = true;
+  nodes_[n].page.read_ns = std::max<uint64_t>(when_ns, 1);
   if (n != tail_) {
     unlink(n);
     link_back(n);

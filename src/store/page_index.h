@@ -71,8 +71,8 @@ class PageIndex {
     uint32_t header_bytes = 0;
     uint64_t offset = 0;
     uint64_t payload = 0;
-    // Read (touched) since it was last put.
-    bool read = false;
+    // When it was last read (touched) since it was last put (wall clock); 0: not since.
+    uint64_t read_ns = 0;
   };
 
   // Inserts or replaces `page` as the most recently used; returns the bytes of the page it
@@ -92,8 +92,8 @@ class PageIndex {
   bool contains(const Hash128& hash) const;
   // The page's entry, if indexed (its use is not recorded).
   std::optional<Page> find(const Hash128& hash) const;
-  // Marks a page as just used; false when not indexed.
-  bool touch(const Hash128& hash);
+  // Marks a page as just used (read at `when_ns`, the wall clock); false when not indexed.
+  bool touch(const Hash128& hash, uint64_t when_ns);
   // The pages whose record lies in a segment for which `in(segment)` is true. One pass.
   std::vector<Page> pages_in_segments(const std::function<bool(uint32_t)>& in) const;
   std::optional<Page> erase(const Hash128& hash);

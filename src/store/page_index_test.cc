@@ -17,7 +17,7 @@ Hash128 h(uint64_t n) {
 TEST(PageIndex, LeastRecentlyUsedComesOutFirst) {
   PageIndex idx;
   for (uint64_t i = 0; i < 4; ++i) idx.put({h(i), 0, 100});
-  EXPECT_TRUE(idx.touch(h(0)));
+  EXPECT_TRUE(idx.touch(h(0), 1));
   EXPECT_EQ(idx.pop_oldest()->hash, h(1));
   EXPECT_EQ(idx.pop_oldest()->hash, h(2));
   EXPECT_EQ(idx.pop_oldest()->hash, h(3));
@@ -75,7 +75,7 @@ TEST(PageIndex, AgreesWithAModelUnderRandomOperations) {
           if (it == model.end()) model.emplace_front(key, bytes);
           break;
         case 3:
-          ASSERT_EQ(idx.touch(key), it != model.end());
+          ASSERT_EQ(idx.touch(key, 1), it != model.end());
           if (it != model.end()) model.splice(model.end(), model, it);
           break;
         case 4: {
@@ -135,14 +135,14 @@ TEST(PageIndex, ARelearnedPageKeepsItsPlaceButNotItsRead) {
   PageIndex idx;
   idx.put({h(1), 0, 100, 1, 64, 0, 36});
   idx.put({h(2), 0, 100, 1, 64, 100, 36});
-  ASSERT_TRUE(idx.touch(h(1)));
-  ASSERT_TRUE(idx.find(h(1))->read);
+  ASSERT_TRUE(idx.touch(h(1), 5));
+  ASSERT_EQ(idx.find(h(1))->read_ns, 5u);
   idx.put_relearned({h(1), 0, 120, 7, 64, 500, 56});
   const PageIndex::Page p = *idx.find(h(1));
   EXPECT_EQ(p.segment, 7u);
   EXPECT_EQ(p.offset, 500u);
   EXPECT_EQ(p.bytes, 120u);
-  EXPECT_FALSE(p.read);
+  EXPECT_EQ(p.read_ns, 0u);  // put again: not read since
   EXPECT_EQ(idx.bytes(), 220u);
   EXPECT_EQ(idx.pop_oldest()->hash, h(2));  // h(1) is still the most recently used
 }

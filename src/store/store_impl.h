@@ -157,14 +157,18 @@ struct SegmentFile {
   // or abandoned by a writer that is gone); removed.
   bool in_clock = false;
   bool gone = false;
-  uint64_t clock_ns = 0;  // when it last went to the back of the clock (wall clock)
+  uint64_t clock_ns = 0;  // when it last joined the clock (wall clock)
+  // Its place in the clock, which is kept in this order: clock_ns, or for a segment of
+  // copies forward the latest read among its records (copies_read_ns when it joined).
+  uint64_t order_ns = 0;
   // When this store last set its access time (a read): a later one is another store's read.
   uint64_t touched_ns = 0;
   // Ours only:
-  uint64_t end = 0;          // where the next record goes
-  uint64_t summary_end = 0;  // where the next summary entry goes
-  uint32_t in_flight = 0;    // put windows with records here whose entries are not written
-  bool retired = false;      // no new records; sealed once in_flight drops to zero
+  uint64_t end = 0;             // where the next record goes
+  uint64_t summary_end = 0;     // where the next summary entry goes
+  uint32_t in_flight = 0;       // put windows with records here whose entries are not written
+  bool retired = false;         // no new records; sealed once in_flight drops to zero
+  uint64_t copies_read_ns = 0;  // copies forward: the latest read among its records
 };
 
 // One base's share of the segment layout's I/O. Creating this store's segments there,
@@ -193,7 +197,8 @@ struct Segments {
   uint32_t next_seq KVTIER_GUARDED_BY(mu) = 0;
   std::vector<SegmentFile> files KVTIER_GUARDED_BY(mu);  // index = the store's segment number
   std::unordered_map<std::string, uint32_t> by_name KVTIER_GUARDED_BY(mu);
-  // The segment each lane appends to, per base: index base * lanes + lane.
+  // The segment each lane appends to, per base: index base * lanes + lane; then the one
+  // copies forward go to, per base (Store::Impl::copy_slot).
   std::vector<std::optional<uint32_t>> active KVTIER_GUARDED_BY(mu);
   size_t lanes = 1;
   // Writes a window's lanes side by side (lanes - 1 threads and the caller), started by the
@@ -207,8 +212,9 @@ struct Segments {
   // Segments are written whole and never appended to (an object store): one per lane, base
   // and window, each sealed by the summary written after it (store_segments_objects.cc).
   bool whole = false;
-  // Reclaimable segments, oldest first (in the order they were last written, as this store
-  // learnt of them); the clock hand is the front.
+  // Reclaimable segments, oldest first (order_ns: in the order they were last written, as
+  // this store learnt of them, copies forward by when they were read); the clock hand is the
+  // front.
   std::deque<uint32_t> clock KVTIER_GUARDED_BY(mu);
   // Per base (router order).
   std::unique_ptr<SegmentBase[]> bases;
@@ -595,8 +601,9 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
     // pages the more recent. The earlier windows' pages are touched again, last to first, so
     // the batch's first page is its most recently used however long the batch.
     if (layout == StoreLayout::kFiles && ledger) {  // order matters only to eviction
+      const uint64_t now = wall_ns();
       for (size_t i = last_window; i-- > 0;) {
-        if (out.pages[i].ok()) index.touch(hash128(keys[i]));
+        if (out.pages[i].ok()) index.touch(hash128(keys[i]), now);
       }
     }
     return out;
@@ -615,11 +622,20 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   void segments_refresh(const std::vector<bool>& want = {}, uint64_t max_age_ns = 0);
   uint64_t lookup_max_age_ns() const { return config.refresh_ms.value_or(0) * 1'000'000; }
   // Appends records and their summary entries to this store's segments.
-  // `relocating`: the pages are copies of records being reclaimed (copy_forward): counted
-  // as relocated, and room is made for them without copying forward again.
+  // `relocating`: the pages are copies of records being reclaimed (copy_forward), last read
+  // at `read_ns` or before: they go to a segment of their own, sealed with the window, that
+  // joins the clock where that read puts it (not at the back); counted as relocated; room is
+  // made for them without copying forward again.
   void put_window_segments(std::span<const std::string_view> keys,
                            std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out,
-                           bool relocating = false);
+                           bool relocating = false, uint64_t read_ns = 0);
+  // Active slots (Segments::active): a base's copies forward go to its slot after every
+  // lane's.
+  size_t copy_slot(size_t base) const { return router.base_count() * seg->lanes + base; }
+  size_t slot_base(size_t slot) const {
+    const size_t lane_slots = router.base_count() * seg->lanes;
+    return slot < lane_slots ? slot / seg->lanes : slot - lane_slots;
+  }
   // sync_appends: makes the records of a window durable, one sync per segment target written
   // (`by_target`: the pages written through each, indexes into `work`), before their summary
   // entries are appended. The pages of a target whose sync failed get its error and leave
@@ -692,7 +708,8 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   uint64_t capacity_limit(uint64_t used);
   // The next four run holding the segment's base's `io` (SegmentBase), not seg->mu; what they
   // add to this store's files is added to `*grown`.
-  // Starts a new segment for active slot `slot` (base slot / lanes), retiring the one there.
+  // Starts a new segment for active slot `slot` (on base slot_base(slot)), retiring the one
+  // there.
   Status roll_segment(size_t slot, uint64_t* grown) KVTIER_EXCLUDES(seg->mu);
   Status append_entries(uint32_t id, std::span<const segment::Entry> entries, uint64_t* grown)
       KVTIER_EXCLUDES(seg->mu);

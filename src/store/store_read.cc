@@ -372,6 +372,7 @@ void Store::Impl::drop(const routing::Route& route, const ObjectIdentity& identi
 void Store::Impl::index_reads(const ReadWindow& rw, std::span<const Status> out) {
   // The last page first, so the window's first page is the most recently used (a prefix's
   // earlier pages outlast its later ones, as in put_window).
+  const uint64_t now = wall_ns();
   for (auto it = rw.work.rbegin(); it != rw.work.rend(); ++it) {
     const auto& w = *it;
     if (rw.rereading(w.page)) continue;
@@ -379,7 +380,7 @@ void Store::Impl::index_reads(const ReadWindow& rw, std::span<const Status> out)
     if (st.ok()) {
       if (read_marks) read_marks->mark(w.route.key_hash);
       // A segment record is indexed with its location before it can be read.
-      if (!index.touch(w.route.key_hash) && layout == StoreLayout::kFiles) {
+      if (!index.touch(w.route.key_hash, now) && layout == StoreLayout::kFiles) {
         index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), object_bytes(w.payload)});
       }
     } else if (st.code() == StatusCode::kNotFound) {

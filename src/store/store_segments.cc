@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "object_io.h"
 #include "store_impl.h"
@@ -71,7 +72,7 @@ Status Store::Impl::segments_open() {
   }
   {
     MutexLock lock(seg->mu);
-    seg->active.assign(router.base_count() * seg->lanes, std::nullopt);
+    seg->active.assign(router.base_count() * (seg->lanes + 1), std::nullopt);
   }
   for (size_t b = 0; b < router.base_count(); ++b) {
     KVTIER_RETURN_IF_ERROR(agent.make_dirs(segment_dir(router, b)));
@@ -445,7 +446,7 @@ Status Store::Impl::roll_segment(size_t slot, uint64_t* grown) {
     seq = seg->next_seq++;
   }
   if (old) retire_segment(*old, grown);
-  const size_t b = slot / seg->lanes;
+  const size_t b = slot_base(slot);
   SegmentFile f;
   f.name = segment::segment_name(seg->writer, seq);
   f.base = static_cast<uint32_t>(b);
@@ -481,7 +482,7 @@ Status Store::Impl::roll_segment(size_t slot, uint64_t* grown) {
 
 void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
                                       std::span<const ConstBuffer> pieces, size_t k,
-                                      std::span<Status> out, bool relocating) {
+                                      std::span<Status> out, bool relocating, uint64_t read_ns) {
   if (seg->whole) {
     put_window_whole(keys, pieces, k, out);  // no capacity there: never relocating
     return;
@@ -584,7 +585,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     MutexLock io(seg->bases[b].io);
     for (const size_t i : by_base[b]) {
       auto& w = work[i];
-      const size_t slot = b * seg->lanes + chunk_of[i] % lanes;
+      const size_t slot = relocating ? copy_slot(b) : b * seg->lanes + chunk_of[i] % lanes;
       const bool direct = w.io != PageIo::kBuffered;
       Status st;
       for (int attempt = 0; attempt < 2; ++attempt) {
@@ -634,6 +635,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
         const uint64_t at = w.header_bytes == kHeaderBytes ? align_up(f.end, kBlockBytes) : f.end;
         grown += at + w.stored_bytes - f.end;
         f.end = at + w.stored_bytes;
+        if (relocating) f.copies_read_ns = std::max(f.copies_read_ns, read_ns);
         w.at = at;
         w.io_target = &open_segs[o].target;
         seg_of[i] = o;
@@ -746,6 +748,15 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
       }
       finish_in_flight(id, &grown);
     }
+    if (relocating) {
+      // The copies' segment is sealed now, so it joins the clock where their reads put it.
+      std::optional<uint32_t> copies;
+      {
+        MutexLock lock(seg->mu);
+        copies = std::exchange(seg->active[copy_slot(b)], std::nullopt);
+      }
+      if (copies) retire_segment(*copies, &grown);
+    }
   }
   settle_segments(reserved, grown);
   for (const auto& w : work) {
@@ -836,7 +847,10 @@ Status Store::Impl::segments_clear(uint64_t* pages) {
         if (!r.ok() && r.code() != StatusCode::kNotFound && result.ok()) result = r;
       }
       MutexLock lock(seg->mu);
-      for (size_t slot = b * seg->lanes; slot < (b + 1) * seg->lanes; ++slot) {
+      std::vector<size_t> slots;
+      for (size_t slot = b * seg->lanes; slot < (b + 1) * seg->lanes; ++slot) slots.push_back(slot);
+      slots.push_back(copy_slot(b));
+      for (const size_t slot : slots) {
         if (const std::optional<uint32_t> a = seg->active[slot]) {
           seg->files[*a].retired = true;
           seg->active[slot].reset();

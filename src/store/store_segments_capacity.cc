@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <iterator>
 #include <tuple>
 
 #include "store_impl.h"
@@ -21,7 +22,16 @@ void Store::Impl::make_reclaimable(uint32_t id) {
   if (f.ours && !f.sealed) return;  // this store still appends to it
   f.in_clock = true;
   f.clock_ns = wall_ns();
-  seg->clock.push_back(id);
+  // Copies forward join where their latest read puts them, as an LRU would keep them: ahead
+  // of the segments written since, behind those before (copies that went to the back kept a
+  // page read once just after it was put for two rounds of the clock, and held 0.94 of an
+  // LRU's hits: docs/benchmarks.md). Everything else, a second chance included, goes to the
+  // back.
+  f.order_ns = f.copies_read_ns != 0 ? std::min(f.copies_read_ns, f.clock_ns) : f.clock_ns;
+  f.copies_read_ns = 0;
+  auto at = seg->clock.end();
+  while (at != seg->clock.begin() && seg->files[*std::prev(at)].order_ns > f.order_ns) --at;
+  seg->clock.insert(at, id);
 }
 
 void Store::Impl::segments_adopt_abandoned() {
@@ -87,7 +97,7 @@ Store::Impl::CopyForward Store::Impl::read_for_copy_forward(std::span<const uint
       [&](uint32_t s) { return std::find(victims.begin(), victims.end(), s) != victims.end(); });
   uint64_t total = 0;
   for (const PageIndex::Page& p : pages) {
-    if (!p.read) continue;
+    if (p.read_ns == 0) continue;
     cf.records.push_back({.page = p, .at = total});
     total += align_up(p.bytes, kBlockBytes);  // each record starts block-aligned in `bytes`
   }
@@ -181,8 +191,10 @@ size_t Store::Impl::copy_forward(CopyForward& cf) {
   // is all a header records of them).
   std::vector<size_t> order(cf.records.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // In the order they were read, so each window's segment holds pages read about together.
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return cf.records[a].piece_count < cf.records[b].piece_count;
+    return std::tie(cf.records[a].piece_count, cf.records[a].page.read_ns) <
+           std::tie(cf.records[b].piece_count, cf.records[b].page.read_ns);
   });
   size_t written = 0;
   constexpr size_t kWindow = 128;
@@ -195,9 +207,11 @@ size_t Store::Impl::copy_forward(CopyForward& cf) {
     }
     std::vector<std::string_view> keys;
     std::vector<ConstBuffer> pieces;
+    uint64_t read_ns = 0;
     for (size_t j = first; j < last; ++j) {
       const auto& r = cf.records[order[j]];
       keys.push_back(r.key);
+      read_ns = std::max(read_ns, r.page.read_ns);
       const std::byte* payload = cf.bytes.data() + r.at + r.page.header_bytes;
       const uint64_t n = r.page.payload;
       for (uint32_t p = 0; p < k; ++p) {
@@ -213,7 +227,7 @@ size_t Store::Impl::copy_forward(CopyForward& cf) {
       }
     }
     std::vector<Status> out(keys.size());
-    if (k != 0) put_window_segments(keys, pieces, k, out, /*relocating=*/true);
+    if (k != 0) put_window_segments(keys, pieces, k, out, /*relocating=*/true, read_ns);
     // Put again, each copy is unread until it is read.
     for (size_t j = first; j < last; ++j) written += k != 0 && out[j - first].ok();
     first = last;

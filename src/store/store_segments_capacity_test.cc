@@ -137,6 +137,47 @@ TEST_F(StoreSegmentsCapacity, OnlyPagesReadAreCopiedForward) {
   EXPECT_EQ(testing::open_fds(), fds);
 }
 
+// A copy forward joins the clock where its last read puts it, as an LRU keeps it: a page read
+// before others were written, and not since, is copied when its segment goes but then leaves
+// ahead of most of those others; it does not start a new round at the back (where it stayed
+// until all of them had gone).
+TEST_F(StoreSegmentsCapacity, ACopyForwardGoesBeforePagesWrittenAfterItsRead) {
+  constexpr uint64_t kCapacity = 8 << 20;  // 1 MiB segments: one 8-page batch each
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri("file://" + dir_.file("store") +
+                                  "?backend=posix&layout=segments&admission=always");
+  cfg.ns = testing::test_namespace("segments");
+  cfg.capacity_bytes = kCapacity;
+  auto s = testing::open_store(std::move(cfg));
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  const auto first = testing::keys_for("first-", 8);
+  ASSERT_TRUE(put(*s, pool, first).all_ok());
+  ASSERT_EQ(read_all(*s, pool, {first[0]}), 1u);       // read now, never again
+  const auto later = testing::keys_for("later-", 32);  // written after that read
+  for (size_t i = 0; i < later.size(); i += 8) {
+    ASSERT_TRUE(put(*s, pool, {later.begin() + i, later.begin() + i + 8}).all_ok());
+  }
+  auto held = [&](const std::string& key) {
+    Result<bool> e = s->exists(key);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() && *e;
+  };
+  // Until half the later pages are gone (a reclaim takes a segment or two of them at a time).
+  const auto filler = testing::keys_for("fill-", 640);  // about five capacities
+  size_t i = 0;
+  for (; i < filler.size(); i += 8) {
+    ASSERT_TRUE(put(*s, pool, {filler.begin() + i, filler.begin() + i + 8}).all_ok());
+    ASSERT_LE(seg_files(*s).bytes, kCapacity);
+    if (std::count_if(later.begin(), later.end(), held) <= 16) break;
+  }
+  ASSERT_LT(i, filler.size()) << "the later pages were never reclaimed";
+  // first[0] was copied forward (its batch's other pages were not) and is gone by then.
+  EXPECT_EQ(s->stats().relocated_pages, 1u);
+  EXPECT_FALSE(held(first[0]));
+  EXPECT_EQ(read_all(*s, pool, first), 0u);
+}
+
 // A read page whose record was damaged since is not copied forward: it leaves with its
 // segment (a miss, never its bytes), while the other read pages of the segment are copied.
 TEST_F(StoreSegmentsCapacity, ADamagedRecordIsNotCopiedForward) {
