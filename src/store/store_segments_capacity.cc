@@ -87,8 +87,9 @@ void Store::Impl::settle_segments(uint64_t reserved, uint64_t grown) {
 // them), and a second chance for a whole segment that was read keeps its unread pages too
 // (8-16% fewer hits than LRU on serving traces: docs/benchmarks.md). So before a segment
 // goes, the pages of it this store read since they were put are read, verified and written
-// again at the head (a clock per page, which approximates LRU): a copy not read again goes
-// with the segment that holds it. What other stores read is known per segment only (its
+// again, into a segment that joins the clock at their last read (make_reclaimable: a clock
+// per page, which approximates LRU): a copy not read again goes with the segment that holds
+// it. What other stores read is known per segment only (its
 // access time), and buys that segment a second chance.
 Store::Impl::CopyForward Store::Impl::read_for_copy_forward(std::span<const uint32_t> victims) {
   CopyForward cf;
