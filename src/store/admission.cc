@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+
+#include "routing.h"
 
 namespace kvtier {
 
@@ -14,6 +17,8 @@ constexpr uint64_t kDoorkeeperFactor = 4;  // keys per doorkeeper generation, x 
 constexpr uint64_t kBitsPerKey = 10;       // with 4 probes: about 1% false positives
 constexpr uint64_t kMaxGenerationBits = uint64_t{1} << 28;  // 32 MiB per generation
 constexpr int kProbes = 4;
+constexpr uint64_t kDoorkeeperMagic = 0x3144524f4f44564b;  // "KVDOORD1"
+constexpr uint64_t kSmallestPage = 16384;  // a shared doorkeeper is sized for pages this small
 constexpr uint64_t kWindow = 8;   // hits are halved every kWindow x shadow pages of keys asked
 constexpr double kMargin = 1.05;  // the better shadow must lead by 5% ...
 constexpr double kSlack = 8;      // ... and by this many hits
@@ -54,46 +59,93 @@ bool AdmissionPolicy::KeyLru::erase(uint64_t k) {
   return true;
 }
 
-void AdmissionPolicy::Doorkeeper::size_for(uint64_t keys_per_generation) {
-  const uint64_t bits =
-      std::clamp<uint64_t>(keys_per_generation * kBitsPerKey, 64 * 64, kMaxGenerationBits);
-  current_.assign(bits / 64, 0);
-  previous_.assign(bits / 64, 0);
-  per_generation_ = std::max<uint64_t>(keys_per_generation, 1);
-  added_ = 0;
+namespace {
+
+// Words of one generation's filter for `keys_per_generation` keys.
+uint64_t generation_words(uint64_t keys_per_generation) {
+  return std::clamp<uint64_t>(keys_per_generation * kBitsPerKey, 64 * 64, kMaxGenerationBits) / 64;
 }
 
-bool AdmissionPolicy::Doorkeeper::in(const std::vector<uint64_t>& bits, const Hash128& key) const {
+uint64_t load(const uint64_t* word) {
+  return std::atomic_ref<const uint64_t>(*word).load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void AdmissionPolicy::Doorkeeper::size_for(uint64_t keys_per_generation) {
+  half_words_ = generation_words(keys_per_generation);
+  own_.assign(3 + 2 * half_words_, 0);
+  state_ = own_.data();
+  words_ = own_.data() + 3;
+  state_[2] = std::max<uint64_t>(keys_per_generation, 1);
+}
+
+void AdmissionPolicy::Doorkeeper::share(std::unique_ptr<SharedFile> file,
+                                        uint64_t keys_per_generation) {
+  file_ = std::move(file);
+  state_ = file_->user_word(0);
+  words_ = static_cast<uint64_t*>(file_->body());
+  half_words_ = file_->count() / 2;
+  uint64_t unset = 0;
+  std::atomic_ref<uint64_t>(state_[2]).compare_exchange_strong(
+      unset, std::max<uint64_t>(keys_per_generation, 1), std::memory_order_relaxed);
+}
+
+bool AdmissionPolicy::Doorkeeper::in(const uint64_t* bits, const Hash128& key) const {
   for (int i = 0; i < kProbes; ++i) {
-    const uint64_t bit = probe(key, i, bits.size() * 64);
-    if ((bits[bit / 64] & (uint64_t{1} << (bit % 64))) == 0) return false;
+    const uint64_t bit = probe(key, i, half_words_ * 64);
+    if ((load(&bits[bit / 64]) & (uint64_t{1} << (bit % 64))) == 0) return false;
   }
   return true;
 }
 
 bool AdmissionPolicy::Doorkeeper::contains(const Hash128& key) const {
-  return in(current_, key) || in(previous_, key);
+  const uint64_t g = load(&state_[0]);
+  return in(half(g), key) || in(half(g + 1), key);
 }
 
 void AdmissionPolicy::Doorkeeper::add(const Hash128& key) {
+  const uint64_t g = load(&state_[0]);
+  uint64_t* bits = half(g);
   for (int i = 0; i < kProbes; ++i) {
-    const uint64_t bit = probe(key, i, current_.size() * 64);
-    current_[bit / 64] |= uint64_t{1} << (bit % 64);
+    const uint64_t bit = probe(key, i, half_words_ * 64);
+    std::atomic_ref<uint64_t>(bits[bit / 64])
+        .fetch_or(uint64_t{1} << (bit % 64), std::memory_order_relaxed);
   }
-  if (++added_ >= per_generation_) {
-    previous_.swap(current_);
-    std::fill(current_.begin(), current_.end(), 0);
-    added_ = 0;
+  // The add that fills a generation (one store's, whichever) starts the next: it empties the
+  // generation before this one, then makes it the current. Adds meanwhile still go to this
+  // one; one store dying half way leaves the next full count to whoever reaches it.
+  const uint64_t per = std::max<uint64_t>(load(&state_[2]), 1);
+  const uint64_t added =
+      std::atomic_ref<uint64_t>(state_[1]).fetch_add(1, std::memory_order_relaxed) + 1;
+  if (added % per != 0) return;
+  uint64_t* next = half(g + 1);
+  for (uint64_t w = 0; w < half_words_; ++w) {
+    std::atomic_ref<uint64_t>(next[w]).store(0, std::memory_order_relaxed);
   }
+  std::atomic_ref<uint64_t>(state_[0]).store(g + 1, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(state_[1]).store(0, std::memory_order_relaxed);
 }
 
-AdmissionPolicy::AdmissionPolicy(uint64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+Result<std::unique_ptr<SharedFile>> AdmissionPolicy::open_doorkeeper_file(const std::string& dir,
+                                                                          uint64_t capacity_bytes) {
+  const uint64_t keys = std::max<uint64_t>(capacity_bytes / kSmallestPage, 1) * kDoorkeeperFactor;
+  return SharedFile::open(dir + "/" + std::string(routing::kDoorkeeperFile), kDoorkeeperMagic,
+                          2 * generation_words(keys), sizeof(uint64_t));
+}
+
+AdmissionPolicy::AdmissionPolicy(uint64_t capacity_bytes, std::unique_ptr<SharedFile> written)
+    : capacity_bytes_(capacity_bytes), shared_written_(std::move(written)) {}
 
 void AdmissionPolicy::size_from(uint64_t charge) {
   const uint64_t pages = std::max<uint64_t>(capacity_bytes_ / std::max<uint64_t>(charge, 1), 1);
   sample_ = std::max<uint64_t>(pages / kShadowPages, 1);
   shadow_pages_ = static_cast<size_t>(std::max<uint64_t>(pages / sample_, 1));
-  written_.size_for(pages * kDoorkeeperFactor);
+  if (shared_written_) {
+    written_.share(std::move(shared_written_), pages * kDoorkeeperFactor);
+  } else {
+    written_.size_for(pages * kDoorkeeperFactor);
+  }
   sized_ = true;
 }
 

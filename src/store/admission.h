@@ -14,17 +14,21 @@
 //   keys asked, decide: while the second-sight shadow has 5% more, the store declines first
 //   writes; otherwise it takes every page.
 //
-// The store's own "written before" is a doorkeeper: two generations of Bloom filters, each
+// The store's "written before" is a doorkeeper: two generations of Bloom filters, each
 // holding the keys of four capacities of writes (about 1% false positives: a one-off page
-// let in now and then), so a page's second write is taken. Only a page the store does not
-// hold, written while the store is evicting to make room, is asked about: a store with room
-// takes everything, and `admission=always` turns the policy off.
+// let in now and then), so a page's second write is taken. The namespace's stores on one
+// host share it (a file beside the ledger, mapped by each: shared_file.h), so a page first
+// written through one store and again through another is taken the second time too (each
+// store's own filter declined it twice: two stores on Mooncake's synthetic trace at 2% of its
+// distinct pages held 0.94 of an LRU's hits where `always` held 1.01; docs/benchmarks.md). Only a
+// page the store does not hold, written while the store is evicting to make room, is asked about: a
+// store with room takes everything, and `admission=always` turns the policy off.
 //
 // Bounds: the shadows sample keys (those whose hash is 0 modulo S, S = pages / 16,384, at
 // least 1; spatial sampling keeps hit ratios), so they hold at most ~100,000 keys whatever the
 // capacity; the doorkeeper takes ~10 bits per page of four capacities, per generation (at
-// most 64 MiB in all). Per process: each process decides from what it sees (docs/
-// architecture.md, "Admission").
+// most 64 MiB in all). The shadows are per process: each process decides from what it sees
+// (docs/architecture.md, "Admission").
 //
 // Thread-safety: safe for concurrent use (one mutex; a lookup or write batch takes it once).
 #pragma once
@@ -38,14 +42,21 @@
 
 #include "kvtier/core/checksum.h"
 #include "kvtier/core/mutex.h"
+#include "shared_file.h"
 
 namespace kvtier {
 
 class AdmissionPolicy {
  public:
   // `capacity_bytes`: the store's capacity (> 0), which the shadows and the doorkeeper are
-  // sized from once the first write says how large a page is.
-  explicit AdmissionPolicy(uint64_t capacity_bytes);
+  // sized from once the first write says how large a page is. `written`: the doorkeeper's
+  // file, shared with the namespace's other stores on this host (open_doorkeeper_file());
+  // null: this store's own.
+  explicit AdmissionPolicy(uint64_t capacity_bytes, std::unique_ptr<SharedFile> written = nullptr);
+  // Maps the namespace's doorkeeper in `dir` (creating it, sized for `capacity_bytes` of
+  // pages of 16 KiB or more).
+  static Result<std::unique_ptr<SharedFile>> open_doorkeeper_file(const std::string& dir,
+                                                                  uint64_t capacity_bytes);
   AdmissionPolicy(const AdmissionPolicy&) = delete;
   AdmissionPolicy& operator=(const AdmissionPolicy&) = delete;
 
@@ -76,17 +87,28 @@ class AdmissionPolicy {
   };
 
   // Two generations of one Bloom filter: a key added is found until two generations later.
+  // Its words are this process's, or a shared file's (atomic_ref, relaxed: a lost bit or
+  // count is a key taken or declined once more, never a wrong byte).
   class Doorkeeper {
    public:
+    // This process's own filter.
     void size_for(uint64_t keys_per_generation);
+    // The shared filter of `file`; `keys_per_generation` is its generation's length unless
+    // another store set one first.
+    void share(std::unique_ptr<SharedFile> file, uint64_t keys_per_generation);
     bool contains(const Hash128& key) const;
     void add(const Hash128& key);
 
    private:
-    bool in(const std::vector<uint64_t>& bits, const Hash128& key) const;
-    std::vector<uint64_t> current_, previous_;
-    uint64_t per_generation_ = 0;
-    uint64_t added_ = 0;
+    // The half of the words generation `g` adds to (g + 1: the one before it).
+    uint64_t* half(uint64_t g) const { return words_ + g % 2 * half_words_; }
+    bool in(const uint64_t* bits, const Hash128& key) const;
+    std::unique_ptr<SharedFile> file_;
+    std::vector<uint64_t> own_;  // when not shared: the state words, then both halves
+    // Generation, keys added in it, keys per generation (0: not known yet).
+    uint64_t* state_ = nullptr;
+    uint64_t* words_ = nullptr;
+    uint64_t half_words_ = 0;
   };
 
   void size_from(uint64_t charge) KVTIER_REQUIRES(mu_);
@@ -94,6 +116,7 @@ class AdmissionPolicy {
 
   const uint64_t capacity_bytes_;
   mutable Mutex mu_;
+  std::unique_ptr<SharedFile> shared_written_ KVTIER_GUARDED_BY(mu_);  // until sized
   bool sized_ KVTIER_GUARDED_BY(mu_) = false;
   uint64_t sample_ KVTIER_GUARDED_BY(mu_) = 1;  // a key is in the shadows when hash % sample_ == 0
   size_t shadow_pages_ KVTIER_GUARDED_BY(mu_) = 0;

@@ -106,6 +106,43 @@ TEST_F(AdmissionPolicyTest, AWorkloadShiftSwitchesTheRuleBack) {
   EXPECT_TRUE(policy_.declining()) << policy_.describe();
 }
 
+// Two policies of one namespace (two stores, two processes) sharing the doorkeeper's file: a
+// page first written through one is written before for the other; each with its own, it is
+// declined by both. The generations roll over for both, whichever adds.
+TEST(AdmissionDoorkeeper, StoresOfANamespaceShareWhatWasWritten) {
+  TempDir dir;
+  auto file = [&]() {
+    Result<std::unique_ptr<SharedFile>> f =
+        AdmissionPolicy::open_doorkeeper_file(dir.path(), kCapacityPages * 16384);
+    EXPECT_TRUE(f.ok()) << f.status().to_string();
+    return f.ok() ? std::move(f).value() : nullptr;
+  };
+  AdmissionPolicy a(kCapacityPages, file());
+  AdmissionPolicy b(kCapacityPages, file());
+  AdmissionPolicy own(kCapacityPages);  // a store that could not map the file
+  for (AdmissionPolicy* p : {&a, &b, &own}) {
+    for (const auto& keys : one_offs(200)) {
+      p->on_lookup(hashes(keys));
+      for (const std::string& k : keys) (void)p->admit(hash128(k), 1, /*full=*/true);
+    }
+    ASSERT_TRUE(p->declining()) << p->describe();
+  }
+  const Hash128 page = hash128("written through a, then through b");
+  EXPECT_FALSE(a.admit(page, 1, /*full=*/true)) << "a first write is declined";
+  EXPECT_FALSE(own.admit(page, 1, /*full=*/true)) << "not shared: a first write for it too";
+  EXPECT_TRUE(b.admit(page, 1, /*full=*/true)) << "written before, through a";
+
+  // A generation is four capacities of writes: after two of them, added through b, a page
+  // written through a is forgotten by both.
+  const Hash128 old = hash128("written long ago");
+  EXPECT_FALSE(a.admit(old, 1, /*full=*/true));
+  for (size_t i = 0; i < 2 * 4 * kCapacityPages; ++i) {
+    (void)b.admit(hash128("later-" + std::to_string(i)), 1, /*full=*/true);
+  }
+  EXPECT_FALSE(a.admit(old, 1, /*full=*/true)) << "forgotten: a first write again";
+  EXPECT_TRUE(b.admit(old, 1, /*full=*/true)) << "the write just before, through a";
+}
+
 // The store, driven as SGLang's HiCache drives its L3 store: batch_exists on a request's keys,
 // batch_get of the run found, batch_set of the rest. Every page read back is checked.
 class StoreAdmission : public ::testing::TestWithParam<std::string> {
@@ -237,6 +274,36 @@ TEST_P(StoreAdmission, NoWrongByteAndTheCapacityHeldWithTwoWriters) {
   EXPECT_EQ(t.wrong, 0u);
   EXPECT_GT(t.hits, 0u);
   EXPECT_GT(a->stats().declined_pages + b->stats().declined_pages, 0u);
+}
+
+// Two stores of a namespace on one host share what was written: once both decline first
+// writes, a page written through one and then through the other is taken.
+TEST_P(StoreAdmission, APageWrittenThroughAnotherStoreIsWrittenBefore) {
+  auto a = open("");
+  auto b = open("");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  PagePool pa(*a, 16, kBytes);
+  PagePool pb(*b, 16, kBytes);
+  Tally t;
+  replay(*a, pa, one_offs(600, 0, kPrompts), t);
+  replay(*b, pb, one_offs(600, 1000, kPrompts), t);
+  ASSERT_NE(a->stats().admission.find("declining first writes"), std::string::npos)
+      << a->stats().admission;
+  ASSERT_NE(b->stats().admission.find("declining first writes"), std::string::npos)
+      << b->stats().admission;
+  const std::string key = "written through a, then b";
+  pa.fill(0, kBytes, seed_of(key));
+  KVTIER_EXPECT_OK(a->put(key, pa.slot(0), kBytes));
+  EXPECT_FALSE(*a->exists(key)) << "a first write is declined";
+  const uint64_t admitted = b->stats().admitted_pages;
+  pb.fill(0, kBytes, seed_of(key));
+  KVTIER_EXPECT_OK(b->put(key, pb.slot(0), kBytes));
+  EXPECT_EQ(b->stats().admitted_pages, admitted + 1);
+  EXPECT_TRUE(*b->exists(key));
+  pa.clear(1);
+  KVTIER_EXPECT_OK(a->get(key, pa.slot(1), kBytes));
+  EXPECT_TRUE(pa.holds(1, kBytes, seed_of(key)));
 }
 
 TEST_P(StoreAdmission, AnUnknownAdmissionIsRefused) {

@@ -36,6 +36,7 @@
 
 #include "kvtier/core/checksum.h"
 #include "kvtier/core/status.h"
+#include "shared_file.h"
 
 namespace kvtier {
 
@@ -44,7 +45,6 @@ class ReadMarks {
   // Maps (creating) the marks of the namespace in `dir`, with about `slots` slots when this
   // call creates the file (an existing file keeps its count). Holds no descriptor open.
   static Result<std::unique_ptr<ReadMarks>> open(const std::string& dir, uint64_t slots);
-  ~ReadMarks();
   ReadMarks(const ReadMarks&) = delete;
   ReadMarks& operator=(const ReadMarks&) = delete;
 
@@ -60,8 +60,11 @@ class ReadMarks {
   uint64_t slots() const { return slots_; }
 
  private:
-  ReadMarks(void* map, size_t map_bytes, uint32_t* slot_words, uint64_t slots, uint8_t tag)
-      : map_(map), map_bytes_(map_bytes), slot_words_(slot_words), slots_(slots), tag_(tag) {}
+  ReadMarks(std::unique_ptr<SharedFile> file, uint8_t tag)
+      : file_(std::move(file)),
+        slot_words_(static_cast<uint32_t*>(file_->body())),
+        slots_(file_->count()),
+        tag_(tag) {}
   static constexpr int kWays = 4;
   uint32_t* bucket(const Hash128& hash) const {
     return slot_words_ + hash.low % (slots_ / kWays) * kWays;
@@ -70,8 +73,7 @@ class ReadMarks {
   // A mark: the key hash's top 24 bits, then the reader's tag (never 0: 0 is no mark).
   static uint32_t print_of(const Hash128& hash) { return uint32_t(hash.high >> 40) << 8; }
 
-  void* map_;
-  size_t map_bytes_;
+  std::unique_ptr<SharedFile> file_;  // header (tags taken), then the slots
   uint32_t* slot_words_;
   uint64_t slots_;
   uint8_t tag_;

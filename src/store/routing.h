@@ -25,6 +25,8 @@ inline constexpr std::string_view kUsageFile = "usage";
 inline constexpr std::string_view kMembersFile = "members";
 // Which pages each store read, shared by the namespace's stores on one host (see read_marks.h).
 inline constexpr std::string_view kReadMarksFile = "reads";
+// Which pages were written before, for admission, shared likewise (see admission.h).
+inline constexpr std::string_view kDoorkeeperFile = "written";
 // The namespace's clear generation: rewritten by every clear(), watched by every store of the
 // namespace so that a clear in one process empties the others' indexes (see store.h).
 inline constexpr std::string_view kGenerationFile = "generation";
