@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,17 @@ class StoreAdmission : public ::testing::TestWithParam<std::string> {
     return testing::open_store(std::move(cfg));
   }
 
+  // A store of the namespace (adaptive), as one more process opens it, with its pool.
+  struct Writer {
+    std::unique_ptr<Store> store;
+    std::unique_ptr<PagePool> pool;
+  };
+  Writer writer() {
+    Writer w{open(""), nullptr};
+    if (w.store) w.pool = std::make_unique<PagePool>(*w.store, 16, kBytes);
+    return w;
+  }
+
   struct Tally {
     size_t hits = 0, asked = 0, wrong = 0;
   };
@@ -252,39 +264,36 @@ TEST_P(StoreAdmission, AlwaysTakesEveryPage) {
   EXPECT_LE(st.used_bytes, st.capacity_bytes);
 }
 
-// Churn: the workload shifts back and forth while two stores (each with its own policy, as two
+// Churn: the workload shifts back and forth while two stores (each with its own shadows, as two
 // processes have) write to one namespace with one capacity; nothing read back is another
 // page's bytes, and the capacity holds after every request.
 TEST_P(StoreAdmission, NoWrongByteAndTheCapacityHeldWithTwoWriters) {
-  auto a = open("");
-  auto b = open("");
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  PagePool pa(*a, 16, kBytes);
-  PagePool pb(*b, 16, kBytes);
+  Writer a = writer(), b = writer();
+  ASSERT_NE(a.store, nullptr);
+  ASSERT_NE(b.store, nullptr);
   Tally t;
   for (size_t round = 0; round < 4; ++round) {
     const auto reqs = round % 2 == 0 ? one_offs(600, round * 1000, kPrompts) : asked_twice(300);
     for (size_t r = 0; r < reqs.size(); ++r) {
-      replay(r % 2 == 0 ? *a : *b, r % 2 == 0 ? pa : pb, {reqs[r]}, t);
-      const StoreStats st = a->stats();
+      Writer& w = r % 2 == 0 ? a : b;
+      replay(*w.store, *w.pool, {reqs[r]}, t);
+      const StoreStats st = a.store->stats();
       ASSERT_LE(st.used_bytes, st.capacity_bytes) << "round " << round << " request " << r;
     }
   }
   EXPECT_EQ(t.wrong, 0u);
   EXPECT_GT(t.hits, 0u);
-  EXPECT_GT(a->stats().declined_pages + b->stats().declined_pages, 0u);
+  EXPECT_GT(a.store->stats().declined_pages + b.store->stats().declined_pages, 0u);
 }
 
 // Two stores of a namespace on one host share what was written: once both decline first
 // writes, a page written through one and then through the other is taken.
 TEST_P(StoreAdmission, APageWrittenThroughAnotherStoreIsWrittenBefore) {
-  auto a = open("");
-  auto b = open("");
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  PagePool pa(*a, 16, kBytes);
-  PagePool pb(*b, 16, kBytes);
+  Writer wa = writer(), wb = writer();
+  ASSERT_NE(wa.store, nullptr);
+  ASSERT_NE(wb.store, nullptr);
+  Store *a = wa.store.get(), *b = wb.store.get();
+  PagePool &pa = *wa.pool, &pb = *wb.pool;
   Tally t;
   replay(*a, pa, one_offs(600, 0, kPrompts), t);
   replay(*b, pb, one_offs(600, 1000, kPrompts), t);
