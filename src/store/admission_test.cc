@@ -1,8 +1,8 @@
 // Admission (admission.h): the policy's decisions on small generated workloads (a one-off page
-// declined, a page written again taken, a workload shift switching the rule back), and the
-// store with it: a declined page reports success and is a miss, no wrong byte under churn in
-// either layout, the capacity held with two stores writing to one namespace, and
-// admission=always taking every page.
+// declined, a page written again taken, a workload shift switching the rule back, stores of a
+// namespace sharing what was written and what was asked), and the store with it: a declined
+// page reports success and is a miss, no wrong byte under churn in either layout, the capacity
+// held with two stores writing to one namespace, and admission=always taking every page.
 #include "admission.h"
 
 #include <gtest/gtest.h>
@@ -144,6 +144,51 @@ TEST(AdmissionDoorkeeper, StoresOfANamespaceShareWhatWasWritten) {
   EXPECT_TRUE(b.admit(old, 1, /*full=*/true)) << "the write just before, through a";
 }
 
+// Two policies of one namespace sharing the ring of keys asked, with requests alternating
+// between them (round robin over two servers): each one's shadows replay every request, so
+// both see the prompts come back after 8 requests' one-offs, more than the capacity holds, and
+// both decline first writes, as one store seeing every request does. Each fed only its own
+// half, a prompt comes back after 4 of its requests, which the capacity holds: both take every
+// page.
+TEST(AdmissionShadows, StoresOfANamespaceReplayEachOthersLookups) {
+  TempDir dir;
+  auto file = [&]() {
+    Result<std::unique_ptr<SharedFile>> f = AdmissionPolicy::open_lookups_file(dir.path());
+    EXPECT_TRUE(f.ok()) << f.status().to_string();
+    return f.ok() ? std::move(f).value() : nullptr;
+  };
+  AdmissionPolicy a(kCapacityPages, nullptr, file());
+  AdmissionPolicy b(kCapacityPages, nullptr, file());
+  AdmissionPolicy own_a(kCapacityPages), own_b(kCapacityPages);  // could not map the file
+  for (AdmissionPolicy* p : {&a, &b, &own_a, &own_b}) {
+    (void)p->admit(hash128("sizes the shadows"), 1, /*full=*/true);
+  }
+  const auto requests = one_offs(400);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    for (AdmissionPolicy* p : r % 2 == 0 ? std::vector{&a, &own_a} : std::vector{&b, &own_b}) {
+      p->on_lookup(hashes(requests[r]));
+      for (const std::string& k : requests[r]) (void)p->admit(hash128(k), 1, /*full=*/true);
+    }
+  }
+  EXPECT_TRUE(a.declining()) << a.describe();
+  EXPECT_TRUE(b.declining()) << b.describe();
+  EXPECT_FALSE(own_a.declining()) << "fed half the requests: " << own_a.describe();
+  EXPECT_FALSE(own_b.declining()) << "fed half the requests: " << own_b.describe();
+
+  // A store asked nothing since it looked replays the others' requests the next time it is
+  // asked, as many as the ring still holds: through b alone, the workload shifts to pages
+  // asked again at once (72,000 keys, more than the ring's 65,536), and a, asked one request,
+  // follows.
+  for (const auto& keys : asked_twice(9000)) {
+    b.on_lookup(hashes(keys));
+    for (const std::string& k : keys) (void)b.admit(hash128(k), 1, /*full=*/true);
+  }
+  ASSERT_FALSE(b.declining()) << b.describe();
+  EXPECT_TRUE(a.declining()) << "not asked since: " << a.describe();
+  a.on_lookup(hashes({"one more request"}));
+  EXPECT_FALSE(a.declining()) << a.describe();
+}
+
 // The store, driven as SGLang's HiCache drives its L3 store: batch_exists on a request's keys,
 // batch_get of the run found, batch_set of the rest. Every page read back is checked.
 class StoreAdmission : public ::testing::TestWithParam<std::string> {
@@ -264,9 +309,9 @@ TEST_P(StoreAdmission, AlwaysTakesEveryPage) {
   EXPECT_LE(st.used_bytes, st.capacity_bytes);
 }
 
-// Churn: the workload shifts back and forth while two stores (each with its own shadows, as two
-// processes have) write to one namespace with one capacity; nothing read back is another
-// page's bytes, and the capacity holds after every request.
+// Churn: the workload shifts back and forth while two stores (as two processes of a host)
+// write to one namespace with one capacity; nothing read back is another page's bytes, and the
+// capacity holds after every request.
 TEST_P(StoreAdmission, NoWrongByteAndTheCapacityHeldWithTwoWriters) {
   Writer a = writer(), b = writer();
   ASSERT_NE(a.store, nullptr);
@@ -313,6 +358,26 @@ TEST_P(StoreAdmission, APageWrittenThroughAnotherStoreIsWrittenBefore) {
   pa.clear(1);
   KVTIER_EXPECT_OK(a->get(key, pa.slot(1), kBytes));
   EXPECT_TRUE(pa.holds(1, kBytes, seed_of(key)));
+}
+
+// Two stores of a namespace on one host, requests alternating between them, decide from every
+// request: a prompt comes back after 64 requests' one-offs (more than the capacity holds), not
+// after the 32 one store sees (which it holds), so both decline first writes.
+TEST_P(StoreAdmission, StoresOfANamespaceDecideFromEveryRequest) {
+  Writer a = writer(), b = writer();
+  ASSERT_NE(a.store, nullptr);
+  ASSERT_NE(b.store, nullptr);
+  Tally t;
+  const auto reqs = one_offs(600, 0, kPrompts);
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    Writer& w = r % 2 == 0 ? a : b;
+    replay(*w.store, *w.pool, {reqs[r]}, t);
+  }
+  EXPECT_EQ(t.wrong, 0u);
+  for (Writer* w : {&a, &b}) {
+    const std::string rule = w->store->stats().admission;
+    EXPECT_NE(rule.find("declining first writes"), std::string::npos) << rule;
+  }
 }
 
 TEST_P(StoreAdmission, AnUnknownAdmissionIsRefused) {

@@ -27,6 +27,8 @@ inline constexpr std::string_view kMembersFile = "members";
 inline constexpr std::string_view kReadMarksFile = "reads";
 // Which pages were written before, for admission, shared likewise (see admission.h).
 inline constexpr std::string_view kDoorkeeperFile = "written";
+// What the engine asked the namespace's stores on one host for, for admission (admission.h).
+inline constexpr std::string_view kLookupsFile = "asked";
 // The namespace's clear generation: rewritten by every clear(), watched by every store of the
 // namespace so that a clear in one process empties the others' indexes (see store.h).
 inline constexpr std::string_view kGenerationFile = "generation";

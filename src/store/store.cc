@@ -294,17 +294,18 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   } else if (config.capacity_bytes == 0 || !impl->ledger) {
     impl->admission_summary = "always (adaptive needs a capacity_bytes)";
   } else {
-    // One doorkeeper for the namespace's stores on this host (not across hosts: see
-    // read marks above); a store that cannot map it keeps its own.
+    // One doorkeeper and one ring of keys asked for the namespace's stores on this host (not
+    // across hosts: see read marks above); a store that cannot map them keeps its own.
     std::unique_ptr<SharedFile> written;
-    if (!on_fuse_filesystem(impl->router.namespace_dir(0))) {
-      if (Result<std::unique_ptr<SharedFile>> f = AdmissionPolicy::open_doorkeeper_file(
-              impl->router.namespace_dir(0), config.capacity_bytes);
-          f.ok()) {
+    std::unique_ptr<SharedFile> asked;
+    if (const std::string& dir = impl->router.namespace_dir(0); !on_fuse_filesystem(dir)) {
+      if (auto f = AdmissionPolicy::open_doorkeeper_file(dir, config.capacity_bytes); f.ok()) {
         written = std::move(f).value();
       }
+      if (auto f = AdmissionPolicy::open_lookups_file(dir); f.ok()) asked = std::move(f).value();
     }
-    impl->admission = std::make_unique<AdmissionPolicy>(config.capacity_bytes, std::move(written));
+    impl->admission = std::make_unique<AdmissionPolicy>(config.capacity_bytes, std::move(written),
+                                                        std::move(asked));
   }
   KVTIER_RETURN_IF_ERROR(impl->start_guard());
   return std::unique_ptr<Store>(new Store(std::move(impl)));
