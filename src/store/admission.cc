@@ -19,7 +19,7 @@ constexpr uint64_t kMaxGenerationBits = uint64_t{1} << 28;  // 32 MiB per genera
 constexpr int kProbes = 4;
 constexpr uint64_t kDoorkeeperMagic = 0x3144524f4f44564b;  // "KVDOORD1"
 constexpr uint64_t kSmallestPage = 16384;  // a shared doorkeeper is sized for pages this small
-constexpr uint64_t kLookupsMagic = 0x314b5341524f564b;  // "KVORASK1"
+constexpr uint64_t kLookupsMagic = 0x3144454b5341564b;  // "KVASKED1"
 constexpr uint64_t kLookupSlots = 65536;                // keys the ring of keys asked holds
 constexpr uint64_t kWindow = 8;   // hits are halved every kWindow x shadow pages of keys asked
 constexpr double kMargin = 1.05;  // the better shadow must lead by 5% ...
@@ -136,46 +136,15 @@ Result<std::unique_ptr<SharedFile>> AdmissionPolicy::open_doorkeeper_file(const 
                           2 * generation_words(keys), sizeof(uint64_t));
 }
 
-Result<std::unique_ptr<SharedFile>> AdmissionPolicy::open_lookups_file(const std::string& dir) {
-  return SharedFile::open(dir + "/" + std::string(routing::kLookupsFile), kLookupsMagic,
-                          kLookupSlots, sizeof(LookupRing::Slot));
-}
-
-AdmissionPolicy::LookupRing::LookupRing(std::unique_ptr<SharedFile> file)
-    : file_(std::move(file)),
-      taken_(file_->user_word(0)),
-      slots_(static_cast<Slot*>(file_->body())),
-      next_(load(taken_)) {}
-
-void AdmissionPolicy::LookupRing::append(std::span<const uint64_t> keys) {
-  if (keys.empty()) return;
-  const uint64_t first =
-      std::atomic_ref<uint64_t>(*taken_).fetch_add(keys.size(), std::memory_order_relaxed);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    Slot& slot = slots_[(first + i) % file_->count()];
-    std::atomic_ref<uint64_t>(slot.key).store(keys[i], std::memory_order_relaxed);
-    std::atomic_ref<uint64_t>(slot.seq).store(first + i + 1, std::memory_order_release);
-  }
-}
-
-template <typename Fn>
-void AdmissionPolicy::LookupRing::drain(Fn&& replay) {
-  const uint64_t end = load(taken_);
-  next_ = std::max(next_, end > file_->count() ? end - file_->count() : 0);
-  for (; next_ < end; ++next_) {
-    const Slot& slot = slots_[next_ % file_->count()];
-    if (std::atomic_ref<const uint64_t>(slot.seq).load(std::memory_order_acquire) != next_ + 1) {
-      continue;  // still being written, or written over by a later key
-    }
-    replay(load(&slot.key));
-  }
+Result<std::unique_ptr<KeyRing>> AdmissionPolicy::open_lookups_file(const std::string& dir) {
+  return KeyRing::open(dir + "/" + std::string(routing::kLookupsFile), kLookupsMagic, kLookupSlots);
 }
 
 AdmissionPolicy::AdmissionPolicy(uint64_t capacity_bytes, std::unique_ptr<SharedFile> written,
-                                 std::unique_ptr<SharedFile> asked)
+                                 std::unique_ptr<KeyRing> asked)
     : capacity_bytes_(capacity_bytes),
       shared_written_(std::move(written)),
-      shared_asked_(std::move(asked)) {}
+      asked_(std::move(asked)) {}
 
 void AdmissionPolicy::size_from(uint64_t charge) {
   const uint64_t pages = std::max<uint64_t>(capacity_bytes_ / std::max<uint64_t>(charge, 1), 1);
@@ -186,35 +155,34 @@ void AdmissionPolicy::size_from(uint64_t charge) {
   } else {
     written_.size_for(pages * kDoorkeeperFactor);
   }
-  if (shared_asked_) asked_ring_ = std::make_unique<LookupRing>(std::move(shared_asked_));
   sized_ = true;
 }
 
 void AdmissionPolicy::on_lookup(std::span<const Hash128> keys) {
   MutexLock lock(mu_);
   if (!sized_) return;  // nothing written yet: nothing to compare
-  std::vector<uint64_t> sampled;
-  for (const Hash128& key : keys) {
-    const uint64_t k = fingerprint(key);
-    if (k % sample_ == 0) sampled.push_back(k);
-  }
-  if (asked_ring_) {
-    asked_ring_->append(sampled);
-    asked_ring_->drain([this](uint64_t k) KVTIER_REQUIRES(mu_) { replay(k); });
+  if (asked_) {
+    std::vector<Hash128> sampled;
+    for (const Hash128& key : keys) {
+      if (fingerprint(key) % sample_ == 0) sampled.push_back(key);
+    }
+    asked_->append(sampled);
+    for (const Hash128& key : asked_->drain()) replay(key);
   } else {
-    for (const uint64_t k : sampled) replay(k);
+    for (const Hash128& key : keys) replay(key);
   }
-  if (asked_ >= kWindow * shadow_pages_) {
+  if (asked_keys_ >= kWindow * shadow_pages_) {
     all_hits_ /= 2;
     second_hits_ /= 2;
-    asked_ = 0;
+    asked_keys_ = 0;
   }
   decide();
 }
 
-void AdmissionPolicy::replay(uint64_t k) {
-  if (k % sample_ != 0) return;  // sampled by a store of another capacity
-  ++asked_;
+void AdmissionPolicy::replay(const Hash128& key) {
+  const uint64_t k = fingerprint(key);
+  if (k % sample_ != 0) return;  // not sampled (a store of another capacity asked it)
+  ++asked_keys_;
   // Every key asked is, after this request, in an LRU cache that takes all it misses ...
   if (all_.touch(k)) {
     all_hits_ += 1;

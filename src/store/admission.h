@@ -25,18 +25,21 @@
 // store with room takes everything, and `admission=always` turns the policy off.
 //
 // The shadows replay what the engine asked every store of the namespace on this host for, not
-// only this one: each store appends the keys it is asked for to a ring in a shared file (the
-// keys the shadows sample, in the order asked) and replays the ring from where it left off, its
-// own keys and the others' (shadows fed only their own store's share of the lookups saw two
-// stores on Mooncake's synthetic trace at 2% each take every page, where one store, seeing
-// all, declined first writes: 0.98 of an LRU's hits against 1.11; docs/benchmarks.md).
+// only this one: each store appends the keys it is asked for (those the shadows sample, in the
+// order asked) to a ring in a shared file beside the doorkeeper (key_ring.h), and replays the
+// ring from where it left off, its own keys and the others'. Shadows fed only their own
+// store's share of the requests undervalue second sight, which needs a page missed twice and
+// then asked for again through the same store: two stores taking turns on Mooncake's
+// synthetic trace at 2% of its distinct pages declined 28,000 first writes where one store
+// seeing every request declined 63,000; replaying every store's lookups, they decline 63,000
+// (docs/benchmarks.md).
 //
 // Bounds: the shadows sample keys (those whose hash is 0 modulo S, S = pages / 16,384, at
 // least 1; spatial sampling keeps hit ratios), so they hold at most ~100,000 keys whatever the
 // capacity; the doorkeeper takes ~10 bits per page of four capacities, per generation (at
-// most 64 MiB in all); the ring holds the last 65,536 keys asked (1 MiB): a store idle while
-// the others were asked for more skips to what it still holds. Across hosts (FUSE), each
-// process decides from what it sees (docs/architecture.md, "Admission").
+// most 64 MiB in all); the ring holds the last 65,536 sampled keys asked (1.5 MiB): a store
+// idle while the others were asked for more replays what it still holds. Across hosts (FUSE)
+// both are per process: each decides from what it sees (docs/architecture.md, "Admission").
 //
 // Thread-safety: safe for concurrent use (one mutex; a lookup or write batch takes it once).
 #pragma once
@@ -49,6 +52,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "key_ring.h"
 #include "kvtier/core/checksum.h"
 #include "kvtier/core/mutex.h"
 #include "shared_file.h"
@@ -60,17 +64,16 @@ class AdmissionPolicy {
   // `capacity_bytes`: the store's capacity (> 0), which the shadows and the doorkeeper are
   // sized from once the first write says how large a page is. `written`: the doorkeeper's
   // file, shared with the namespace's other stores on this host (open_doorkeeper_file());
-  // null: this store's own.
-  // `asked`: the ring of keys asked, likewise (open_lookups_file()); null: this store's own
-  // lookups only.
+  // null: this store's own. `asked`: the ring of keys asked, likewise (open_lookups_file());
+  // null: this store's own lookups only.
   explicit AdmissionPolicy(uint64_t capacity_bytes, std::unique_ptr<SharedFile> written = nullptr,
-                           std::unique_ptr<SharedFile> asked = nullptr);
+                           std::unique_ptr<KeyRing> asked = nullptr);
   // Maps the namespace's doorkeeper in `dir` (creating it, sized for `capacity_bytes` of
   // pages of 16 KiB or more).
   static Result<std::unique_ptr<SharedFile>> open_doorkeeper_file(const std::string& dir,
                                                                   uint64_t capacity_bytes);
-  // Maps the namespace's ring of keys asked in `dir` (creating it).
-  static Result<std::unique_ptr<SharedFile>> open_lookups_file(const std::string& dir);
+  // Maps the namespace's ring of keys asked in `dir` (creating it: key_ring.h).
+  static Result<std::unique_ptr<KeyRing>> open_lookups_file(const std::string& dir);
   AdmissionPolicy(const AdmissionPolicy&) = delete;
   AdmissionPolicy& operator=(const AdmissionPolicy&) = delete;
 
@@ -125,41 +128,14 @@ class AdmissionPolicy {
     uint64_t half_words_ = 0;
   };
 
-  // The keys the namespace's stores on this host were asked for, in a ring of a shared file:
-  // slot i % count holds (i + 1, key) once the key of the i-th append is in it; the header's
-  // first word counts the slots taken. Lock-free (atomic_ref): a slot being written or
-  // already written over when read is skipped, one key fewer in the shadows.
-  class LookupRing {
-   public:
-    // Replays from the ring's present end.
-    explicit LookupRing(std::unique_ptr<SharedFile> file);
-    void append(std::span<const uint64_t> keys);
-    // Calls `replay(key)` for each key appended since the last call (through any store),
-    // oldest first, from the oldest the ring still holds.
-    template <typename Fn>
-    void drain(Fn&& replay);
-
-    struct Slot {
-      uint64_t seq;
-      uint64_t key;
-    };
-
-   private:
-    std::unique_ptr<SharedFile> file_;
-    uint64_t* taken_;
-    Slot* slots_;
-    uint64_t next_;  // the next slot this store replays
-  };
-
   void size_from(uint64_t charge) KVTIER_REQUIRES(mu_);
-  void replay(uint64_t k) KVTIER_REQUIRES(mu_);
+  void replay(const Hash128& key) KVTIER_REQUIRES(mu_);
   void decide() KVTIER_REQUIRES(mu_);
 
   const uint64_t capacity_bytes_;
   mutable Mutex mu_;
   std::unique_ptr<SharedFile> shared_written_ KVTIER_GUARDED_BY(mu_);  // until sized
-  std::unique_ptr<SharedFile> shared_asked_ KVTIER_GUARDED_BY(mu_);    // until sized
-  std::unique_ptr<LookupRing> asked_ring_ KVTIER_GUARDED_BY(mu_);      // null: not shared
+  const std::unique_ptr<KeyRing> asked_;  // null: this store's lookups only
   bool sized_ KVTIER_GUARDED_BY(mu_) = false;
   uint64_t sample_ KVTIER_GUARDED_BY(mu_) = 1;  // a key is in the shadows when hash % sample_ == 0
   size_t shadow_pages_ KVTIER_GUARDED_BY(mu_) = 0;
@@ -168,7 +144,7 @@ class AdmissionPolicy {
   KeyLru ghost_ KVTIER_GUARDED_BY(mu_);   // keys second_ missed once
   double all_hits_ KVTIER_GUARDED_BY(mu_) = 0;
   double second_hits_ KVTIER_GUARDED_BY(mu_) = 0;
-  uint64_t asked_ KVTIER_GUARDED_BY(mu_) = 0;  // sampled keys since the hits were last halved
+  uint64_t asked_keys_ KVTIER_GUARDED_BY(mu_) = 0;  // sampled keys since the hits were halved
   bool declining_ KVTIER_GUARDED_BY(mu_) = false;
   uint64_t switches_ KVTIER_GUARDED_BY(mu_) = 0;
   Doorkeeper written_ KVTIER_GUARDED_BY(mu_);

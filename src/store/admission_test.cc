@@ -153,7 +153,7 @@ TEST(AdmissionDoorkeeper, StoresOfANamespaceShareWhatWasWritten) {
 TEST(AdmissionShadows, StoresOfANamespaceReplayEachOthersLookups) {
   TempDir dir;
   auto file = [&]() {
-    Result<std::unique_ptr<SharedFile>> f = AdmissionPolicy::open_lookups_file(dir.path());
+    Result<std::unique_ptr<KeyRing>> f = AdmissionPolicy::open_lookups_file(dir.path());
     EXPECT_TRUE(f.ok()) << f.status().to_string();
     return f.ok() ? std::move(f).value() : nullptr;
   };

@@ -297,7 +297,7 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
     // One doorkeeper and one ring of keys asked for the namespace's stores on this host (not
     // across hosts: see read marks above); a store that cannot map them keeps its own.
     std::unique_ptr<SharedFile> written;
-    std::unique_ptr<SharedFile> asked;
+    std::unique_ptr<KeyRing> asked;
     if (const std::string& dir = impl->router.namespace_dir(0); !on_fuse_filesystem(dir)) {
       if (auto f = AdmissionPolicy::open_doorkeeper_file(dir, config.capacity_bytes); f.ok()) {
         written = std::move(f).value();
