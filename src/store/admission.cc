@@ -13,7 +13,7 @@ namespace {
 
 constexpr uint64_t kShadowPages = 16384;   // sampled pages per shadow, at most (about)
 constexpr uint64_t kGhostFactor = 4;       // the ghost list: keys missed once, x shadow pages
-constexpr uint64_t kDoorkeeperFactor = 4;  // keys per doorkeeper generation, x capacity pages
+constexpr uint64_t kDoorkeeperFactor = 8;  // keys per doorkeeper generation, x capacity pages
 constexpr uint64_t kBitsPerKey = 10;       // with 4 probes: about 1% false positives
 constexpr uint64_t kMaxGenerationBits = uint64_t{1} << 28;  // 32 MiB per generation
 constexpr int kProbes = 4;

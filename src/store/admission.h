@@ -15,8 +15,11 @@
 //   writes; otherwise it takes every page.
 //
 // The store's "written before" is a doorkeeper: two generations of Bloom filters, each
-// holding the keys of four capacities of writes (about 1% false positives: a one-off page
-// let in now and then), so a page's second write is taken. The namespace's stores on one
+// holding the keys of eight capacities of writes (about 1% false positives: a one-off page
+// let in now and then), so a page's second write is taken, even when it comes 8-16
+// capacities of writes after its first (with four, a page coming back that late was declined
+// again: 0.03-0.05 of LRU's hits lower on Mooncake's synthetic trace at 2-5%;
+// docs/benchmarks.md). The namespace's stores on one
 // host share it (a file beside the ledger, mapped by each: shared_file.h), so a page first
 // written through one store and again through another is taken the second time too (each
 // store's own filter declined it twice: two stores on Mooncake's synthetic trace at 2% of its
@@ -36,7 +39,7 @@
 //
 // Bounds: the shadows sample keys (those whose hash is 0 modulo S, S = pages / 16,384, at
 // least 1; spatial sampling keeps hit ratios), so they hold at most ~100,000 keys whatever the
-// capacity; the doorkeeper takes ~10 bits per page of four capacities, per generation (at
+// capacity; the doorkeeper takes ~10 bits per page of eight capacities, per generation (at
 // most 64 MiB in all); the ring holds the last 65,536 sampled keys asked (1.5 MiB): a store
 // idle while the others were asked for more replays what it still holds. Across hosts (FUSE)
 // both are per process: each decides from what it sees (docs/architecture.md, "Admission").

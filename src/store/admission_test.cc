@@ -133,11 +133,11 @@ TEST(AdmissionDoorkeeper, StoresOfANamespaceShareWhatWasWritten) {
   EXPECT_FALSE(own.admit(page, 1, /*full=*/true)) << "not shared: a first write for it too";
   EXPECT_TRUE(b.admit(page, 1, /*full=*/true)) << "written before, through a";
 
-  // A generation is four capacities of writes: after two of them, added through b, a page
+  // A generation is eight capacities of writes: after two of them, added through b, a page
   // written through a is forgotten by both.
   const Hash128 old = hash128("written long ago");
   EXPECT_FALSE(a.admit(old, 1, /*full=*/true));
-  for (size_t i = 0; i < 2 * 4 * kCapacityPages; ++i) {
+  for (size_t i = 0; i < 2 * 8 * kCapacityPages; ++i) {
     (void)b.admit(hash128("later-" + std::to_string(i)), 1, /*full=*/true);
   }
   EXPECT_FALSE(a.admit(old, 1, /*full=*/true)) << "forgotten: a first write again";
