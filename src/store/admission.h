@@ -40,7 +40,7 @@
 // Bounds: the shadows sample keys (those whose hash is 0 modulo S, S = pages / 16,384, at
 // least 1; spatial sampling keeps hit ratios), so they hold at most ~100,000 keys whatever the
 // capacity; the doorkeeper takes ~10 bits per page of eight capacities, per generation (at
-// most 64 MiB in all); the ring holds the last 65,536 sampled keys asked (1.5 MiB): a store
+// most 64 MiB in all); the ring holds the last 65,536 sampled keys asked (2 MiB): a store
 // idle while the others were asked for more replays what it still holds. Across hosts (FUSE)
 // both are per process: each decides from what it sees (docs/architecture.md, "Admission").
 //

@@ -12,7 +12,11 @@ Result<std::unique_ptr<KeyRing>> KeyRing::open(const std::string& path, uint64_t
 }
 
 KeyRing::KeyRing(std::unique_ptr<SharedFile> file)
-    : file_(std::move(file)), slots_(static_cast<Slot*>(file_->body())), next_(appended()) {}
+    : file_(std::move(file)),
+      slots_(static_cast<Slot*>(file_->body())),
+      tag_(std::atomic_ref<uint64_t>(*file_->user_word(1)).fetch_add(1, std::memory_order_relaxed) +
+           1),
+      next_(appended()) {}
 
 uint64_t KeyRing::appended() const {
   return std::atomic_ref<const uint64_t>(*file_->user_word(0)).load(std::memory_order_acquire);
@@ -26,11 +30,12 @@ void KeyRing::append(std::span<const Hash128> keys) {
     Slot& slot = slots_[(first + i) % file_->count()];
     std::atomic_ref<uint64_t>(slot.low).store(keys[i].low, std::memory_order_relaxed);
     std::atomic_ref<uint64_t>(slot.high).store(keys[i].high, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(slot.tag).store(tag_, std::memory_order_relaxed);
     std::atomic_ref<uint64_t>(slot.seq).store(first + i + 1, std::memory_order_release);
   }
 }
 
-std::vector<Hash128> KeyRing::drain() {
+std::vector<Hash128> KeyRing::drain(Whose whose) {
   MutexLock lock(mu_);
   const uint64_t end = appended();
   const uint64_t count = file_->count();
@@ -39,18 +44,20 @@ std::vector<Hash128> KeyRing::drain() {
   out.reserve(end - next_);
   for (; next_ < end; ++next_) {
     Hash128 key;
-    if (read(next_, &key)) out.push_back(key);
+    uint64_t tag = 0;
+    if (read(next_, &key, &tag) && (whose == Whose::kEvery || tag != tag_)) out.push_back(key);
   }
   return out;
 }
 
-bool KeyRing::read(uint64_t i, Hash128* key) const {
+bool KeyRing::read(uint64_t i, Hash128* key, uint64_t* tag) const {
   const Slot& slot = slots_[i % file_->count()];
   if (std::atomic_ref<const uint64_t>(slot.seq).load(std::memory_order_acquire) != i + 1) {
     return false;
   }
   key->low = std::atomic_ref<const uint64_t>(slot.low).load(std::memory_order_relaxed);
   key->high = std::atomic_ref<const uint64_t>(slot.high).load(std::memory_order_relaxed);
+  *tag = std::atomic_ref<const uint64_t>(slot.tag).load(std::memory_order_relaxed);
   return true;
 }
 

@@ -17,8 +17,8 @@ Status walk_namespace(Agent& agent, const std::string& ns_dir, bool with_details
     } else if (e.name != routing::kManifest && e.name != routing::kTempDir &&
                e.name != routing::kUsageFile && e.name != routing::kMembersFile &&
                e.name != routing::kReadMarksFile && e.name != routing::kDoorkeeperFile &&
-               e.name != routing::kLookupsFile && e.name != routing::kGenerationFile &&
-               e.name != segment::kDir) {
+               e.name != routing::kLookupsFile && e.name != routing::kGoneFile &&
+               e.name != routing::kGenerationFile && e.name != segment::kDir) {
       ++others;
     }
     return ok_status();

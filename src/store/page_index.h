@@ -5,7 +5,9 @@
 // Built on open from a listing of the namespace directories and kept up to date by the
 // store's own puts, reads, removes and evictions. Other processes' changes arrive lazily: a
 // page another process wrote is found by a stat when the index misses (and then indexed); a
-// page another process removed stays indexed until a read misses it.
+// page another store on this host evicted or removed leaves the index at this store's next
+// exists() or eviction (page files with a capacity: the `evicted` ring, key_ring.h); one
+// removed on another host stays indexed until a read misses it.
 //
 // Memory: about 80 bytes per page: the entries live in one array, linked in use order by
 // 32-bit indexes (no allocation per page), found through an open-addressing table of indexes

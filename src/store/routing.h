@@ -29,6 +29,8 @@ inline constexpr std::string_view kReadMarksFile = "reads";
 inline constexpr std::string_view kDoorkeeperFile = "written";
 // What the engine asked the namespace's stores on one host for, for admission (admission.h).
 inline constexpr std::string_view kLookupsFile = "asked";
+// The pages the namespace's stores on one host evicted or removed (see key_ring.h).
+inline constexpr std::string_view kGoneFile = "evicted";
 // The namespace's clear generation: rewritten by every clear(), watched by every store of the
 // namespace so that a clear in one process empties the others' indexes (see store.h).
 inline constexpr std::string_view kGenerationFile = "generation";

@@ -62,6 +62,12 @@ Store::~Store() {
 
 namespace {
 
+// The ring of pages removed (key_ring.h): the last 65,536 (2 MiB), many windows of evictions
+// between two exists() calls of a store; one that falls further behind keeps the pages it
+// missed indexed until a read misses them, as across hosts.
+constexpr uint64_t kGoneMagic = 0x315443495645564b;  // "KVEVICT1"
+constexpr uint64_t kGoneSlots = 65536;
+
 Status check_segments_config(const StoreConfig& config) {
   if (config.location.storage_class == StorageClass::kMemory) {
     return unsupported_error(fmt::format(
@@ -278,6 +284,12 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
           marks.ok()) {
         impl->read_marks = std::move(marks).value();
       }
+      if (Result<std::unique_ptr<KeyRing>> gone =
+              KeyRing::open(impl->router.namespace_dir(0) + "/" + std::string(routing::kGoneFile),
+                            kGoneMagic, kGoneSlots);
+          gone.ok()) {
+        impl->gone = std::move(gone).value();
+      }
     }
     // Alone: segments nobody sealed belong to writers that are gone, and can be reclaimed.
     if (layout == StoreLayout::kSegments && impl->ledger->reset_on_open()) {
@@ -473,10 +485,18 @@ Store::Evicted Store::take_evicted() {
   return out;
 }
 
+void Store::Impl::forget_gone() {
+  if (gone) {
+    // Not its own: those left the index as they were chosen, and one put again since is back.
+    for (const Hash128& hash : gone->drain(KeyRing::Whose::kOthers)) index.erase(hash);
+  }
+}
+
 Result<bool> Store::Impl::exists_here(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   bump(counters.exists_queries);
   observe_generation();
+  forget_gone();
   const routing::Route r = router.route(key);
   if (index.contains(r.key_hash)) return true;
   if (layout == StoreLayout::kSegments) {
@@ -502,6 +522,7 @@ Result<bool> Store::Impl::exists_here(std::string_view key) {
 size_t Store::Impl::batch_exists_here(std::span<const std::string_view> keys) {
   Impl& impl = *this;
   impl.observe_generation();
+  impl.forget_gone();
   size_t n = 0;
   // Indexed keys cost no system call; from the first one that is not, ask storage.
   for (; n < keys.size(); ++n) {
@@ -573,6 +594,7 @@ Status Store::remove(std::string_view key) {
   Status st = impl_->agent.remove(r.path);
   impl_->index.erase(r.key_hash);
   KVTIER_RETURN_IF_ERROR(st);
+  if (impl_->gone) impl_->gone->append({&r.key_hash, 1});
   if (impl_->ledger) impl_->ledger->release(bytes).ignore_error();
   bump(impl_->counters.removes);
   return ok_status();

@@ -31,6 +31,7 @@
 #include "admission.h"
 #include "clear_generation.h"
 #include "guard.h"
+#include "key_ring.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/mutex.h"
@@ -266,6 +267,10 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // Which pages other stores of the namespace on this host read (see read_marks.h), when
   // the store evicts; eviction spares them once.
   std::unique_ptr<ReadMarks> read_marks;
+  // The pages the namespace's stores on this host evicted or removed (page files with a
+  // capacity; key_ring.h): each store drops them from its index before it answers exists(),
+  // so it does not report a page another store removed.
+  std::unique_ptr<KeyRing> gone;
   // Key hashes of pages evicted, for Store::take_evicted(); off (max_pending 0) until
   // Store::watch_evictions().
   struct EvictionJournal {
@@ -565,6 +570,8 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   Status reserve_capacity(uint64_t need, const Evictor& evictor);
   // The bytes `need` fit the capacity: least recently used pages are evicted until they do.
   Status reserve(uint64_t need);
+  // Drops from the index the pages other stores on this host removed since this one looked.
+  void forget_gone();
   // Lists the namespace's pages into the index: `as_recent` puts them in their modification
   // order as used; otherwise they go in as least recently used (found later).
   Status scan_index(bool as_recent);

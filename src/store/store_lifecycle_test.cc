@@ -335,6 +335,41 @@ TEST_F(StoreLifecycle, EvictionSparesOnceWhatAnotherStoreRead) {
   EXPECT_EQ(st.used_bytes, 4 * kObject);
 }
 
+// Stores of a namespace on one host share what they evict and remove: a page another store
+// removed is not reported by this store's exists() though its index had learnt of it, so an
+// engine is not promised a page its read then misses (before, the index kept such a page until
+// a read missed it). A page written again afterwards is found again.
+TEST_F(StoreLifecycle, APageAnotherStoreRemovedIsNotReported) {
+  auto writer = open(2 * kObject);
+  auto other = open(2 * kObject);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(other, nullptr);
+  PagePool pool(*writer, 4, kPage);
+  ASSERT_TRUE(put_each(*writer, pool, {"p0", "p1"}));
+  const std::vector<std::string> both{"p0", "p1"};
+  ASSERT_EQ(other->batch_exists(testing::views(both)), 2u);  // found by a stat, now indexed
+  ASSERT_TRUE(put(*writer, pool, {"p2"}, 2).all_ok());       // evicts p0
+  ASSERT_EQ(writer->stats().evicted_pages, 1u);
+  EXPECT_EQ(other->batch_exists(testing::views(both)), 0u);
+  EXPECT_FALSE(other->exists("p0").value_or(true));
+  EXPECT_TRUE(other->exists("p1").value_or(false));
+  KVTIER_ASSERT_OK(writer->remove("p1"));
+  EXPECT_FALSE(other->exists("p1").value_or(true));
+  ASSERT_TRUE(put(*writer, pool, {"p0"}, 0).all_ok());
+  EXPECT_EQ(other->batch_exists(testing::views(both)), 1u);
+  // A store's own evictions are not news to it: a page it evicts to make room for a batch
+  // that puts that page again keeps the place the batch gave it (its first page: the most
+  // recently used), not the place of a page found on disk (the least).
+  ASSERT_TRUE(put(*writer, pool, {"p0", "p3"}, 0).all_ok());  // evicts p2 and p0, puts p0
+  EXPECT_EQ(writer->stats().evicted_pages, 3u);
+  const std::vector<std::string> again{"p0", "p3"};
+  EXPECT_EQ(writer->batch_exists(testing::views(again)), 2u);
+  EXPECT_EQ(other->batch_exists(testing::views(again)), 2u);
+  ASSERT_TRUE(put(*writer, pool, {"p4"}, 1).all_ok());
+  EXPECT_TRUE(writer->exists("p0").value_or(false));
+  EXPECT_FALSE(writer->exists("p3").value_or(true));
+}
+
 // take_evicted names exactly the pages eviction removed, by their key hashes, once; nothing
 // until watch_evictions; beyond max_pending the oldest are dropped and counted.
 TEST_F(StoreLifecycle, EvictedPagesAreNamedOnceWhenWatched) {

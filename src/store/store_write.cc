@@ -257,6 +257,7 @@ Status Store::Impl::reserve_capacity(uint64_t need, const Evictor& evictor) {
 // page another store on this host read since (its read mark) is spared once, as the most
 // recently used.
 Status Store::Impl::reserve(uint64_t need) {
+  forget_gone();  // not a victim to choose: another store removed it
   std::vector<PageIndex::Page> victims;
   Evictor e;
   e.choose = [&](uint64_t short_by) {
@@ -295,6 +296,9 @@ Status Store::Impl::reserve(uint64_t need) {
       // kNotFound: another process removed it and gave its bytes back. Gone either way, and
       // out of the index (pop_oldest), unless the removal failed.
       if (st.ok() || st.code() == StatusCode::kNotFound) evictions.add({&victim.hash, 1});
+      // The other stores' indexes drop it (at once: one that indexes it again after a read
+      // misses it, and then puts it, keeps it).
+      if (st.ok() && gone) gone->append({&victim.hash, 1});
     }
     return failed;
   };
