@@ -11,11 +11,11 @@
 //
 // Slot i % count holds (i + 1, key, the appending store's tag) once the i-th key appended is
 // in it; the header's first word counts the keys appended, the second the tags handed out.
-// Appending is one fetch-add and two stores per key, replaying a load per slot: no lock between
-// processes and no system call. A slot still being written, or already written over by a later lap,
-// is skipped (one key fewer replayed), and a store that fell more than a ring behind replays what
-// the ring still holds: what it replays is a hint, never trusted for bytes. Coherent on one host
-// only (callers do not share it on FUSE).
+// Appending is one fetch-add and four stores per key, replaying a few loads per slot: no lock
+// between processes and no system call. A slot still being written, or already written over by a
+// later lap, is skipped (one key fewer replayed), and a store that fell more than a ring behind
+// replays what the ring still holds: what it replays is a hint, never trusted for bytes. Coherent
+// on one host only (callers do not share it on FUSE).
 //
 // Thread-safety: safe for concurrent use (the slots through atomic_ref; one store's replay
 // position under a mutex).
