@@ -24,7 +24,7 @@ constexpr size_t kReadBufBytes = size_t{1} << 20;
 // Lanes when StoreConfig::segment_lanes is 0: one per hardware thread, at most this many.
 constexpr size_t kMaxAutoLanes = 4;
 // On an object store, lanes when StoreConfig::segment_lanes is 0: a put window goes up as about
-// this many segment objects side by side (each at least 1 MiB, store_segments_objects.cc).
+// this many segment objects side by side (each about 1 MiB or more, store_segments_objects.cc).
 // Uploads, not the client's cores, are what runs in parallel there: on radosgw, 64 KiB pages
 // in windows of 8 MiB put 1.62x faster as 8 segments of 1 MiB than as 2 of 4 MiB
 // (docs/benchmarks.md, "Object store").
