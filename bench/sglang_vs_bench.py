@@ -20,6 +20,14 @@ memory with the pieces worked out beforehand (batch_put_pieces / batch_get_piece
 taking turns: adapter / bare store is what the adapter itself costs. --baseline REV runs the
 adapter of an earlier git revision beside this one, on the same pool, in the same rounds.
 
+Before every timed read, every side reads one batch's pages into every slot of its host pool,
+untimed, as `kvtier bench` does before its own (warm_up() in tools/bench.cc: "as a serving
+engine's pool would be"): the adapter through its own calls, the bare store through its
+handle. Each round opens a new adapter; without this (--no-warm-reads, the method before
+2026-12-05) its first timed batch took about 3 ms against 1.4 ms for the 16 MiB batches after
+it, and a store's first read of 512 MiB ran 1.10-1.14x slower than after a warm-up
+(docs/benchmarks.md, "SGLang's calls against `kvtier bench`").
+
 Before every timed write, on every side, the bench syncs (no writeback of earlier data
 competes with the write) and touches and frees the data's size of memory (plus 256 MiB), so
 that the page cache is handed memory freed moments before (--no-warm-memory skips this);
@@ -33,7 +41,8 @@ store does, while an engine's pool is in constant use
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_vs_bench.py [--dir DIR] [--reps 3]
       [--mib 512] [--layouts files,segments] [--shapes llama-ps1,...] [--kvtier build/bin/kvtier]
-      [--baseline REV] [--no-warm-memory] [--uri 's3://BUCKET/PREFIX?endpoint=...']
+      [--baseline REV] [--no-warm-memory] [--no-warm-reads]
+      [--uri 's3://BUCKET/PREFIX?endpoint=...']
 
 --uri runs every side on another location instead of a local directory (e.g. the tests' S3
 server: scripts/with-s3-server, credentials from its env file), each round under a prefix of
@@ -95,6 +104,7 @@ SHAPES = {
 
 
 WARM_BYTES = 0  # --no-warm-memory: 0
+WARM_READS = True  # --no-warm-reads: False
 LOCATION = None  # --uri: every side's pages go under it instead of a local directory
 
 
@@ -289,6 +299,10 @@ class AdapterSide:
         for write in (True, False):
             if write:
                 before_timed_write(self.memory)
+            elif WARM_READS:  # as kvtier bench's warm_up(): the first batch into every slot
+                for first in range(0, self.pages, self.batch):
+                    n = min(self.batch, self.pages - first)
+                    self.calls(b, False, keys[:n], first)()
             spent = 0.0
             for first in range(0, self.pages, self.batch):
                 call = self.calls(b, write, keys[first:first + self.batch], first)
@@ -322,6 +336,9 @@ class AdapterSide:
                          ("bare_read", store.batch_get_pieces)):
             if op == "bare_write":
                 before_timed_write(self.memory)
+            elif WARM_READS:  # as kvtier bench's warm_up(): the first batch into every slot
+                for k, ptrs, sizes in plan:
+                    call(plan[0][0][:len(k)], ptrs, sizes)
             spent = 0.0
             for k, ptrs, sizes in plan:
                 t = time.perf_counter()
@@ -357,12 +374,16 @@ def main():
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON")
     ap.add_argument("--no-warm-memory", action="store_true",
                     help="do not touch and free the data's size of memory before each write")
+    ap.add_argument("--no-warm-reads", action="store_true",
+                    help="no untimed read of a batch into every pool slot before the adapter's "
+                         "and the bare store's timed reads (kvtier bench always does one)")
     ap.add_argument("--uri", default=None,
                     help="a store location (e.g. s3://...) instead of a local directory")
     ap.add_argument("--baseline", default=None, metavar="REV",
                     help="also run the adapter of this git revision, taking turns with this one")
     args = ap.parse_args()
-    global WARM_BYTES, LOCATION
+    global WARM_BYTES, WARM_READS, LOCATION
+    WARM_READS = not args.no_warm_reads
     WARM_BYTES = 0 if args.no_warm_memory else (args.mib << 20) + (256 << 20)
     LOCATION = args.uri
     baseline = None
