@@ -9,7 +9,9 @@ medians (min-max) of --reps rounds, and the ratio kvtier/curl; then the CPU seco
 spent per GB moved (medians; kvtier's from its own accounting of each phase, curl's from the
 rusage of its processes). The S3 server runs on the same machine and is counted on neither side;
 its own CPU seconds per GB while each side's round runs (radosgw, ceph-osd and ceph-mon, from
-/proc) are printed beside. The rounds are not alike for the server: curl's is PUT, GET and
+/proc) are printed beside, and during the timed PUT and GET alone (sampled every 10 ms while
+kvtier bench runs, which reports where its phases lay on the monotonic clock; read before and
+after each of curl's processes). The rounds are not alike for the server: curl's is PUT, GET and
 DELETE; kvtier bench's is its open, PUT, three reads (a warm-up batch, the timed read, the
 byte check) and its clear.
 
@@ -40,12 +42,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from multihost import ceph_cpu_s  # bench/multihost.py: CPU seconds of a Ceph's daemons
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KVTIER = os.path.join(ROOT, "build", "bin", "kvtier")
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def env(name, default=None):
@@ -57,18 +61,25 @@ def env(name, default=None):
 
 def kvtier_round(uri, size, pages, parallel, binary=KVTIER):
     s0, w0 = server_cpu(), time.perf_counter()
-    out = subprocess.run([binary, "bench", "--uri", f"{uri}&max_parallel={parallel}",
-                          "--page-bytes", str(size), "--pages", str(pages), "--batch", "128",
-                          "--json"], check=True, stdout=subprocess.PIPE, text=True).stdout
+    with ServerSampler() as sampler:
+        out = subprocess.run([binary, "bench", "--uri", f"{uri}&max_parallel={parallel}",
+                              "--page-bytes", str(size), "--pages", str(pages), "--batch", "128",
+                              "--json"], check=True, stdout=subprocess.PIPE, text=True).stdout
     j = json.loads(out)
     if not j["verified"]:
         sys.exit(f"kvtier bench did not verify: {out}")
     # The server's CPU over the whole run (open, PUT, the warm-up, timed and checking reads,
     # the clear), per GB moved each way: the bench runs all of it in one process.
     server = server_load(s0, w0, 2 * pages * size / 1e9)
+    # And over the timed PUT and GET phases alone, where the bench says they lay on the
+    # monotonic clock (older builds do not: None).
+    phases = []
+    for phase in ("write", "read"):
+        began, ended = (j.get(phase, {}).get(f"monotonic_{e}_s") for e in ("began", "ended"))
+        phases += sampler.load(began, ended, pages * size / 1e9)
     # CPU per GB: older builds' JSON lacks it (None)
     return (j["write_gbps"], j["read_gbps"], j.get("write", {}).get("cpu_s_per_gb"),
-            j.get("read", {}).get("cpu_s_per_gb"), *server)
+            j.get("read", {}).get("cpu_s_per_gb"), *server, *phases)
 
 
 def children_cpu():
@@ -81,6 +92,79 @@ def server_cpu():
     directory holds the env file; 0 without one."""
     state = os.path.dirname(os.environ.get("KVTIER_TEST_S3_ENV_FILE", ""))
     return sum(ceph_cpu_s(state).values()) if state else 0.0
+
+
+def server_pids():
+    """The processes of the tests' Ceph S3 server (as ceph_cpu_s finds them)."""
+    state = os.path.dirname(os.environ.get("KVTIER_TEST_S3_ENV_FILE", ""))
+    if not state:
+        return []
+    conf = os.path.join(state, "ceph.conf").encode()
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if conf in f.read().split(b"\0"):
+                    pids.append(pid)
+        except OSError:
+            continue
+    return pids
+
+
+class ServerSampler:
+    """The server's CPU seconds, read from /proc/PID/stat of its processes every 10 ms on a
+    thread while a command runs, against time.monotonic(): what the server spent during a
+    phase that the command reports on the same clock, to the clock tick (10 ms)."""
+
+    def __init__(self):
+        self.pids = server_pids()
+        self.samples = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def cpu(self):
+        total = 0
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+                total += int(fields[11]) + int(fields[12])
+            except OSError:
+                continue
+        return total / TICK
+
+    def _run(self):
+        while True:
+            self.samples.append((time.monotonic(), self.cpu()))
+            if self.done.wait(0.01):
+                self.samples.append((time.monotonic(), self.cpu()))
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+
+    def at(self, t):
+        """CPU seconds at monotonic time t, interpolated between the samples around it."""
+        before = [x for x in self.samples if x[0] <= t]
+        after = [x for x in self.samples if x[0] >= t]
+        if not before or not after:
+            return None
+        (t0, c0), (t1, c1) = before[-1], after[0]
+        return c0 if t1 == t0 else c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+
+    def load(self, began, ended, moved_gb):
+        """The server's CPU seconds per GB over [began, ended], and the cores it kept busy."""
+        if not self.pids or began is None or ended is None or ended <= began:
+            return None, None
+        c0, c1 = self.at(began), self.at(ended)
+        if c0 is None or c1 is None:
+            return None, None
+        return (c1 - c0) / moved_gb, (c1 - c0) / (ended - began)
 
 
 def server_load(before, started, moved_gb):
@@ -103,19 +187,25 @@ def curl_round(endpoint, bucket, region, prefix, files, size, parallel):
     for u in urls:
         get += ["-o", "/dev/null", u]
     quiet = {"check": True, "stdout": subprocess.DEVNULL}
+    clock = ServerSampler()  # not started: read at the phases' edges only
     s0 = server_cpu()
     c0, t0 = children_cpu(), time.perf_counter()  # the server's load: from t0 to the removes' end
+    p0 = clock.cpu()
     subprocess.run(put, **quiet)
     c1, t1 = children_cpu(), time.perf_counter()
+    p1 = clock.cpu()
     subprocess.run(get, **quiet)
     c2, t2 = children_cpu(), time.perf_counter()
+    p2 = clock.cpu()
     delete = list(common)
     for u in urls:
         delete += ["-X", "DELETE", "-o", "/dev/null", u]
     subprocess.run(delete, **quiet)
     moved = len(files) * size / 1e9
+    phases = ((p1 - p0) / moved, (p1 - p0) / (t1 - t0), (p2 - p1) / moved, (p2 - p1) / (t2 - t1)) \
+        if clock.pids else (None,) * 4
     return (moved / (t1 - t0), moved / (t2 - t1), (c1 - c0) / moved, (c2 - c1) / moved,
-            *server_load(s0, t0, 2 * moved))
+            *server_load(s0, t0, 2 * moved), *phases)
 
 
 def fmt(xs):
@@ -160,13 +250,17 @@ def main():
     print("server CPU: the S3 server's CPU seconds over a whole round per GB moved each way (curl: "
           "PUT, GET, DELETE; kvtier bench: also its open, warm-up and byte-check reads and clear), "
           "and the cores it kept busy (CPU seconds / the round's wall seconds)\n")
+    print("phase: the server's CPU seconds per GB during the timed PUT or GET alone, and its "
+          "cores busy then (kvtier: the bench's phase, as it reports it on the monotonic clock; "
+          "curl: its PUT or GET process), sampled every 10 ms, to the clock tick\n")
     print(f"{'object':>10} {'op':>4} {'kvtier GB/s':>22} {'curl GB/s':>22} {'ratio':>6}" +
           f" {'CPU s/GB kvtier':>15} {'curl':>5} {'server CPU kvtier':>17} {'curl':>5}"
-          f" {'cores':>5} {'curl':>5}" +
+          f" {'cores':>5} {'curl':>5} {'phase s/GB kvtier':>17} {'curl':>5} {'cores kvtier':>11}"
+          f" {'curl':>5}" +
           (f" {'baseline GB/s':>22} {'/base':>6} {'base CPU':>8}" if baseline else ""))
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     for size in (int(s) for s in args.sizes.split(",")):
-        sides = {name: ([], [], [], [], [], []) for name in ("kvtier", "curl", "baseline")}
+        sides = {name: tuple([] for _ in range(10)) for name in ("kvtier", "curl", "baseline")}
         # curl moves the same bytes, as objects of the page size or --curl-object-bytes.
         curl_size = args.curl_object_bytes or size
         curl_objects = max(1, args.pages * size // curl_size)
@@ -201,8 +295,11 @@ def main():
                 extra = f" {fmt(base[i]):>22} {to_base:6.2f} {med(base[i + 2]):>8}"
             server = (f" {med(kv[4]):>17} {med(cu[4]):>5} {med(kv[5]):>5} {med(cu[5]):>5}"
                       if op == "PUT" else " " * 36)
+            j = 6 + 2 * i  # the server during this phase alone
+            phase = (f" {med(kv[j]):>17} {med(cu[j]):>5} {med(kv[j + 1]):>11} "
+                     f"{med(cu[j + 1]):>5}")
             print(f"{size:>10} {op:>4} {fmt(kv[i]):>22} {fmt(cu[i]):>22} {ratio:6.2f}"
-                  f" {med(kv[i + 2]):>15} {med(cu[i + 2]):>5}{server}{extra}", flush=True)
+                  f" {med(kv[i + 2]):>15} {med(cu[i + 2]):>5}{server}{phase}{extra}", flush=True)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,14 @@ double process_cpu_s() {
   return s(ru.ru_utime) + s(ru.ru_stime);
 }
 
+// Seconds on CLOCK_MONOTONIC, the clock other processes on the machine read too (Python's
+// time.monotonic()): where a phase began and ended, to line it up with what they sample.
+double monotonic_s() {
+  struct timespec ts;
+  if (::clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 // CPU seconds the calling thread has used.
 double thread_cpu_s() {
   struct timespec ts;
@@ -106,6 +114,8 @@ struct PhaseResult {
   uint64_t errors = 0;
   uint64_t wrong_bytes = 0;  // pages returned OK whose bytes differ (must stay 0)
   std::string first_error;
+  double began_s = 0;  // monotonic_s() when the phase began and when its last call returned
+  double ended_s = 0;
 };
 
 // Has the kernel read every page of [p, p + n) once, by writing it into a scratch memfd 4 MiB
@@ -163,6 +173,7 @@ class Bench {
 
   PhaseResult run(TransferOp op, Progress& progress) {
     PhaseResult total;
+    total.began_s = monotonic_s();
     std::mutex mu;
     std::atomic<uint64_t> next{0}, done{0};
     const uint64_t batches = (o_.pages + o_.batch - 1) / o_.batch;
@@ -187,6 +198,7 @@ class Bench {
     for (uint64_t t = 1; t < o_.threads; ++t) threads.emplace_back(worker, t);
     worker(0);
     for (auto& th : threads) th.join();
+    total.ended_s = monotonic_s();
     progress.finish();
     return total;
   }
@@ -402,7 +414,9 @@ nlohmann::json phase_json(const PhaseResult& r, uint64_t bytes, uint64_t pages) 
           {"ok_pages", r.ok_pages},
           {"misses", r.misses},
           {"corrupt", r.corrupt},
-          {"errors", r.errors}};
+          {"errors", r.errors},
+          {"monotonic_began_s", r.began_s},
+          {"monotonic_ended_s", r.ended_s}};
 }
 
 std::string human_bytes(uint64_t b) {

@@ -156,6 +156,12 @@ TEST(Cli, BenchKeepsBatchesInFlightWithTheAsyncApi) {
   EXPECT_EQ(j["wrong_bytes_pages"], 0);
   EXPECT_EQ(j["byte_exact_pages"], 45);
   EXPECT_GT(j["read"]["batch_latency_ms"]["max"].get<double>(), 0.0);
+  // Where each phase lies on the machine's monotonic clock: the write, then the read.
+  const auto at = [&](const char* phase, const char* edge) { return j[phase][edge].get<double>(); };
+  EXPECT_GT(at("write", "monotonic_began_s"), 0.0);
+  EXPECT_LE(at("write", "monotonic_began_s"), at("write", "monotonic_ended_s"));
+  EXPECT_LE(at("write", "monotonic_ended_s"), at("read", "monotonic_began_s"));
+  EXPECT_LE(at("read", "monotonic_began_s"), at("read", "monotonic_ended_s"));
   EXPECT_EQ(j["fds_before"], j["fds_after"]);
   EXPECT_EQ(run("bench --dir " + dir.path() + " --in-flight 0").exit_code, 2);
 }
