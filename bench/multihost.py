@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+TICK = os.sysconf("SC_CLK_TCK")  # the unit of /proc/PID/stat's CPU times
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER = os.path.join(ROOT, "tests", "ceph", "cluster.sh")
 PYTHONPATH = os.path.join(ROOT, "build", "python")
@@ -132,25 +134,39 @@ def read_env(path):
     return env
 
 
+def ceph_pids(state):
+    """The cluster's processes: those with its ceph.conf on the command line."""
+    conf = os.path.join(state, "ceph.conf").encode()
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if conf in f.read().split(b"\0"):
+                    pids.append(pid)
+        except OSError:
+            continue
+    return pids
+
+
+def pid_cpu_s(pid):
+    """(program name, CPU seconds so far) of a process; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            head, _, rest = f.read().rpartition(")")
+    except OSError:
+        return None
+    fields = rest.split()
+    return head.partition("(")[2], (int(fields[11]) + int(fields[12])) / TICK
+
+
 def ceph_cpu_s(state):
     """CPU seconds so far of the cluster's processes (its ceph.conf on the command line), by
     program: ceph-osd, ceph-mds, ceph-fuse, radosgw, ceph-mon."""
-    conf = os.path.join(state, "ceph.conf")
     total = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if conf.encode() not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{pid}/stat") as f:
-                head, _, rest = f.read().rpartition(")")
-            comm, fields = head.partition("(")[2], rest.split()
-            total[comm] = total.get(comm, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-        except OSError:
-            continue
+    for pid in ceph_pids(state):
+        got = pid_cpu_s(pid)
+        if got is not None:
+            total[got[0]] = total.get(got[0], 0.0) + got[1]
     return total
 
 

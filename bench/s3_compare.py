@@ -45,11 +45,11 @@ import tempfile
 import threading
 import time
 
-from multihost import ceph_cpu_s  # bench/multihost.py: CPU seconds of a Ceph's daemons
+# bench/multihost.py: a Ceph's daemons and their CPU seconds
+from multihost import ceph_cpu_s, ceph_pids, pid_cpu_s
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KVTIER = os.path.join(ROOT, "build", "bin", "kvtier")
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def env(name, default=None):
@@ -95,20 +95,9 @@ def server_cpu():
 
 
 def server_pids():
-    """The processes of the tests' Ceph S3 server (as ceph_cpu_s finds them)."""
+    """The processes of the tests' Ceph S3 server."""
     state = os.path.dirname(os.environ.get("KVTIER_TEST_S3_ENV_FILE", ""))
-    if not state:
-        return []
-    conf = os.path.join(state, "ceph.conf").encode()
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if conf in f.read().split(b"\0"):
-                    pids.append(pid)
-        except OSError:
-            continue
-    return pids
+    return ceph_pids(state) if state else []
 
 
 class ServerSampler:
@@ -123,15 +112,7 @@ class ServerSampler:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def cpu(self):
-        total = 0
-        for pid in self.pids:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rpartition(")")[2].split()
-                total += int(fields[11]) + int(fields[12])
-            except OSError:
-                continue
-        return total / TICK
+        return sum(got[1] for got in map(pid_cpu_s, self.pids) if got is not None)
 
     def _run(self):
         while True:
