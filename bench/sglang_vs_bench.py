@@ -15,10 +15,14 @@ Times count the calls only, as the bench does. Reads are checked byte for byte a
 Two more columns: `kvtier bench --pool-pages N` moves the pages through a host pool as large
 as the adapter's (by default the bench reuses one batch's worth of host memory, which stays
 in the CPU's caches for small pages; a serving engine's pool does not), and "bare store"
-moves the same number of pages through the adapter's own store handle on the same pool
-memory with the pieces worked out beforehand (batch_put_pieces / batch_get_pieces), the two
-taking turns: adapter / bare store is what the adapter itself costs. --baseline REV runs the
+moves the same number of pages through an adapter's store handle on the same pool memory
+with the pieces worked out beforehand (batch_put_pieces / batch_get_pieces), the two taking
+turns: adapter / bare store is what the adapter itself costs. --baseline REV runs the
 adapter of an earlier git revision beside this one, on the same pool, in the same rounds.
+Every side has a store (directory) of its own, deleted once it has written and read, as
+each `kvtier bench` run's is: the next side starts with an empty store and the pages before
+it freed (on these VMs, a write whose page cache cannot reuse them can run several times
+slower in the kernel; docs/benchmarks.md, "Each side of a round in a store of its own").
 
 Before every timed read, every side reads one batch's pages into every slot of its host pool,
 untimed, as `kvtier bench` does before its own (warm_up() in tools/bench.cc: "as a serving
@@ -268,25 +272,32 @@ class AdapterSide:
 
     def round(self, directory, file_layout, r, baseline=None):
         """The adapter's calls and the bare store's on the same pool (and, with `baseline`,
-        that adapter module's calls, in a directory of its own), in the order of the round
-        (alternating: whoever goes second finds the caches the first one left)."""
-        b = self.open(directory, file_layout)
-        try:
-            times, layout = {}, None
-            steps = [lambda: self.adapter_io(b, r, times), lambda: self.bare_io(b, r, times)]
-            if baseline is not None:
-                steps.append(lambda: self.baseline_io(baseline, directory + "-baseline",
-                                                      file_layout, r, times))
-            for step in (steps if r % 2 == 0 else steps[::-1]):
-                layout = step() or layout
-            return times, layout
-        finally:
-            b.close()
+        that adapter module's calls), in the order of the round (alternating: whoever goes
+        second finds the caches the first one left), each in a store of its own (own_store)."""
+        times, layout = {}, None
+        steps = [lambda: self.own_store(adapter_module, directory, file_layout,
+                                        lambda b: self.adapter_io(b, r, times)),
+                 lambda: self.own_store(adapter_module, directory + "-bare", file_layout,
+                                        lambda b: self.bare_io(b, r, times))]
+        if baseline is not None:
+            steps.append(lambda: self.own_store(
+                baseline, directory + "-baseline", file_layout,
+                lambda b: self.adapter_io(b, r, times, prefix="baseline_")))
+        for step in (steps if r % 2 == 0 else steps[::-1]):
+            layout = step() or layout
+        return times, layout
 
-    def baseline_io(self, module, directory, file_layout, r, times):
+    def own_store(self, module, directory, file_layout, io):
+        """io(adapter) with an adapter of `module` on a directory of its own, removed
+        afterwards: every side of a round starts as each `kvtier bench` process does, with an
+        empty store and the pages of the side before it just deleted. Sharing one store, the
+        side that wrote second ran 2-7x slower at DeepSeek MLA page_size 1 whichever it was,
+        in the kernel's copy into new page-cache memory (first touches of memory the host had
+        taken back), where the pages of a deleted store would have been reused
+        (docs/benchmarks.md, "Each side of a round in a store of its own")."""
         b = self.open(directory, file_layout, module)
         try:
-            self.adapter_io(b, r, times, prefix="baseline_")
+            return io(b)
         finally:
             b.close()
             shutil.rmtree(directory, ignore_errors=True)
