@@ -23,6 +23,7 @@ Every side has a store (directory) of its own, deleted once it has written and r
 each `kvtier bench` run's is: the next side starts with an empty store and the pages before
 it freed (on these VMs, a write whose page cache cannot reuse them can run several times
 slower in the kernel; docs/benchmarks.md, "Each side of a round in a store of its own").
+--shared-store keeps the method before: the adapter and the bare store in one store a round.
 
 Before every timed read, every side reads one batch's pages into every slot of its host pool,
 untimed, as `kvtier bench` does before its own (warm_up() in tools/bench.cc: "as a serving
@@ -45,7 +46,7 @@ store does, while an engine's pool is in constant use
 
   PYTHONPATH=build/python /usr/bin/python3 bench/sglang_vs_bench.py [--dir DIR] [--reps 3]
       [--mib 512] [--layouts files,segments] [--shapes llama-ps1,...] [--kvtier build/bin/kvtier]
-      [--baseline REV] [--no-warm-memory] [--no-warm-reads]
+      [--baseline REV] [--no-warm-memory] [--no-warm-reads] [--shared-store]
       [--uri 's3://BUCKET/PREFIX?endpoint=...']
 
 --uri runs every side on another location instead of a local directory (e.g. the tests' S3
@@ -109,6 +110,7 @@ SHAPES = {
 
 WARM_BYTES = 0  # --no-warm-memory: 0
 WARM_READS = True  # --no-warm-reads: False
+SHARED_STORE = False  # --shared-store: True
 LOCATION = None  # --uri: every side's pages go under it instead of a local directory
 
 
@@ -275,17 +277,27 @@ class AdapterSide:
         that adapter module's calls), in the order of the round (alternating: whoever goes
         second finds the caches the first one left), each in a store of its own (own_store)."""
         times, layout = {}, None
-        steps = [lambda: self.own_store(adapter_module, directory, file_layout,
-                                        lambda b: self.adapter_io(b, r, times)),
-                 lambda: self.own_store(adapter_module, directory + "-bare", file_layout,
-                                        lambda b: self.bare_io(b, r, times))]
-        if baseline is not None:
-            steps.append(lambda: self.own_store(
-                baseline, directory + "-baseline", file_layout,
-                lambda b: self.adapter_io(b, r, times, prefix="baseline_")))
-        for step in (steps if r % 2 == 0 else steps[::-1]):
-            layout = step() or layout
-        return times, layout
+        shared = self.open(directory, file_layout) if SHARED_STORE else None
+        try:
+            def store_of(module, d, io):
+                if shared is not None and module is adapter_module:
+                    return io(shared)
+                return self.own_store(module, d, file_layout, io)
+
+            steps = [lambda: store_of(adapter_module, directory,
+                                      lambda b: self.adapter_io(b, r, times)),
+                     lambda: store_of(adapter_module, directory + "-bare",
+                                      lambda b: self.bare_io(b, r, times))]
+            if baseline is not None:
+                steps.append(lambda: store_of(
+                    baseline, directory + "-baseline",
+                    lambda b: self.adapter_io(b, r, times, prefix="baseline_")))
+            for step in (steps if r % 2 == 0 else steps[::-1]):
+                layout = step() or layout
+            return times, layout
+        finally:
+            if shared is not None:
+                shared.close()
 
     def own_store(self, module, directory, file_layout, io):
         """io(adapter) with an adapter of `module` on a directory of its own, removed
@@ -388,13 +400,18 @@ def main():
     ap.add_argument("--no-warm-reads", action="store_true",
                     help="no untimed read of a batch into every pool slot before the adapter's "
                          "and the bare store's timed reads (kvtier bench always does one)")
+    ap.add_argument("--shared-store", action="store_true",
+                    help="the adapter and the bare store write into one store per round, one "
+                         "after the other (the method before 2026-12-05, last), instead of "
+                         "each into a store of its own deleted after it")
     ap.add_argument("--uri", default=None,
                     help="a store location (e.g. s3://...) instead of a local directory")
     ap.add_argument("--baseline", default=None, metavar="REV",
                     help="also run the adapter of this git revision, taking turns with this one")
     args = ap.parse_args()
-    global WARM_BYTES, WARM_READS, LOCATION
+    global WARM_BYTES, WARM_READS, SHARED_STORE, LOCATION
     WARM_READS = not args.no_warm_reads
+    SHARED_STORE = args.shared_store
     WARM_BYTES = 0 if args.no_warm_memory else (args.mib << 20) + (256 << 20)
     LOCATION = args.uri
     baseline = None
