@@ -2,7 +2,6 @@
 // must agree on round trips, misses, replacement, listing, removal and concurrency.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +16,7 @@
 #include "kvtier/backends/posix/posix_backend.h"
 #include "kvtier/backends/uring/uring_backend.h"
 #include "kvtier/transfer/agent.h"
+#include "src/testing/child_process.h"
 #include "src/testing/test_util.h"
 
 namespace kvtier {
@@ -434,6 +434,11 @@ TEST_F(PosixBackend, ReadOfAFileThatShrankIsCorruptNotComplete) {
       << x.results()[0].message();
 }
 
+KVTIER_CHILD(ends_at_once, args) {
+  (void)args;
+  return 0;
+}
+
 TEST_F(PosixBackend, NamedTemporariesOfDeadWritersAreSweptLiveOnesKept) {
   Agent a = make({{"use_tmpfile", "0"}});
   const std::string tmp = dir_.file("tmp");
@@ -447,10 +452,10 @@ TEST_F(PosixBackend, NamedTemporariesOfDeadWritersAreSweptLiveOnesKept) {
   const size_t host_at = mine.find('.') + 1;
   const std::string host = mine.substr(host_at, 8);
 
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
+  testing::Child ended = testing::Child::start("ends_at_once");
+  const pid_t child = ended.pid();
   ASSERT_GT(child, 0);
-  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // a pid that is certainly dead now
+  ASSERT_EQ(ended.wait(), 0);  // a pid that is certainly dead now
 
   const std::string dead = "q." + host + "." + std::to_string(child) + ".7.kvtmp";
   const std::string foreign_fresh = "r.0badbeef.1.1.kvtmp";

@@ -5,13 +5,13 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <vector>
 
 #include "routing.h"
+#include "src/testing/child_process.h"
 #include "src/testing/test_util.h"
 
 namespace kvtier {
@@ -97,26 +97,25 @@ TEST(ReadMarks, AHeaderlessFileIsMadeAgainAForeignOneRefused) {
   EXPECT_EQ(foreign.status().code(), StatusCode::kCorrupt);
 }
 
+const Hash128 kOtherProcessPage = h(0xfeed'0000'0000'0000, 99);
+
+// Another process's store marks kOtherProcessPage read. args: the directory, the first
+// process's tag (2: the marks would not open, or took the same tag).
+KVTIER_CHILD(read_marks_other_process, args) {
+  Result<std::unique_ptr<ReadMarks>> b = ReadMarks::open(args.str(0), 4096);
+  if (!b.ok() || (*b)->tag() == args.u64(1)) return 2;
+  (*b)->mark(kOtherProcessPage);
+  return 0;
+}
+
 TEST(ReadMarks, AReadInAnotherProcessIsSeen) {
-  if (testing::under_thread_sanitizer()) {
-    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process";
-  }
   testing::TempDir dir;
   auto a = open_marks(dir.path());
   ASSERT_NE(a, nullptr);
-  const Hash128 page = h(0xfeed'0000'0000'0000, 99);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    Result<std::unique_ptr<ReadMarks>> b = ReadMarks::open(dir.path(), 4096);
-    if (!b.ok() || (*b)->tag() == a->tag()) ::_exit(2);
-    (*b)->mark(page);
-    ::_exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  EXPECT_TRUE(a->take_others(page));
+  testing::Child other =
+      testing::Child::start("read_marks_other_process", {dir.path(), std::to_string(a->tag())});
+  ASSERT_EQ(other.wait(), 0);
+  EXPECT_TRUE(a->take_others(kOtherProcessPage));
 }
 
 }  // namespace

@@ -69,41 +69,59 @@ inline void damage_second_record(const Store& s, size_t key_size) {
   ASSERT_EQ(::pwrite(fd->get(), &c, 1, at), 1);
 }
 
+// The segment layout in directory `dir`. `lanes` 0: the store's default (one per hardware
+// thread, at most 4). `faults`: the backend goes through a fault injector.
+inline std::unique_ptr<Store> open_segments(const std::string& dir,
+                                            std::string query = "?backend=posix&layout=segments",
+                                            uint64_t segment_bytes = 1 << 20, size_t lanes = 0,
+                                            std::shared_ptr<FaultInjector> faults = nullptr) {
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri("file://" + dir + query);
+  cfg.ns = test_namespace("segments");
+  cfg.segment_bytes = segment_bytes;
+  cfg.segment_lanes = lanes;
+  decorate(cfg, std::move(faults));
+  return open_store(std::move(cfg));
+}
+
+// The segment layout in `dir` with a capacity: segments are then at most capacity / 64 (1 MiB
+// at least).
+inline std::unique_ptr<Store> open_segments_capped(
+    const std::string& dir, uint64_t capacity, std::shared_ptr<FaultInjector> faults = nullptr) {
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri("file://" + dir + "?backend=posix&layout=segments");
+  cfg.ns = test_namespace("segments");
+  cfg.capacity_bytes = capacity;
+  decorate(cfg, std::move(faults));
+  return open_store(std::move(cfg));
+}
+
+// Writes `keys` from the first slots of `pool`, each page filled with its key's pattern.
+inline BatchResult put_keys(Store& s, PagePool& pool, const std::vector<std::string>& keys) {
+  std::vector<ConstBuffer> in;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    pool.fill(i, kPage, seed_of(keys[i]));
+    in.push_back(pool.in(i, kPage));
+  }
+  return s.batch_put(views(keys), in);
+}
+
 class SegmentStoreTest : public ::testing::Test {
  protected:
-  // `lanes` 0: the store's default (one per hardware thread, at most 4).
-  // `faults`: the backend goes through a fault injector.
   std::unique_ptr<Store> open(std::string query = "?backend=posix&layout=segments",
                               uint64_t segment_bytes = 1 << 20, size_t lanes = 0,
                               std::shared_ptr<FaultInjector> faults = nullptr) {
-    StoreConfig cfg;
-    cfg.location = *parse_store_uri("file://" + dir_.file("store") + query);
-    cfg.ns = test_namespace("segments");
-    cfg.segment_bytes = segment_bytes;
-    cfg.segment_lanes = lanes;
-    decorate(cfg, std::move(faults));
-    return open_store(std::move(cfg));
+    return open_segments(dir_.file("store"), std::move(query), segment_bytes, lanes,
+                         std::move(faults));
   }
 
-  // A store with a capacity: segments are then at most capacity / 64 (1 MiB at least).
   std::unique_ptr<Store> open_capped(uint64_t capacity,
                                      std::shared_ptr<FaultInjector> faults = nullptr) {
-    StoreConfig cfg;
-    cfg.location =
-        *parse_store_uri("file://" + dir_.file("store") + "?backend=posix&layout=segments");
-    cfg.ns = test_namespace("segments");
-    cfg.capacity_bytes = capacity;
-    decorate(cfg, std::move(faults));
-    return open_store(std::move(cfg));
+    return open_segments_capped(dir_.file("store"), capacity, std::move(faults));
   }
 
   static BatchResult put(Store& s, PagePool& pool, const std::vector<std::string>& keys) {
-    std::vector<ConstBuffer> in;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      pool.fill(i, kPage, seed_of(keys[i]));
-      in.push_back(pool.in(i, kPage));
-    }
-    return s.batch_put(views(keys), in);
+    return put_keys(s, pool, keys);
   }
 
   // Reads every key: the number of hits; a hit must hold its key's content.

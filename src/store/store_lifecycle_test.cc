@@ -53,31 +53,43 @@ std::pair<size_t, uint64_t> on_disk(const Store& store) {
   return {n, bytes};
 }
 
-using testing::spawn;
+// The store of these tests in directory `path`; `faults`: the backend goes through a fault
+// injector.
+std::unique_ptr<Store> open_at(const std::string& path, uint64_t capacity = 0,
+                               std::string query = "?backend=posix&layout=files",
+                               NamespaceSpec ns = fixed_namespace(),
+                               std::shared_ptr<FaultInjector> faults = nullptr) {
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri(path + query);
+  cfg.ns = std::move(ns);
+  cfg.capacity_bytes = capacity;
+  testing::decorate(cfg, std::move(faults));
+  return testing::open_store(std::move(cfg));
+}
+
+BatchResult put_pages(Store& s, PagePool& pool, const std::vector<std::string>& keys,
+                      size_t first_slot = 0) {
+  std::vector<ConstBuffer> in;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    pool.fill(first_slot + i, kPage, std::hash<std::string>{}(keys[i]));
+    in.push_back(pool.in(first_slot + i, kPage));
+  }
+  return s.batch_put(testing::views(keys), in);
+}
 
 class StoreLifecycle : public ::testing::Test {
  protected:
-  // `faults`: the backend goes through a fault injector.
   std::unique_ptr<Store> open(uint64_t capacity = 0,
                               std::string query = "?backend=posix&layout=files",
                               NamespaceSpec ns = fixed_namespace(),
                               std::shared_ptr<FaultInjector> faults = nullptr) {
-    StoreConfig cfg;
-    cfg.location = *parse_store_uri(dir_.file("store") + query);
-    cfg.ns = std::move(ns);
-    cfg.capacity_bytes = capacity;
-    testing::decorate(cfg, std::move(faults));
-    return testing::open_store(std::move(cfg));
+    return open_at(dir_.file("store"), capacity, std::move(query), std::move(ns),
+                   std::move(faults));
   }
 
   static BatchResult put(Store& s, PagePool& pool, const std::vector<std::string>& keys,
                          size_t first_slot = 0) {
-    std::vector<ConstBuffer> in;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      pool.fill(first_slot + i, kPage, std::hash<std::string>{}(keys[i]));
-      in.push_back(pool.in(first_slot + i, kPage));
-    }
-    return s.batch_put(testing::views(keys), in);
+    return put_pages(s, pool, keys, first_slot);
   }
   // Each key by a call of its own, in order (the last is the most recently used).
   static bool put_each(Store& s, PagePool& pool, const std::vector<std::string>& keys) {
@@ -425,48 +437,65 @@ TEST_F(StoreLifecycle, EvictionNeverTearsAReadInFlight) {
       SIZE_MAX);
 }
 
+constexpr uint64_t kSharedCapacity = 64 * kObject;
+
+// A writer of CapacityIsOneBudgetAcrossProcesses: args are the store's directory and the
+// writer's number. 3: a put failed, 4: the shared usage passed the capacity.
+KVTIER_CHILD(lifecycle_capacity_writer, args) {
+  const std::string w = args.str(1);
+  auto s = open_at(args.str(0), kSharedCapacity);
+  if (s == nullptr) return 2;
+  PagePool pool(*s, 16, kPage);
+  int code = 0;
+  for (size_t round = 0; round < 10 * 64 / 16 + 4; ++round) {
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < 16; ++i) {
+      keys.push_back("w" + w + "-r" + std::to_string(round) + "-" + std::to_string(i));
+    }
+    if (!put_pages(*s, pool, keys).all_ok()) code = 3;
+    // The shared usage, which bounds what is published at every moment. (A directory walk is
+    // no snapshot while others evict and write: it is checked at the end.)
+    if (s->stats().used_bytes > kSharedCapacity) code = 4;
+  }
+  return code;
+}
+
 // Three processes write ten times the capacity at once; the namespace never holds more than
 // the capacity (the shared usage checked by the writers after every batch, the bytes on disk
 // at the end).
 TEST_F(StoreLifecycle, CapacityIsOneBudgetAcrossProcesses) {
-  constexpr uint64_t kCapacity = 64 * kObject;
-  constexpr int kWriters = 3;
-  std::vector<pid_t> children;
-  for (int w = 0; w < kWriters; ++w) {
-    const pid_t pid = spawn([&] {
-      int code = 0;
-      auto s = open(kCapacity);
-      if (s == nullptr) return 2;
-      PagePool pool(*s, 16, kPage);
-      for (size_t round = 0; round < 10 * 64 / 16 + 4; ++round) {
-        std::vector<std::string> keys;
-        for (size_t i = 0; i < 16; ++i) {
-          keys.push_back("w" + std::to_string(w) + "-r" + std::to_string(round) + "-" +
-                         std::to_string(i));
-        }
-        if (!put(*s, pool, keys).all_ok()) code = 3;
-        // The shared usage, which bounds what is published at every moment. (A directory
-        // walk is no snapshot while others evict and write: it is checked at the end.)
-        if (s->stats().used_bytes > kCapacity) code = 4;
-      }
-      return code;
-    });
-    ASSERT_GE(pid, 0);
-    children.push_back(pid);
+  std::vector<testing::Child> writers;
+  for (int w = 0; w < 3; ++w) {
+    writers.push_back(testing::Child::start("lifecycle_capacity_writer",
+                                            {dir_.file("store"), std::to_string(w)}));
   }
-  for (pid_t pid : children) {
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0)
-        << "writer " << pid << " (3: a put failed, 4: usage over capacity)";
+  for (testing::Child& w : writers) {
+    EXPECT_EQ(w.wait(), 0) << "3: a put failed, 4: usage over capacity";
   }
-  auto s = open(kCapacity);
+  auto s = open(kSharedCapacity);
   ASSERT_NE(s, nullptr);
   const auto [n, bytes] = on_disk(*s);
-  EXPECT_LE(bytes, kCapacity);
+  EXPECT_LE(bytes, kSharedCapacity);
   EXPECT_GT(n, 0u);
   EXPECT_EQ(s->stats().used_bytes, bytes);  // alone again: exact
+}
+
+constexpr size_t kCrashKeys = 40, kCrashBatch = 8;
+
+std::vector<std::string> crash_batch(size_t n) {
+  return testing::round_robin_batch("crash-", kCrashKeys, kCrashBatch, n);
+}
+
+// The writer of the crash tests: args are the store's directory, its query, then the trap.
+KVTIER_CHILD(lifecycle_crash_writer, args) {
+  auto s = open_at(args.str(0), 0, args.str(1), fixed_namespace(),
+                   testing::crash_writer_faults(args, 2));
+  if (s == nullptr) return 2;
+  return testing::run_crash_writer(crash_batch, [&](const std::vector<std::string>& keys) {
+    PagePool pool(*s, keys.size(), kPage);
+    // The content names the key: whichever version survives must be whole.
+    return put_pages(*s, pool, keys).all_ok();
+  });
 }
 
 // A writer is killed 44 times: 36 times held at an exact point of a page's write (before its
@@ -474,41 +503,26 @@ TEST_F(StoreLifecycle, CapacityIsOneBudgetAcrossProcesses) {
 // its name), 8 times as soon as it reports some whole batches. Every page reads back whole or is
 // a miss, every page of a batch the writer reported done is a hit, and no temporary outlives the
 // next open.
-void crash_test(const std::string& query,
-                const std::function<std::unique_ptr<Store>(std::shared_ptr<FaultInjector>)>& open) {
-  constexpr size_t kKeys = 40, kBatch = 8;
-  const auto batch_keys = [](size_t n) {
-    return testing::round_robin_batch("crash-", kKeys, kBatch, n);
-  };
-  testing::CrashWriter writer{open, batch_keys, [](Store& s, const std::vector<std::string>& keys) {
-                                PagePool pool(s, keys.size(), kPage);
-                                std::vector<ConstBuffer> in;
-                                for (size_t i = 0; i < keys.size(); ++i) {
-                                  // The content names the key: whichever version survives
-                                  // must be whole.
-                                  pool.fill(i, kPage, std::hash<std::string>{}(keys[i]));
-                                  in.push_back(pool.in(i, kPage));
-                                }
-                                return s.batch_put(testing::views(keys), in).all_ok();
-                              }};
+void crash_test(const std::string& dir, const std::string& query) {
+  const testing::CrashWriter writer{"lifecycle_crash_writer", {dir, query}, crash_batch};
   std::vector<testing::KillPoint> points = testing::kills_after_batches(8, 4);
   for (uint64_t i = 0; i < 12; ++i) {
     const uint64_t n = 5 * i + i % 3;  // the writer stops at its (n + 1)-th such call
     points.push_back({fmt::format("before temporary #{} is created", n + 1),
-                      fault_trap_at(FaultOp::kOpenCreate, "", n, nullptr)});
+                      testing::TrapPoint{FaultOp::kOpenCreate, "", n, ""}});
     points.push_back(
-        {fmt::format("before write #{}", n + 1), fault_trap_at(FaultOp::kWrite, "", n, nullptr)});
+        {fmt::format("before write #{}", n + 1), testing::TrapPoint{FaultOp::kWrite, "", n, ""}});
     points.push_back({fmt::format("a page written, before publish #{}", n + 1),
-                      fault_trap_at(FaultOp::kPublish, "", n, nullptr)});
+                      testing::TrapPoint{FaultOp::kPublish, "", n, ""}});
   }
   const std::vector<std::string> reported = testing::kill_writer_at_each(writer, points);
   ASSERT_FALSE(reported.empty()) << "no writer got through a batch";
   const std::set<std::string> done(reported.begin(), reported.end());
-  auto s = open(nullptr);
+  auto s = open_at(dir, 0, query);
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, 1, kPage);
   size_t hits = 0;
-  for (size_t i = 0; i < kKeys; ++i) {
+  for (size_t i = 0; i < kCrashKeys; ++i) {
     const std::string key = "crash-" + std::to_string(i);
     Status st = s->get(key, pool.slot(0), kPage);
     if (st.ok()) {
@@ -523,8 +537,8 @@ void crash_test(const std::string& query,
   EXPECT_EQ(s->stats().get_corrupt, 0u);
   // Nothing left in the temporaries directory once a store has opened again.
   size_t temps = 0;
-  for (const std::string& dir : s->namespace_dirs()) {
-    for (const auto& e : std::filesystem::directory_iterator(dir + "/tmp")) {
+  for (const std::string& d : s->namespace_dirs()) {
+    for (const auto& e : std::filesystem::directory_iterator(d + "/tmp")) {
       (void)e;
       ++temps;
     }
@@ -533,16 +547,11 @@ void crash_test(const std::string& query,
 }
 
 TEST_F(StoreLifecycle, SigkillDuringWritesNeverLeavesAWrongPage) {
-  crash_test("", [this](std::shared_ptr<FaultInjector> faults) {
-    return open(0, "?backend=posix&layout=files", fixed_namespace(), std::move(faults));
-  });
+  crash_test(dir_.file("store"), "?backend=posix&layout=files");
 }
 
 TEST_F(StoreLifecycle, SigkillWithNamedTemporariesLeavesNoneBehind) {
-  crash_test("named", [this](std::shared_ptr<FaultInjector> faults) {
-    return open(0, "?backend=posix&layout=files&use_tmpfile=0", fixed_namespace(),
-                std::move(faults));
-  });
+  crash_test(dir_.file("store"), "?backend=posix&layout=files&use_tmpfile=0");
 }
 
 TEST_F(StoreLifecycle, CapacityNeedsAFileStore) {

@@ -31,8 +31,6 @@ using testing::PagePool;
 using testing::seed_of;
 using testing::seg_files;
 using testing::SegFiles;
-using testing::spawn;
-using testing::wait_exit;
 
 class StoreSegmentsCapacity : public testing::SegmentStoreTest {};
 
@@ -316,55 +314,58 @@ TEST_F(StoreSegmentsCapacity, AReclaimNeverTearsAReadInFlight) {
   EXPECT_EQ(writer->get(first[4], wpool.slot(0), kPage).code(), StatusCode::kNotFound);
 }
 
+constexpr uint64_t kSharedCapacity = 16 << 20;
+constexpr int kProcs = 3;
+constexpr size_t kProcKeys = 800;  // 56 MB each
+
+// A process of CapacityIsOneBudgetAcrossThreeProcessesReadingEachOther: args are the store's
+// directory and the process's number.
+KVTIER_CHILD(segments_capacity_process, args) {
+  const std::string p = args.str(1);
+  auto s = testing::open_segments_capped(args.str(0), kSharedCapacity);
+  if (s == nullptr) return 2;
+  PagePool pool(*s, 8, kPage);
+  const size_t fds = testing::open_fds();
+  const auto mine = testing::keys_for("proc" + p + "-", kProcKeys);
+  for (size_t i = 0; i < kProcKeys; i += 8) {
+    if (!testing::put_keys(*s, pool, {mine.begin() + i, mine.begin() + i + 8}).all_ok()) return 3;
+    if (s->stats().used_bytes > kSharedCapacity) return 4;
+    for (int q = 0; q < kProcs; ++q) {
+      for (size_t back : {size_t{0}, size_t{40}, size_t{200}}) {
+        if (i < back) continue;
+        const std::string k = "proc" + std::to_string(q) + "-" + std::to_string(i - back);
+        Status st = s->get(k, pool.slot(0), kPage);
+        if (st.ok() && !pool.holds(0, kPage, seed_of(k))) return 5;
+        if (!st.ok() && st.code() != StatusCode::kNotFound) return 6;
+      }
+    }
+    if (testing::open_fds() != fds) return 7;
+  }
+  return s->stats().get_corrupt == 0 ? 0 : 8;
+}
+
 // Three processes write ten times the capacity at once and read each other's pages while
 // segments are reclaimed under them: the shared usage never passes the capacity, every hit
 // is whole, and after they are done the files take what a lone open counts.
 TEST_F(StoreSegmentsCapacity, CapacityIsOneBudgetAcrossThreeProcessesReadingEachOther) {
-  if (testing::under_thread_sanitizer()) {
-    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process";
-  }
-  constexpr uint64_t kCapacity = 16 << 20;
-  constexpr int kProcs = 3;
-  constexpr size_t kKeys = 800;  // 56 MB each
-  std::vector<pid_t> pids;
+  std::vector<testing::Child> procs;
   for (int p = 0; p < kProcs; ++p) {
-    pids.push_back(spawn([&, p]() -> int {
-      auto s = open_capped(kCapacity);
-      if (s == nullptr) return 2;
-      PagePool pool(*s, 8, kPage);
-      const size_t fds = testing::open_fds();
-      const auto mine = testing::keys_for("proc" + std::to_string(p) + "-", kKeys);
-      for (size_t i = 0; i < kKeys; i += 8) {
-        if (!put(*s, pool, {mine.begin() + i, mine.begin() + i + 8}).all_ok()) return 3;
-        if (s->stats().used_bytes > kCapacity) return 4;
-        for (int q = 0; q < kProcs; ++q) {
-          for (size_t back : {size_t{0}, size_t{40}, size_t{200}}) {
-            if (i < back) continue;
-            const std::string k = "proc" + std::to_string(q) + "-" + std::to_string(i - back);
-            Status st = s->get(k, pool.slot(0), kPage);
-            if (st.ok() && !pool.holds(0, kPage, seed_of(k))) return 5;
-            if (!st.ok() && st.code() != StatusCode::kNotFound) return 6;
-          }
-        }
-        if (testing::open_fds() != fds) return 7;
-      }
-      return s->stats().get_corrupt == 0 ? 0 : 8;
-    }));
-    ASSERT_GT(pids.back(), 0);
+    procs.push_back(testing::Child::start("segments_capacity_process",
+                                          {dir_.file("store"), std::to_string(p)}));
   }
-  for (pid_t pid : pids) {
-    EXPECT_EQ(wait_exit(pid), 0) << "3: a put failed, 4: usage over capacity, 5: a wrong "
-                                    "page, 6: an error, 7: descriptors, 8: corrupt reads";
+  for (testing::Child& p : procs) {
+    EXPECT_EQ(p.wait(), 0) << "3: a put failed, 4: usage over capacity, 5: a wrong page, 6: an "
+                              "error, 7: descriptors, 8: corrupt reads";
   }
-  auto s = open_capped(kCapacity);
+  auto s = open_capped(kSharedCapacity);
   ASSERT_NE(s, nullptr);
   const SegFiles f = seg_files(*s);
-  EXPECT_LE(f.bytes, kCapacity);
+  EXPECT_LE(f.bytes, kSharedCapacity);
   EXPECT_EQ(s->stats().used_bytes, f.bytes);  // alone again: exact
   PagePool pool(*s, 1, kPage);
   size_t hits = 0;
   for (int p = 0; p < kProcs; ++p) {
-    hits += read_all(*s, pool, testing::keys_for("proc" + std::to_string(p) + "-", kKeys));
+    hits += read_all(*s, pool, testing::keys_for("proc" + std::to_string(p) + "-", kProcKeys));
   }
   EXPECT_GT(hits, 0u);
   EXPECT_EQ(s->stats().get_corrupt, 0u);
@@ -430,23 +431,23 @@ TEST_F(StoreSegmentsCapacity, MinFreeBytesRefusesWritesBeforeAnyByteIsWritten) {
   EXPECT_EQ(s->stats().used_bytes, 0u);
 }
 
+// A writer that dies (SIGKILL) once it has written a batch: its active segment is never
+// sealed. args: the store's directory and its capacity.
+KVTIER_CHILD(segments_writer_that_dies, args) {
+  auto s = testing::open_segments_capped(args.str(0), args.u64(1));
+  if (s == nullptr) return 2;
+  PagePool pool(*s, 8, kPage);
+  if (!testing::put_keys(*s, pool, testing::keys_for("dead-", 8)).all_ok()) return 3;
+  ::raise(SIGKILL);
+  return 4;
+}
+
 // A store that opens alone reclaims segments their writers left unsealed (killed).
 TEST_F(StoreSegmentsCapacity, SegmentsOfKilledWritersAreReclaimedAfterALoneOpen) {
-  if (testing::under_thread_sanitizer()) {
-    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process";
-  }
   constexpr uint64_t kCapacity = 8 << 20;
-  const pid_t pid = spawn([&]() -> int {
-    auto s = open_capped(kCapacity);
-    if (s == nullptr) return 2;
-    PagePool pool(*s, 8, kPage);
-    const auto keys = testing::keys_for("dead-", 8);
-    if (!put(*s, pool, keys).all_ok()) return 3;
-    ::raise(SIGKILL);  // its active segment is never sealed
-    return 4;
-  });
-  ASSERT_GT(pid, 0);
-  EXPECT_EQ(wait_exit(pid), 128 + SIGKILL);
+  testing::Child dies = testing::Child::start("segments_writer_that_dies",
+                                              {dir_.file("store"), std::to_string(kCapacity)});
+  EXPECT_EQ(dies.wait(), 128 + SIGKILL);
   const std::string abandoned = seg_files(*open()).segments.front();
   auto s = open_capped(kCapacity);
   ASSERT_NE(s, nullptr);

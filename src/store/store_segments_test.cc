@@ -32,8 +32,6 @@ using testing::PagePool;
 using testing::seed_of;
 using testing::seg_files;
 using testing::SegFiles;
-using testing::spawn;
-using testing::wait_exit;
 
 class StoreSegments : public testing::SegmentStoreTest {};
 
@@ -499,47 +497,72 @@ TEST_F(StoreSegments, ARefreshIntervalBoundsHowOftenLookupsLook) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().to_string();
 }
 
+constexpr int kProcs = 3;
+constexpr size_t kProcKeys = 60;
+
+// A process of ThreeProcessesWriteAndReadOneNamespace: args are the store's directory and the
+// process's number. 3: a put failed, 4: a wrong page, 5: a read failed.
+KVTIER_CHILD(segments_three_processes, args) {
+  const std::string p = args.str(1);
+  auto s = testing::open_segments(args.str(0));
+  if (s == nullptr) return 2;
+  PagePool pool(*s, 4, kPage);
+  const auto mine = testing::keys_for("proc" + p + "-", kProcKeys);
+  for (size_t i = 0; i < kProcKeys; i += 4) {
+    if (!testing::put_keys(*s, pool, {mine.begin() + i, mine.begin() + i + 4}).all_ok()) return 3;
+    // Read what the others have written so far: hits must be whole.
+    for (int q = 0; q < kProcs; ++q) {
+      const std::string k = "proc" + std::to_string(q) + "-" + std::to_string(i);
+      Status st = s->get(k, pool.slot(0), kPage);
+      if (st.ok() && !pool.holds(0, kPage, seed_of(k))) return 4;
+      if (!st.ok() && st.code() != StatusCode::kNotFound) return 5;
+    }
+  }
+  return 0;
+}
+
 // Three processes write their own keys and read everyone's, at once: every page each one
 // reads is whole, and once all are done each process's pages are found by a store that was
 // open throughout.
 TEST_F(StoreSegments, ThreeProcessesWriteAndReadOneNamespace) {
-  if (testing::under_thread_sanitizer()) {
-    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process "
-                    "(StoresSeeEachOthersPagesWithoutReopening is the in-process counterpart)";
-  }
   auto watcher = open();
   ASSERT_NE(watcher, nullptr);
-  constexpr int kProcs = 3;
-  constexpr size_t kKeys = 60;
-  std::vector<pid_t> pids;
+  std::vector<testing::Child> procs;
   for (int p = 0; p < kProcs; ++p) {
-    pids.push_back(spawn([&, p]() -> int {
-      auto s = open();
-      if (s == nullptr) return 2;
-      PagePool pool(*s, 4, kPage);
-      const auto mine = testing::keys_for("proc" + std::to_string(p) + "-", kKeys);
-      for (size_t i = 0; i < kKeys; i += 4) {
-        if (!put(*s, pool, {mine.begin() + i, mine.begin() + i + 4}).all_ok()) return 3;
-        // Read what the others have written so far: hits must be whole.
-        for (int q = 0; q < kProcs; ++q) {
-          const std::string k = "proc" + std::to_string(q) + "-" + std::to_string(i);
-          Status st = s->get(k, pool.slot(0), kPage);
-          if (st.ok() && !pool.holds(0, kPage, seed_of(k))) return 4;
-          if (!st.ok() && st.code() != StatusCode::kNotFound) return 5;
-        }
-      }
-      return 0;
-    }));
-    ASSERT_GT(pids.back(), 0);
+    procs.push_back(
+        testing::Child::start("segments_three_processes", {dir_.file("store"), std::to_string(p)}));
   }
-  for (pid_t pid : pids) EXPECT_EQ(wait_exit(pid), 0);
+  for (testing::Child& p : procs) EXPECT_EQ(p.wait(), 0);
   PagePool pool(*watcher, 1, kPage);
   for (int p = 0; p < kProcs; ++p) {
-    const auto keys = testing::keys_for("proc" + std::to_string(p) + "-", kKeys);
-    EXPECT_EQ(watcher->batch_exists(testing::views(keys)), kKeys) << p;
-    EXPECT_EQ(read_all(*watcher, pool, keys), kKeys) << p;
+    const auto keys = testing::keys_for("proc" + std::to_string(p) + "-", kProcKeys);
+    EXPECT_EQ(watcher->batch_exists(testing::views(keys)), kProcKeys) << p;
+    EXPECT_EQ(read_all(*watcher, pool, keys), kProcKeys) << p;
   }
-  EXPECT_EQ(watcher->stats().pages, kProcs * kKeys);
+  EXPECT_EQ(watcher->stats().pages, kProcs * kProcKeys);
+}
+
+constexpr size_t kKillKeys = 64, kKillBatch = 8;
+
+std::vector<std::string> kill_batch(size_t n) {
+  return testing::round_robin_batch("kill-", kKillKeys, kKillBatch, n);
+}
+
+// The writer of SigkillDuringAppendsAndSealsNeverLeavesAWrongPage: args are the store's
+// directory, then the trap. Segments of 1 MiB roll every two batches or so.
+KVTIER_CHILD(segments_crash_writer, args) {
+  // "seal": a one-entry append past a summary's start (these writers remove nothing, and
+  // their windows of 8 records rarely leave one record to a segment).
+  const auto seal = [](const FaultCall& c) {
+    return c.length == segment::kEntryBytes && c.offset > 0;
+  };
+  auto s = testing::open_segments(args.str(0), "?backend=posix&layout=segments", 1 << 20, 0,
+                                  testing::crash_writer_faults(args, 1, {{"seal", seal}}));
+  if (s == nullptr) return 2;
+  PagePool pool(*s, kKillBatch, kPage);
+  return testing::run_crash_writer(kill_batch, [&](const std::vector<std::string>& keys) {
+    return testing::put_keys(*s, pool, keys).all_ok();
+  });
 }
 
 // Writers are killed 30 times during appends and segment rolls (small segments roll every
@@ -547,50 +570,26 @@ TEST_F(StoreSegments, ThreeProcessesWriteAndReadOneNamespace) {
 // some whole batches. Every page reads back whole or is a miss, and every page of a batch a
 // writer reported done is a hit, after a restart and in a store that was open throughout.
 TEST_F(StoreSegments, SigkillDuringAppendsAndSealsNeverLeavesAWrongPage) {
-  if (testing::under_thread_sanitizer()) {
-    GTEST_SKIP() << "ThreadSanitizer cannot run a child forked from a multi-threaded process "
-                    "(StoresSeeEachOthersPagesWithoutReopening is the in-process counterpart)";
-  }
   auto watcher = open();
   ASSERT_NE(watcher, nullptr);
-  constexpr size_t kKeys = 64, kBatch = 8;
-  const auto batch_keys = [](size_t n) {
-    return testing::round_robin_batch("kill-", kKeys, kBatch, n);
-  };
-  testing::CrashWriter writer{[this](std::shared_ptr<FaultInjector> faults) {
-                                return open("?backend=posix&layout=segments", 1 << 20, 0,
-                                            std::move(faults));
-                              },
-                              batch_keys,
-                              [](Store& s, const std::vector<std::string>& keys) {
-                                PagePool pool(s, kBatch, kPage);
-                                return put(s, pool, keys).all_ok();
-                              }};
-  // A one-entry append past a summary's start: a seal (these writers remove nothing, and
-  // their windows of 8 records rarely leave one record to a segment).
-  const auto one_entry = [](const FaultCall& c) {
-    return c.length == segment::kEntryBytes && c.offset > 0;
-  };
-  const auto trap = [](FaultOp op, const char* part, uint64_t skip,
-                       std::function<bool(const FaultCall&)> also) {
-    return fault_trap_at(op, part, skip, nullptr, std::move(also));
-  };
+  const testing::CrashWriter writer{"segments_crash_writer", {dir_.file("store")}, kill_batch};
+  using testing::TrapPoint;
   std::vector<testing::KillPoint> points = testing::kills_after_batches(6, 3);
   for (uint64_t i = 0; i < 6; ++i) {
     points.push_back({fmt::format("before record or header write #{}", 3 * i + 1),
-                      trap(FaultOp::kWrite, ".seg", 3 * i, nullptr)});
+                      TrapPoint{FaultOp::kWrite, ".seg", 3 * i, ""}});
     points.push_back({fmt::format("before summary append #{} (records written)", 2 * i + 2),
-                      trap(FaultOp::kWrite, ".sum", 2 * i + 1, nullptr)});
+                      TrapPoint{FaultOp::kWrite, ".sum", 2 * i + 1, ""}});
     points.push_back(
-        {fmt::format("before seal #{}", i + 1), trap(FaultOp::kWrite, ".sum", i, one_entry)});
+        {fmt::format("before seal #{}", i + 1), TrapPoint{FaultOp::kWrite, ".sum", i, "seal"}});
     points.push_back({fmt::format("segment #{} written, not yet published (the one before "
                                   "sealed)",
                                   i + 2),
-                      trap(FaultOp::kPublish, ".seg", i + 1, nullptr)});
+                      TrapPoint{FaultOp::kPublish, ".seg", i + 1, ""}});
   }
   const std::vector<std::string> done = testing::kill_writer_at_each(writer, points);
   ASSERT_FALSE(done.empty()) << "no writer got through a batch";
-  const auto keys = testing::keys_for("kill-", kKeys);
+  const auto keys = testing::keys_for("kill-", kKillKeys);
   PagePool wpool(*watcher, 1, kPage);
   EXPECT_GE(read_all(*watcher, wpool, keys), done.size());
   EXPECT_EQ(read_all(*watcher, wpool, done), done.size());

@@ -2,26 +2,22 @@
 // page pool like a serving engine's host pool, and small helpers.
 #pragma once
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "kvtier/backends/fault/fault_backend.h"
-#include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
+#include "src/testing/child_process.h"
 #include "src/testing/test_util.h"
 
 namespace kvtier::testing {
@@ -153,100 +149,77 @@ class PagePool {
   Registration registration_;
 };
 
-// Runs `body` in a forked child and returns its pid; the child exits with body's return value.
-// Nothing of the test framework runs in the child (an exception or a failed check ends it
-// with code 9). ThreadSanitizer builds cannot run such children (under_thread_sanitizer()).
-template <typename Body>
-pid_t spawn(Body body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int code = 9;
-    try {
-      code = body();
-    } catch (...) {
-    }
-    ::_exit(code);
-  }
-  return pid;
-}
-
-// Waits for a child: its exit code, 128 + the signal that ended it, or -1.
-inline int wait_exit(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// What a forked child tells its parent, one byte per event, so that the parent waits for what
-// must have happened (a batch done, a trap reached) instead of for a while:
-//
-//   ChildPipe pipe;
-//   const pid_t pid = spawn([&] { ...; pipe.send('b'); ... });
-//   pipe.parent_side();
-//   while (pipe.next() == 'b') ...
-//
-// A child that ends without sending closes the pipe: next() then returns kEnd at once. The
-// ceiling only fails a child that hangs; it is not how long anything is expected to take.
-class ChildPipe {
- public:
-  static constexpr int kEnd = 0;                // the child is gone
-  static constexpr int kDeadlineExceeded = -1;  // nothing came within the ceiling
-
-  ChildPipe() {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) {
-      ADD_FAILURE() << "pipe2: " << std::strerror(errno);
-      return;
-    }
-    read_ = UniqueFd(fds[0]);
-    write_ = UniqueFd(fds[1]);
-  }
-
-  // In the child.
-  void send(char event) const { (void)!::write(write_.get(), &event, 1); }
-
-  // In the parent, once the child is forked: its own write end goes, so that the child's is
-  // the last and its end is seen.
-  void parent_side() { write_.reset(); }
-
-  // In the parent: the child's next event, kEnd or kDeadlineExceeded.
-  int next(std::chrono::milliseconds ceiling = kHungCeiling) const {
-    pollfd p{read_.get(), POLLIN, 0};
-    for (;;) {
-      const int n = ::poll(&p, 1, static_cast<int>(ceiling.count()));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return kDeadlineExceeded;
-      char c = 0;
-      const ssize_t got = ::read(read_.get(), &c, 1);
-      if (got < 0 && errno == EINTR) continue;
-      return got == 1 ? static_cast<unsigned char>(c) : kEnd;
-    }
-  }
-
- private:
-  UniqueFd read_;
-  UniqueFd write_;
+// Where a crash test stops its writer: the (skip + 1)-th call of `op` on a path containing
+// `path_contains` (fault_trap_at), and with `also`, one the writer's body also accepts by that
+// name (crash_writer_faults). Plain data, since it reaches the writer as arguments.
+struct TrapPoint {
+  FaultOp op;
+  std::string path_contains;
+  uint64_t skip = 0;
+  std::string also;
 };
 
-// Where a crash test kills its writer: held at a trap (a fault-injection point, exactly between
-// two steps of a write: FaultTrap's `at` is set by kill_writer), or, without one, as soon as
-// the writer has reported `batches` whole batches (wherever in the next one it has got to).
+// Where a crash test kills its writer: held at a trap (exactly between two steps of a write),
+// or, without one, as soon as the writer has reported `batches` whole batches (wherever in the
+// next one it has got to).
 struct KillPoint {
   std::string name;  // for messages: "before a summary append #3"
-  std::optional<FaultTrap> trap;
+  std::optional<TrapPoint> trap;
   size_t batches = 1;
   // With a trap: the writer has failed to reach it once it has done this many batches.
   size_t trap_within = 200;
 };
 
-// A crash test's writer, run in a forked child: `open` opens its store through the injector
-// that holds the trap; it then puts batch 0, 1, ... (`batch_keys(n)`) with `put` (false when
-// a put failed).
+// What a crash test's writer reports to its parent (child_event).
+inline constexpr char kBatchDone = 'b', kTrapped = 't';
+
+// A crash test's writer: the child body `child` (KVTIER_CHILD), started with `args` followed by
+// the kill point's trap (kTrapArgs more arguments, read by crash_writer_faults). The body opens
+// its store through that injector and runs run_crash_writer(); `batch_keys(n)` are the keys of
+// its batch n, here as in the body.
 struct CrashWriter {
-  std::function<std::unique_ptr<Store>(std::shared_ptr<FaultInjector>)> open;
+  std::string child;
+  std::vector<std::string> args;
   std::function<std::vector<std::string>(size_t)> batch_keys;
-  std::function<bool(Store&, const std::vector<std::string>&)> put;
 };
+
+inline constexpr size_t kTrapArgs = 4;
+
+inline std::vector<std::string> trap_args(const std::optional<TrapPoint>& trap) {
+  if (!trap) return {"-", "", "0", ""};
+  return {std::to_string(static_cast<int>(trap->op)), trap->path_contains,
+          std::to_string(trap->skip), trap->also};
+}
+
+// In a crash writer's body: a fault injector holding the trap that args[from, from +
+// kTrapArgs) describe (none for a kill point without one); reaching it reports kTrapped and
+// waits for the SIGKILL. `also`: the predicates the body knows, by name.
+inline std::shared_ptr<FaultInjector> crash_writer_faults(
+    const ChildArgs& args, size_t from,
+    const std::map<std::string, std::function<bool(const FaultCall&)>, std::less<>>& also = {}) {
+  auto faults = std::make_shared<FaultInjector>();
+  if (args.str(from) == "-") return faults;
+  std::function<bool(const FaultCall&)> predicate;
+  if (!args.str(from + 3).empty()) predicate = also.at(args.str(from + 3));
+  faults->set_trap(fault_trap_at(
+      static_cast<FaultOp>(args.u64(from)), args.str(from + 1), args.u64(from + 2),
+      [] {
+        child_event(kTrapped);
+        for (;;) ::pause();  // until the SIGKILL
+      },
+      std::move(predicate)));
+  return faults;
+}
+
+// In a crash writer's body: puts batch 0, 1, ... with `put`, reporting each whole batch
+// (kBatchDone), until it is killed. Returns 3 when a put fails.
+inline int run_crash_writer(const std::function<std::vector<std::string>(size_t)>& batch_keys,
+                            const std::function<bool(const std::vector<std::string>&)>& put) {
+  for (size_t n = 0;; ++n) {
+    if (!put(batch_keys(n))) return 3;
+    child_event(kBatchDone);
+  }
+}
 
 // Batch n of a writer that goes round `keys` keys (prefix + 0, 1, ...), `batch` at a time.
 inline std::vector<std::string> round_robin_batch(std::string_view prefix, size_t keys,
@@ -268,49 +241,29 @@ inline std::vector<KillPoint> kills_after_batches(size_t n, size_t max_batches) 
   return out;
 }
 
-// Forks the writer and SIGKILLs it at `point`; returns how many batches it reported whole
-// before (batches 0..n-1 are in the store whatever the kill left). The child reports on a pipe
-// (ChildPipe): a batch done, or the trap reached, after which it waits to be killed. So the
-// kill lands where it must however slow the machine is.
+// Starts the writer and SIGKILLs it at `point`; returns how many batches it reported whole
+// before (batches 0..n-1 are in the store whatever the kill left). The child reports on its
+// pipe: a batch done, or the trap reached, after which it waits to be killed. So the kill lands
+// where it must however slow the machine is.
 inline size_t kill_writer(const CrashWriter& writer, const KillPoint& point) {
-  constexpr char kBatch = 'b', kTrapped = 't';
-  ChildPipe pipe;
-  const pid_t pid = spawn([&]() -> int {
-    auto faults = std::make_shared<FaultInjector>();
-    if (point.trap) {
-      FaultTrap trap = *point.trap;
-      trap.at = [&pipe] {
-        pipe.send(kTrapped);
-        for (;;) ::pause();  // until the SIGKILL
-      };
-      faults->set_trap(std::move(trap));
-    }
-    std::unique_ptr<Store> s = writer.open(faults);
-    if (s == nullptr) return 2;
-    for (size_t n = 0;; ++n) {
-      if (!writer.put(*s, writer.batch_keys(n))) return 3;
-      pipe.send(kBatch);
-    }
-  });
-  if (pid < 0) {
-    ADD_FAILURE() << "fork: " << std::strerror(errno);
-    return 0;
-  }
-  pipe.parent_side();
+  std::vector<std::string> args = writer.args;
+  for (std::string& a : trap_args(point.trap)) args.push_back(std::move(a));
+  Child child = Child::start(writer.child, std::move(args));
+  if (!child.valid()) return 0;
   size_t done = 0;
-  int event = ChildPipe::kEnd;
-  while ((event = pipe.next()) == kBatch) {
+  int event = Child::kEnd;
+  while ((event = child.next()) == kBatchDone) {
     ++done;
     if (done == (point.trap ? point.trap_within : point.batches)) break;
   }
   const bool reached = point.trap ? event == kTrapped : done == point.batches;
-  ::kill(pid, SIGKILL);
-  const int code = wait_exit(pid);
+  child.kill(SIGKILL);
+  const int code = child.wait();
   EXPECT_TRUE(reached) << point.name << ": "
-                       << (event == kBatch            ? "the trap was not reached in its batches"
-                           : event == ChildPipe::kEnd ? "the writer ended by itself (2: open "
-                                                        "failed, 3: a put failed)"
-                                                      : "the writer hung");
+                       << (event == kBatchDone    ? "the trap was not reached in its batches"
+                           : event == Child::kEnd ? "the writer ended by itself (2: open "
+                                                    "failed, 3: a put failed)"
+                                                  : "the writer hung");
   EXPECT_EQ(code, 128 + SIGKILL) << point.name;
   return done;
 }

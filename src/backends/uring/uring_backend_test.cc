@@ -7,7 +7,6 @@
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +17,7 @@
 
 #include "kvtier/backends/builtin.h"
 #include "kvtier/transfer/agent.h"
+#include "src/testing/child_process.h"
 #include "src/testing/test_util.h"
 
 namespace kvtier {
@@ -49,14 +49,15 @@ bool block_io_uring_with_seccomp() {
          ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
 }
 
+KVTIER_CHILD(install_seccomp_filter, args) {
+  (void)args;
+  return block_io_uring_with_seccomp() ? 0 : 1;
+}
+
 // Whether this process may install a seccomp filter (a container may forbid it): asked in a
 // child, since a filter cannot be removed once installed.
 bool seccomp_filters_allowed() {
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(block_io_uring_with_seccomp() ? 0 : 1);
-  int status = 0;
-  return child > 0 && ::waitpid(child, &status, 0) == child && WIFEXITED(status) &&
-         WEXITSTATUS(status) == 0;
+  return testing::Child::start("install_seccomp_filter").wait() == 0;
 }
 
 #define SKIP_WITHOUT_SECCOMP()                                                        \
