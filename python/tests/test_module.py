@@ -1,6 +1,7 @@
 """The kvtier Python module: Store, Agent, registrations, transfers, buffers, errors."""
 
 import os
+import select
 import sys
 import threading
 
@@ -97,6 +98,48 @@ def test_caller_errors_raise_value_errors(store_dir):
             assert store.stats()["invalid_requests"] >= 1
     with pytest.raises(ValueError, match="closed"):
         store.exists("k")
+
+
+def test_a_forked_child_is_refused_at_once_and_the_parent_goes_on(store_dir):
+    """A Store belongs to the process that opened it. In a forked child (os.fork, or
+    multiprocessing's "fork" start method) its calls raise InvalidArgumentError at once,
+    whatever its threads held at the fork, and the child's copy, dropped, releases nothing
+    of the parent's."""
+    with make_store(store_dir) as store:
+        pool = np.zeros(1 << 16, dtype=np.uint8)
+        with store.register_memory(pool):
+            pool[:4096] = pattern(4096, 3)
+            assert store.put("a", pool[:4096])
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: only the store, then out without Python's cleanup
+                code = 1
+                try:
+                    store.exists("a")
+                except kvtier.InvalidArgumentError as e:
+                    code = 0 if "forked child" in str(e) else 2
+                except BaseException:
+                    code = 3
+                if code == 0:
+                    try:
+                        store.get("a", pool[8192:12288])
+                        code = 4
+                    except kvtier.InvalidArgumentError:
+                        pass
+                os.write(w, bytes([code]))
+                os._exit(code)
+            os.close(w)
+            # The child's answer, or the hang this guards against (a ceiling, not a speed).
+            ready, _, _ = select.select([r], [], [], 120)
+            if not ready:
+                os.kill(pid, 9)
+            _, status = os.waitpid(pid, 0)
+            os.close(r)
+            assert ready, "the forked child hung on the parent's store"
+            assert os.waitstatus_to_exitcode(status) == 0, status
+            got = store.get("a", pool[8192:12288])
+            assert got.ok and np.array_equal(pool[:4096], pool[8192:12288])
+            assert store.stats()["invalid_requests"] == 0
 
 
 def test_open_failures_raise_storage_errors(tmp_path):

@@ -57,8 +57,17 @@ size_t BatchResult::ok_prefix() const {
 
 Store::Store(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Store::~Store() {
-  if (impl_) impl_->close();
+  if (!impl_) return;
+  if (!impl_->owner.here()) {
+    abandon(impl_);  // a forked child's copy: the threads to wait for are not here
+    return;
+  }
+  impl_->close();
 }
+
+namespace {
+constexpr std::string_view kStoreName = "this kvtier Store";
+}  // namespace
 
 namespace {
 
@@ -397,6 +406,7 @@ Status Store::Impl::start_guard() {
 }
 
 Result<Registration> Store::register_memory(void* addr, size_t length) {
+  KVTIER_RETURN_IF_ERROR(impl_->owner.check(kStoreName));
   return impl_->agent.register_memory(addr, length);
 }
 
@@ -424,15 +434,18 @@ Status Store::get(std::string_view key, void* data, size_t size) {
 
 BatchResult Store::batch_put(std::span<const std::string_view> keys,
                              std::span<const ConstBuffer> pieces) {
+  if (Status st = impl_->owner.check(kStoreName); !st.ok()) return BatchResult{std::move(st), {}};
   return impl_->put(keys, pieces);
 }
 
 BatchResult Store::batch_get(std::span<const std::string_view> keys,
                              std::span<const MutableBuffer> pieces) {
+  if (Status st = impl_->owner.check(kStoreName); !st.ok()) return BatchResult{std::move(st), {}};
   return impl_->get(keys, pieces);
 }
 
 Result<bool> Store::exists(std::string_view key, ExistsCall call) {
+  KVTIER_RETURN_IF_ERROR(impl_->owner.check(kStoreName));
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   if (call == ExistsCall::kLookup) impl_->note_lookup(std::span<const std::string_view>(&key, 1));
   if (impl_->guard) return impl_->guard->exists(key);
@@ -440,12 +453,14 @@ Result<bool> Store::exists(std::string_view key, ExistsCall call) {
 }
 
 size_t Store::batch_exists(std::span<const std::string_view> keys, ExistsCall call) {
+  if (!impl_->owner.here()) return 0;
   BatchTimer timer(impl_->counters, impl_->counters.exists_latency);
   if (call == ExistsCall::kLookup) impl_->note_lookup(keys);
   return impl_->guard ? impl_->guard->batch_exists(keys) : impl_->batch_exists_here(keys);
 }
 
 std::vector<bool> Store::indexed(std::span<const std::string_view> keys, ExistsCall call) const {
+  if (!impl_->owner.here()) return std::vector<bool>(keys.size(), false);
   if (call == ExistsCall::kLookup) impl_->note_lookup(keys);
   std::vector<bool> out(keys.size(), false);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -465,6 +480,7 @@ void Store::Impl::EvictionJournal::add(std::span<const Hash128> evicted) {
 }
 
 void Store::watch_evictions(size_t max_pending) {
+  if (!impl_->owner.here()) return;
   Impl::EvictionJournal& j = impl_->evictions;
   MutexLock lock(j.mu);
   j.max_pending = max_pending;
@@ -475,6 +491,7 @@ void Store::watch_evictions(size_t max_pending) {
 }
 
 Store::Evicted Store::take_evicted() {
+  if (!impl_->owner.here()) return {};
   Impl::EvictionJournal& j = impl_->evictions;
   Evicted out;
   MutexLock lock(j.mu);
@@ -571,6 +588,7 @@ size_t Store::Impl::batch_exists_here(std::span<const std::string_view> keys) {
 }
 
 Status Store::remove(std::string_view key) {
+  KVTIER_RETURN_IF_ERROR(impl_->owner.check(kStoreName));
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   const routing::Route r = impl_->router.route(key);
   if (impl_->layout == StoreLayout::kSegments) {
@@ -601,6 +619,7 @@ Status Store::remove(std::string_view key) {
 }
 
 Status Store::clear() {
+  KVTIER_RETURN_IF_ERROR(impl_->owner.check(kStoreName));
   Impl& impl = *impl_;
   const bool ledger = impl.ledger != nullptr;
   uint64_t freed = 0;
@@ -640,6 +659,7 @@ Status Store::clear() {
 }
 
 bool Store::wait_health(bool answering, std::chrono::nanoseconds timeout) {
+  if (!impl_->owner.here()) return false;
   if (!impl_->guard) return answering;
   return impl_->guard->wait_health(answering, timeout);
 }

@@ -67,27 +67,57 @@ BatchTicket Store::Impl::submit(std::span<const std::string_view> keys,
 
 // ---- BatchTicket ----
 
+namespace {
+void abandon_if_not_ours(std::shared_ptr<detail::TicketState>& state) {
+  if (state && !state->owner.here()) abandon(state);
+}
+}  // namespace
+
 BatchTicket::BatchTicket() noexcept = default;
 BatchTicket::BatchTicket(BatchTicket&&) noexcept = default;
 BatchTicket& BatchTicket::operator=(BatchTicket&& other) noexcept {
   if (this != &other) {
     if (state_) wait();
+    abandon_if_not_ours(state_);
     state_ = std::move(other.state_);
   }
   return *this;
 }
 BatchTicket::~BatchTicket() {
   if (state_) wait();
+  abandon_if_not_ours(state_);
 }
 
+BatchTicket BatchTicket::refused(Status status, BatchCallback on_done) {
+  auto st = std::make_shared<detail::TicketState>();
+  st->result.status = std::move(status);
+  if (on_done) {
+    try {
+      on_done(st->result);
+    } catch (...) {
+    }
+  }
+  {
+    MutexLock lock(st->mu);
+    st->done = true;
+  }
+  BatchTicket t;
+  t.state_ = std::move(st);
+  return t;
+}
+
+// A ticket of another process (a forked child's copy): its batch cannot finish here, so it is
+// done, and its state is abandoned rather than destroyed (its lock may be held for good).
 bool BatchTicket::done() const {
   if (!state_) return false;
+  if (!state_->owner.here()) return true;
   MutexLock lock(state_->mu);
   return state_->done;
 }
 
 Status BatchTicket::wait(std::chrono::nanoseconds timeout) const {
   if (!state_) return invalid_argument_error("wait on an empty BatchTicket");
+  KVTIER_RETURN_IF_ERROR(state_->owner.check("this batch"));
   MutexLock lock(state_->mu);
   if (!lock.wait_for(state_->cv, timeout,
                      [&]() KVTIER_REQUIRES(state_->mu) { return state_->done; })) {
@@ -98,7 +128,7 @@ Status BatchTicket::wait(std::chrono::nanoseconds timeout) const {
 }
 
 void BatchTicket::wait() const {
-  if (!state_) return;
+  if (!state_ || !state_->owner.here()) return;
   MutexLock lock(state_->mu);
   lock.wait(state_->cv, [&]() KVTIER_REQUIRES(state_->mu) { return state_->done; });
 }
@@ -107,6 +137,10 @@ BatchResult BatchTicket::take() {
   BatchResult out;
   if (!state_) {
     out.status = invalid_argument_error("take on an empty BatchTicket");
+    return out;
+  }
+  if (Status st = state_->owner.check("this batch"); !st.ok()) {
+    out.status = std::move(st);
     return out;
   }
   MutexLock lock(state_->mu);
@@ -122,16 +156,23 @@ BatchResult BatchTicket::take() {
 }
 
 void BatchTicket::detach() noexcept {
+  abandon_if_not_ours(state_);
   state_.reset();
 }
 
 BatchTicket Store::submit_put(std::span<const std::string_view> keys,
                               std::span<const ConstBuffer> pieces, BatchCallback on_done) {
+  if (Status st = impl_->owner.check("this kvtier Store"); !st.ok()) {
+    return BatchTicket::refused(std::move(st), std::move(on_done));
+  }
   return impl_->submit(keys, pieces, std::move(on_done));
 }
 
 BatchTicket Store::submit_get(std::span<const std::string_view> keys,
                               std::span<const MutableBuffer> pieces, BatchCallback on_done) {
+  if (Status st = impl_->owner.check("this kvtier Store"); !st.ok()) {
+    return BatchTicket::refused(std::move(st), std::move(on_done));
+  }
   return impl_->submit(keys, pieces, std::move(on_done));
 }
 

@@ -35,6 +35,7 @@
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/mutex.h"
+#include "kvtier/core/process.h"
 #include "kvtier/core/worker_pool.h"
 #include "kvtier/store/store.h"
 #include "ledger.h"
@@ -116,6 +117,8 @@ enum class PageIo : uint8_t {
 
 // A submitted batch: its own copies of the keys and buffer lists, and its result.
 struct TicketState {
+  // The process that submitted the batch: the only one where it can finish.
+  OwningProcess owner;
   bool is_put = false;
   std::vector<std::string> keys;
   std::vector<std::string_view> views;
@@ -251,6 +254,9 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   }
 
   StoreConfig config;
+  // The process that opened the store: every call from another (a forked child) is refused
+  // before it takes a lock, and its Store releases nothing there (core/process.h).
+  OwningProcess owner;
   StoreLayout layout = StoreLayout::kFiles;
   std::unique_ptr<Segments> seg;  // kSegments
   Agent agent;

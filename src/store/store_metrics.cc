@@ -6,6 +6,11 @@
 namespace kvtier {
 
 StoreStats Store::stats() const {
+  if (Status st = impl_->owner.check("this kvtier Store"); !st.ok()) {
+    StoreStats refused;  // a forked child's copy: nothing of it is counted here
+    refused.health = st.message();
+    return refused;
+  }
   const Counters& c = impl_->counters;
   auto v = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   StoreStats s;

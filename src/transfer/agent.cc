@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "kvtier/core/mutex.h"
+#include "kvtier/core/process.h"
 
 namespace kvtier {
 namespace detail {
@@ -35,6 +36,10 @@ struct AgentCore {
   // the backend outlives every target and transfer it produced.
   std::unique_ptr<Backend> backend;
   BackendSelection selection;
+  // The process that created the agent. In another (a forked child) every call is refused,
+  // and the agent and its handles release nothing: the backend's threads, rings and
+  // registrations are the parent's (core/process.h).
+  OwningProcess owner;
 
   // Serializes register_memory() calls, so the overlap check and the insertion are one step.
   Mutex register_mu;
@@ -166,6 +171,10 @@ struct TransferImpl final : IoBatch {
 }  // namespace detail
 
 using detail::AgentCore;
+
+namespace {
+constexpr std::string_view kAgentName = "this kvtier agent";
+}  // namespace
 using detail::RegionState;
 using detail::TargetState;
 using detail::TransferImpl;
@@ -197,6 +206,11 @@ Registration::~Registration() {
 }
 
 void Registration::reset() noexcept {
+  if (core_ && !core_->owner.here()) {
+    abandon(core_);  // with it every region it registered: nothing is deregistered
+    regions_.clear();
+    return;
+  }
   for (auto& r : regions_) core_->deregister(*r);
   regions_.clear();
   core_.reset();
@@ -219,6 +233,11 @@ Target::~Target() {
 }
 
 void Target::reset() noexcept {
+  if (core_ && !core_->owner.here()) {
+    abandon(state_);
+    abandon(core_);
+    return;
+  }
   state_.reset();  // before core_: the backend outlives the target
   core_.reset();
 }
@@ -276,23 +295,28 @@ Transfer::Transfer() noexcept = default;
 Transfer::Transfer(Transfer&&) noexcept = default;
 Transfer& Transfer::operator=(Transfer&& other) noexcept {
   if (this != &other) {
-    if (impl_) {
-      cancel();
-      impl_->wait_done();
-    }
+    release();
     impl_ = std::move(other.impl_);
   }
   return *this;
 }
 Transfer::~Transfer() {
-  if (impl_) {
-    cancel();
-    impl_->wait_done();
+  release();
+}
+
+void Transfer::release() noexcept {
+  if (!impl_) return;
+  if (!impl_->core->owner.here()) {
+    abandon(impl_);  // in flight in the parent, maybe: nothing here will finish it
+    return;
   }
+  cancel();
+  impl_->wait_done();
 }
 
 Status Transfer::post(TransferCallbacks callbacks) {
   if (!impl_) return invalid_argument_error("post on an empty Transfer");
+  KVTIER_RETURN_IF_ERROR(impl_->core->owner.check(kAgentName));
   {
     MutexLock lock(impl_->mu);
     if (impl_->state == TransferState::kInFlight) {
@@ -371,7 +395,9 @@ size_t Transfer::size() const {
 Agent::Agent(std::shared_ptr<AgentCore> core) : core_(std::move(core)) {}
 Agent::Agent(Agent&&) noexcept = default;
 Agent& Agent::operator=(Agent&&) noexcept = default;
-Agent::~Agent() = default;
+Agent::~Agent() {
+  if (core_ && !core_->owner.here()) abandon(core_);
+}
 
 Result<Agent> Agent::create(const AgentConfig& config) {
   if (config.registry == nullptr) return invalid_argument_error("AgentConfig.registry is null");
@@ -442,6 +468,7 @@ Result<Registration> Agent::register_memory(void* addr, size_t length) {
 }
 
 Result<Registration> Agent::register_memory(std::span<const MemoryRegion> regions) {
+  KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   if (regions.empty()) return invalid_argument_error("register_memory: no regions");
   MutexLock reg_lock(core_->register_mu);
   Registration out;
@@ -502,6 +529,12 @@ Result<Target> Agent::open_target(const TargetSpec& spec) {
 }
 
 std::vector<Result<Target>> Agent::open_targets(std::span<const TargetSpec> specs) {
+  if (Status st = core_->owner.check(kAgentName); !st.ok()) {
+    std::vector<Result<Target>> refused;
+    refused.reserve(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) refused.emplace_back(st);
+    return refused;
+  }
   auto opened = core_->backend->open_batch(specs);
   std::vector<Result<Target>> out;
   out.reserve(opened.size());
@@ -520,6 +553,7 @@ std::vector<Result<Target>> Agent::open_targets(std::span<const TargetSpec> spec
 
 Result<Transfer> Agent::make_request(TransferOp op, std::span<const MemDesc> mem,
                                      std::span<const StorageDesc> storage) {
+  KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   if (mem.size() != storage.size()) {
     return invalid_argument_error(fmt::format(
         "descriptor lists differ in length: {} memory, {} storage", mem.size(), storage.size()));
@@ -585,32 +619,45 @@ Result<Transfer> Agent::make_request(TransferOp op, std::span<const MemDesc> mem
 }
 
 Status Agent::make_dirs(std::string_view path) {
+  KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   return core_->backend->make_dirs(path);
 }
 Result<ObjectInfo> Agent::stat(std::string_view path) {
+  KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   return core_->backend->stat(path);
 }
 Status Agent::remove(std::string_view path, const ObjectIdentity* if_identity) {
+  KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   return core_->backend->remove(path, if_identity);
 }
 std::vector<Result<ObjectInfo>> Agent::stat_many(std::span<const std::string> paths,
                                                  bool until_missing) {
+  if (Status st = core_->owner.check(kAgentName); !st.ok()) {
+    return std::vector<Result<ObjectInfo>>(paths.size(), Result<ObjectInfo>(st));
+  }
   return core_->backend->stat_many(paths, until_missing);
 }
 std::vector<Status> Agent::remove_many(std::span<const std::string> paths) {
+  if (Status st = core_->owner.check(kAgentName); !st.ok()) {
+    return std::vector<Status>(paths.size(), st);
+  }
   return core_->backend->remove_many(paths);
 }
 Status Agent::list(std::string_view dir, const ListOptions& options,
                    const std::function<Status(const ObjectInfo&)>& fn) {
+  KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   return core_->backend->list(dir, options, fn);
 }
 Result<size_t> Agent::sweep_temporaries(std::string_view temp_dir, uint64_t min_age_s) {
+  KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   return core_->backend->sweep_temporaries(temp_dir, min_age_s);
 }
 Result<size_t> Agent::count_temporaries(std::string_view temp_dir) {
+  KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   return core_->backend->count_temporaries(temp_dir);
 }
 Result<DirectIoAlignment> Agent::probe_direct_io(std::string_view dir) {
+  KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   return core_->backend->probe_direct_io(dir);
 }
 

@@ -217,7 +217,9 @@ using BatchCallback = std::function<void(const BatchResult&)>;
 
 // A batch running in the background (Store::submit_put / submit_get). Move-only.
 // Destroying a ticket whose batch is still running waits for it, since the batch reads or
-// writes the caller's page memory; detach() lets it finish alone.
+// writes the caller's page memory; detach() lets it finish alone. In a forked child a ticket
+// of the parent's is done (the batch cannot finish there): take() reports why, and destroying
+// it waits for nothing.
 // Thread-safety: done() and wait() may be called from several threads at once; take() and
 // detach() need external synchronization.
 class BatchTicket {
@@ -242,6 +244,8 @@ class BatchTicket {
 
  private:
   friend class Store;
+  // A ticket done at once with `status` (a submission refused), after `on_done` has run.
+  static BatchTicket refused(Status status, BatchCallback on_done);
   std::shared_ptr<detail::TicketState> state_;
 };
 

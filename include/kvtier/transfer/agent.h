@@ -185,6 +185,8 @@ class Transfer {
 
  private:
   friend class Agent;
+  // Cancels and waits for a transfer in flight (in a forked child: abandons it).
+  void release() noexcept;
   std::unique_ptr<detail::TransferImpl> impl_;
 };
 
