@@ -189,7 +189,8 @@ struct SegmentBase {
   Mutex refresh;
   AlignedBuffer read_buf;  // used holding `refresh`
   Registration read_reg;
-  uint64_t dir_mtime KVTIER_GUARDED_BY(refresh) = 0;  // the directory's, when last listed
+  // The directory's time when last listed, if it was settled then (0: list again).
+  uint64_t dir_mtime KVTIER_GUARDED_BY(refresh) = 0;
   // When the last look that completed began (now_ns()); 0: none since open. Stored holding
   // `refresh`, once the look's findings are in the index; read without it.
   std::atomic<uint64_t> looked_ns{0};

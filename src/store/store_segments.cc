@@ -244,9 +244,9 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want, uint64_t max_a
     MutexLock refresh(sb.refresh);
     if (recent()) continue;
     const uint64_t began = now_ns();
-    // New segments change the directory; an unchanged one (older than the clock's coarse
-    // tick, so a file created in the same tick cannot hide) need not be listed again. An
-    // object store's prefix has no such time: it is listed.
+    // New segments change the directory; one unchanged since a listing that found it settled
+    // (older than the clock's coarse tick, so no file created later can share its time) need
+    // not be listed again. An object store's prefix has no such time: it is listed.
     Result<ObjectInfo> dir =
         seg->whole ? Result<ObjectInfo>(ObjectInfo{}) : agent.stat(segment_dir(router, b));
     const uint64_t mtime = dir.ok() ? dir->mtime_ns : 0;
@@ -270,7 +270,9 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want, uint64_t max_a
                .ok()) {
         continue;
       }
-      sb.dir_mtime = mtime;
+      // A time still young when listed may be shared by a file created after the listing:
+      // the next look lists again.
+      sb.dir_mtime = settled ? mtime : 0;
       MutexLock lock(seg->mu);
       // A segment known before the listing began and missing from it was removed (reclaimed
       // by some store, or cleared): names are never used again, so it is gone for good.
