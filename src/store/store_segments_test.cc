@@ -6,11 +6,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -462,6 +464,40 @@ TEST_F(StoreSegments, StoresSeeEachOthersPagesWithoutReopening) {
   ASSERT_TRUE(put(*b, pb, {keys[1]}).all_ok());
   EXPECT_EQ(a->batch_exists(testing::views(keys)), 2u);
   EXPECT_EQ(b->batch_exists(testing::views(keys)), 2u);
+}
+
+// A look lists seg/ again only when its time changed, unless that time was still within the
+// clock's coarse tick when the look last listed it: a segment created just after that listing,
+// in the same tick, has the same time. That case is made here by setting the directory's time
+// back after the creation; it is set ahead first, so that the listing certainly sees a young
+// time, and the test then waits for the clock to pass it (settled: 100 ms older than now).
+TEST_F(StoreSegments, ASegmentCreatedInTheTickOfTheLastListingIsFound) {
+  auto reader = open();
+  auto a = open();
+  auto b = open();
+  ASSERT_TRUE(reader && a && b);
+  PagePool pa(*a, 4, kPage), pb(*b, 4, kPage);
+  const auto keys = testing::keys_for("tick-", 8);
+  const std::vector<std::string> first(keys.begin(), keys.begin() + 4);
+  const std::vector<std::string> second(keys.begin() + 4, keys.end());
+  ASSERT_TRUE(put(*a, pa, first).all_ok());
+  const std::string dir = reader->namespace_dirs()[0] + "/seg";
+  const auto young = std::chrono::system_clock::now() + std::chrono::seconds(1);
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(young.time_since_epoch()).count();
+  const timespec tick{static_cast<time_t>(ns / 1'000'000'000),
+                      static_cast<long>(ns % 1'000'000'000)};
+  const timespec times[2] = {{0, UTIME_OMIT}, tick};
+  ASSERT_EQ(::utimensat(AT_FDCWD, dir.c_str(), times, 0), 0) << std::strerror(errno);
+  EXPECT_EQ(reader->batch_exists(testing::views(first)), 4u);  // lists seg/ at that time
+  ASSERT_TRUE(put(*b, pb, second).all_ok());                   // b's first segment
+  ASSERT_EQ(::utimensat(AT_FDCWD, dir.c_str(), times, 0), 0) << std::strerror(errno);
+  while (std::chrono::system_clock::now() < young + std::chrono::milliseconds(150)) {
+    std::this_thread::sleep_until(young + std::chrono::milliseconds(150));  // a clock event
+  }
+  EXPECT_EQ(reader->batch_exists(testing::views(keys)), 8u);
+  PagePool pr(*reader, 1, kPage);
+  EXPECT_EQ(read_all(*reader, pr, keys), 8u);
 }
 
 // refresh_ms bounds how often a store's lookups look at what others appended (FILE default 0:
