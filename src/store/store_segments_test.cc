@@ -469,8 +469,9 @@ TEST_F(StoreSegments, StoresSeeEachOthersPagesWithoutReopening) {
 // A look lists seg/ again only when its time changed, unless that time was still within the
 // clock's coarse tick when the look last listed it: a segment created just after that listing,
 // in the same tick, has the same time. That case is made here by setting the directory's time
-// back after the creation; it is set ahead first, so that the listing certainly sees a young
-// time, and the test then waits for the clock to pass it (settled: 100 ms older than now).
+// back after the creation; it is set ahead first, so that the listing sees a young time (ahead
+// of the look's end, or again further ahead), and the test then waits for the clock to pass it
+// (settled: 100 ms older than now).
 TEST_F(StoreSegments, ASegmentCreatedInTheTickOfTheLastListingIsFound) {
   auto reader = open();
   auto a = open();
@@ -482,15 +483,19 @@ TEST_F(StoreSegments, ASegmentCreatedInTheTickOfTheLastListingIsFound) {
   const std::vector<std::string> second(keys.begin() + 4, keys.end());
   ASSERT_TRUE(put(*a, pa, first).all_ok());
   const std::string dir = reader->namespace_dirs()[0] + "/seg";
-  const auto young = std::chrono::system_clock::now() + std::chrono::seconds(1);
-  const auto ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(young.time_since_epoch()).count();
-  const timespec tick{static_cast<time_t>(ns / 1'000'000'000),
-                      static_cast<long>(ns % 1'000'000'000)};
-  const timespec times[2] = {{0, UTIME_OMIT}, tick};
-  ASSERT_EQ(::utimensat(AT_FDCWD, dir.c_str(), times, 0), 0) << std::strerror(errno);
-  EXPECT_EQ(reader->batch_exists(testing::views(first)), 4u);  // lists seg/ at that time
-  ASSERT_TRUE(put(*b, pb, second).all_ok());                   // b's first segment
+  std::chrono::system_clock::time_point young;
+  timespec times[2] = {{0, UTIME_OMIT}, {}};
+  // Ahead far enough that the look comes before that time (doubled until it does).
+  for (auto ahead = std::chrono::milliseconds(500);; ahead *= 2) {
+    young = std::chrono::system_clock::now() + ahead;
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(young.time_since_epoch()).count();
+    times[1] = {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    ASSERT_EQ(::utimensat(AT_FDCWD, dir.c_str(), times, 0), 0) << std::strerror(errno);
+    EXPECT_EQ(*reader->exists("tick-absent"), false);  // a miss: lists seg/ at that time
+    if (std::chrono::system_clock::now() < young) break;
+  }
+  ASSERT_TRUE(put(*b, pb, second).all_ok());  // b's first segment
   ASSERT_EQ(::utimensat(AT_FDCWD, dir.c_str(), times, 0), 0) << std::strerror(errno);
   while (std::chrono::system_clock::now() < young + std::chrono::milliseconds(150)) {
     std::this_thread::sleep_until(young + std::chrono::milliseconds(150));  // a clock event
