@@ -38,6 +38,13 @@ constexpr uint64_t kDeadlineMs = 400;
 // machine under sanitizers (the slack measured on an idle one is in docs/benchmarks.md).
 constexpr milliseconds kSlack{1500};
 
+// Deadline misses so far: a call that fails fast (its base known not to answer) waits for no
+// deadline, so it adds none. Counted, not timed: on a loaded machine a call that waited for
+// nothing may still take longer than a deadline.
+uint64_t misses(const Store& store) {
+  return store.stats().deadline_misses;
+}
+
 // The kvtier_hangfs helper, mounted on a fresh directory for one test.
 class HangFs {
  public:
@@ -297,9 +304,9 @@ TEST_P(StoreHang, GetReturnsByItsDeadlineAndNothingWritesTheBuffersAfter) {
   EXPECT_NE(health_.lines[0].find("not answering"), std::string::npos) << health_.lines[0];
 
   // While it hangs the base fails fast: no second wait for the deadline.
-  const auto t1 = Clock::now();
+  const uint64_t missed = misses(*store);
   r = store->batch_get(views(keys), batch.out);
-  EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
+  EXPECT_EQ(misses(*store), missed);
   for (const Status& st : r.pages) EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
   StoreStats s = store->stats();
   EXPECT_EQ(s.locations_unhealthy, 1u);
@@ -372,7 +379,7 @@ TEST_P(StoreHang, SubmittedAndSinglePageCallsKeepTheDeadlineToo) {
   for (const Status& st : r.pages)
     EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.to_string();
   // Single pages, now that the base is known not to answer: at once.
-  const auto t1 = Clock::now();
+  const uint64_t missed = misses(*store);
   EXPECT_EQ(store->get(keys[0], batch.out[0].data, kPage).code(), StatusCode::kUnavailable);
   EXPECT_EQ(store->put("one-more", batch.in[0].data, kPage).code(), StatusCode::kUnavailable);
   Result<bool> there = store->exists(keys[0]);
@@ -381,7 +388,7 @@ TEST_P(StoreHang, SubmittedAndSinglePageCallsKeepTheDeadlineToo) {
   BatchTicket put = store->submit_put(views(keys), batch.in);
   ASSERT_TRUE(put.wait(kHungCeiling).ok());
   for (const Status& st : put.take().pages) EXPECT_EQ(st.code(), StatusCode::kUnavailable);
-  EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
+  EXPECT_EQ(misses(*store), missed);
   fs_.release();
   wait_recovered(*store);
   EXPECT_TRUE(store->get(keys[0], batch.out[0].data, kPage).ok());
@@ -417,10 +424,10 @@ TEST_P(StoreHang, ExistsReturnsByItsDeadline) {
   // The base is probed; the probe hangs too, and the base stops serving.
   ASSERT_TRUE(store->wait_health(/*answering=*/false, kHungCeiling));
   EXPECT_EQ(store->stats().locations_unhealthy, 1u);
-  const auto t1 = Clock::now();
+  const uint64_t missed = misses(*store);
   EXPECT_EQ(store->batch_exists(views(keys)), 0u);
   one = store->exists(keys[0]);
-  EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
+  EXPECT_EQ(misses(*store), missed);
   ASSERT_FALSE(one.ok());
   EXPECT_EQ(one.status().code(), StatusCode::kUnavailable) << one.status().to_string();
   fs_.release();
@@ -461,9 +468,9 @@ TEST_P(StoreHang, AnotherBaseKeepsServingWhileOneHangs) {
   EXPECT_GT(late, 0u);
   EXPECT_EQ(ok + late, n);
   // Again while it hangs: the same pages read, the others fail at once.
-  const auto t1 = Clock::now();
+  const uint64_t missed = misses(*store);
   r = store->batch_get(views(keys), batch.out);
-  EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
+  EXPECT_EQ(misses(*store), missed);
   EXPECT_EQ(r.ok_count(), ok);
   // Writes too: pages of the base that answers are stored, within the deadline.
   const auto more = keys_for("two-bases-more", n);
@@ -511,10 +518,9 @@ TEST_P(StoreHang, APutStuckOnOneBaseHoldsUpNoOtherBase) {
   EXPECT_LT(on_local, n);
   EXPECT_EQ(store->stats().locations_unhealthy, 1u) << store->stats().health;
   // While it hangs: the local base's pages read back, and more of them are stored and read,
-  // each call within the deadline (the hung base's pages refused at once).
-  const auto t1 = Clock::now();
+  // no call waiting for a deadline (the hung base's pages refused at once).
+  const uint64_t missed = misses(*store);
   r = store->batch_get(views(keys), batch.out);
-  EXPECT_LT(Clock::now() - t1, milliseconds(kDeadlineMs));
   for (size_t i = 0; i < n; ++i) {
     EXPECT_EQ(r.pages[i].ok(), stored[i]) << i << ": " << r.pages[i].to_string();
     if (stored[i]) {
@@ -522,13 +528,10 @@ TEST_P(StoreHang, APutStuckOnOneBaseHoldsUpNoOtherBase) {
     }
   }
   const auto more = keys_for("stuck-put-more", n);
-  const auto t2 = Clock::now();
   r = store->batch_put(views(more), batch.in);
-  EXPECT_LT(Clock::now() - t2, milliseconds(kDeadlineMs));
   EXPECT_GT(r.ok_count(), 0u);
-  const auto t3 = Clock::now();
   EXPECT_EQ(store->batch_get(views(more), batch.out).ok_count(), r.ok_count());
-  EXPECT_LT(Clock::now() - t3, milliseconds(kDeadlineMs));
+  EXPECT_EQ(misses(*store), missed);
   EXPECT_EQ(store->stats().locations_unhealthy, 1u) << store->stats().health;
   fs_.release();
   wait_recovered(*store);
