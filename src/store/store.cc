@@ -66,10 +66,9 @@ Store::~Store() {
 }
 
 namespace {
-constexpr std::string_view kStoreName = "this kvtier Store";
-}  // namespace
 
-namespace {
+// How a refusal in a forked child names the store (OwningProcess::check).
+constexpr std::string_view kStoreName = "this kvtier Store";
 
 // The ring of pages removed (key_ring.h): the last 65,536 (2 MiB), many windows of evictions
 // between two exists() calls of a store; one that falls further behind keeps the pages it

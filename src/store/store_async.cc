@@ -106,8 +106,9 @@ BatchTicket BatchTicket::refused(Status status, BatchCallback on_done) {
   return t;
 }
 
-// A ticket of another process (a forked child's copy): its batch cannot finish here, so it is
-// done, and its state is abandoned rather than destroyed (its lock may be held for good).
+// A ticket in another process than the one that submitted it (a forked child's copy): its
+// batch cannot finish there, so it is done, take() says why, waits return at once, and its
+// state is abandoned rather than destroyed (its lock may be held for good).
 bool BatchTicket::done() const {
   if (!state_) return false;
   if (!state_->owner.here()) return true;

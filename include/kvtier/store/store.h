@@ -411,6 +411,10 @@ class PrometheusWriter {
   std::string out_;
 };
 
+// A page store on one location. Safe for concurrent use by the threads of the process that
+// opened it. In any other process (a forked child, whose copy has none of its threads and may
+// hold their locks) every call is refused at once with kInvalidArgument, and destroying the
+// copy releases nothing of the parent's (core/process.h): a child opens a store of its own.
 class Store {
  public:
   // Opens (creating directories as needed) the store's namespace at `config.location`, sweeps

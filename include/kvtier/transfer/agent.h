@@ -17,6 +17,10 @@
 // - Destroying a Transfer in flight cancels it and waits for the backend to let go.
 // - The Agent's backend lives until the last handle from the agent is gone, so handles may
 //   outlive the Agent object itself.
+// - The agent and its handles belong to the process that created it: in another one (a
+//   forked child) every call is refused with kInvalidArgument, and destroying them releases
+//   nothing, since the backend's threads, rings and registrations are the parent's
+//   (core/process.h).
 //
 // Thread-safety: Agent is safe for concurrent use by multiple threads. A single Registration,
 // Target or Transfer needs external synchronization, except Transfer::cancel(), state() and
