@@ -6,14 +6,11 @@ move in place."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import Any, List, Optional, Protocol, Tuple
 
 import kvtier
 from kvtier._engine import (Registrations, address_size, all_pages, copy_into, dtype_name,
                             empty_rows, gather, is_torch, scatter)
-
-if TYPE_CHECKING:
-    from kvtier.sglang import HiCacheKvtier
 
 # SGLang hands the backend at most this many pages per call.
 STORAGE_BATCH_SIZE = 128
@@ -161,6 +158,22 @@ def _pool_tensors(host: Any) -> List[Any]:
     return out
 
 
+class PoolOwner(Protocol):
+    """What a pool needs of the adapter that holds it (kvtier.sglang.HiCacheKvtier): the
+    rank's place in TP, how its heads split, and a store for each namespace. Named here so
+    this module depends on nothing above it."""
+
+    is_mla: bool
+    split_factor: int
+    tp_rank: int
+    tp_size: int
+    staging_bytes: int
+
+    def open_store(self, *, dtype: str, layout: str, page_tokens: int, piece_bytes: int,
+                   pieces: int, tp: Tuple[int, int], mla: bool,
+                   page_bytes: int = 0) -> kvtier.Store: ...
+
+
 class _Pool:
     """One host pool of SGLang and the namespace(s) holding its pages.
 
@@ -172,7 +185,7 @@ class _Pool:
     exists without bytes of its own.
     """
 
-    def __init__(self, adapter: "HiCacheKvtier", name: str, host: Any):
+    def __init__(self, adapter: PoolOwner, name: str, host: Any):
         self.name = name
         self.host = host
         self.is_kv = name == "kv"
