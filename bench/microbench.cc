@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "../src/store/page_format.h"
-#include "../src/store/page_index.h"
-#include "../src/store/routing.h"
+#include "capacity/page_index.h"
+#include "format/page_format.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/checksum.h"
 #include "kvtier/store/store.h"
+#include "naming/routing.h"
 
 namespace kvtier {
 namespace {

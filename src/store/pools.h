@@ -19,10 +19,10 @@
 #include <span>
 #include <vector>
 
+#include "format/page_format.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/mutex.h"
 #include "kvtier/transfer/agent.h"
-#include "page_format.h"
 
 namespace kvtier::pools {
 

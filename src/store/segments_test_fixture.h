@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "format/page_format.h"
+#include "format/segment_format.h"
 #include "kvtier/backends/fault/fault_backend.h"
 #include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
-#include "page_format.h"
-#include "segment_format.h"
 #include "store_test_util.h"
 
 namespace kvtier::testing {

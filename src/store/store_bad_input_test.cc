@@ -4,9 +4,9 @@
 
 #include <filesystem>
 
+#include "format/page_format.h"
 #include "kvtier/backends/fault/fault_backend.h"
 #include "kvtier/store/store.h"
-#include "page_format.h"
 #include "store_test_util.h"
 
 namespace kvtier {

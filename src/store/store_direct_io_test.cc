@@ -8,8 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "format/page_format.h"
 #include "kvtier/store/store.h"
-#include "page_format.h"
 #include "store_test_util.h"
 
 namespace kvtier {

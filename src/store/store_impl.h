@@ -28,24 +28,24 @@
 #include <unordered_map>
 #include <vector>
 
-#include "admission.h"
-#include "clear_generation.h"
-#include "guard.h"
-#include "key_ring.h"
+#include "capacity/admission.h"
+#include "capacity/key_ring.h"
+#include "capacity/ledger.h"
+#include "capacity/page_index.h"
+#include "capacity/read_marks.h"
+#include "format/page_format.h"
+#include "format/segment_format.h"
+#include "guard/guard.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/mutex.h"
 #include "kvtier/core/process.h"
 #include "kvtier/core/worker_pool.h"
 #include "kvtier/store/store.h"
-#include "ledger.h"
-#include "namespace_walk.h"
-#include "page_format.h"
-#include "page_index.h"
+#include "naming/clear_generation.h"
+#include "naming/namespace_walk.h"
+#include "naming/routing.h"
 #include "pools.h"
-#include "read_marks.h"
-#include "routing.h"
-#include "segment_format.h"
 
 namespace kvtier {
 

@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
+#include "format/page_format.h"
 #include "kvtier/store/store.h"
-#include "page_format.h"
 #include "store_test_util.h"
 
 namespace kvtier {

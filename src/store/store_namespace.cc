@@ -7,9 +7,9 @@
 #include <random>
 #include <type_traits>
 
-#include "clear_generation.h"
-#include "namespace_walk.h"
-#include "object_io.h"
+#include "naming/clear_generation.h"
+#include "naming/namespace_walk.h"
+#include "naming/object_io.h"
 #include "store_impl.h"
 
 namespace kvtier {

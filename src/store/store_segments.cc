@@ -12,7 +12,7 @@
 #include <thread>
 #include <utility>
 
-#include "object_io.h"
+#include "naming/object_io.h"
 #include "store_impl.h"
 
 namespace kvtier {

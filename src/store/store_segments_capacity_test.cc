@@ -17,11 +17,11 @@
 #include <set>
 #include <thread>
 
+#include "format/page_format.h"
+#include "format/segment_format.h"
 #include "kvtier/backends/fault/fault_backend.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/store/store.h"
-#include "page_format.h"
-#include "segment_format.h"
 #include "segments_test_fixture.h"
 #include "store_test_util.h"
 

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "object_io.h"
+#include "naming/object_io.h"
 #include "store_impl.h"
 
 namespace kvtier {

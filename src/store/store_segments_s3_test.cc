@@ -10,11 +10,11 @@
 #include <map>
 #include <set>
 
+#include "format/segment_format.h"
 #include "kvtier/backends/builtin.h"
 #include "kvtier/store/inspect.h"
 #include "kvtier/store/store.h"
-#include "object_io.h"
-#include "segment_format.h"
+#include "naming/object_io.h"
 #include "store_test_util.h"
 
 namespace kvtier {

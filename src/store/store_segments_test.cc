@@ -18,11 +18,11 @@
 #include <random>
 #include <thread>
 
+#include "format/page_format.h"
+#include "format/segment_format.h"
 #include "kvtier/backends/fault/fault_backend.h"
 #include "kvtier/store/inspect.h"
 #include "kvtier/store/store.h"
-#include "page_format.h"
-#include "segment_format.h"
 #include "segments_test_fixture.h"
 #include "store_test_util.h"
 

@@ -1,9 +1,9 @@
-#include "routing.h"
+#include "naming/routing.h"
 
 #include <fmt/format.h>
 #include <xxhash.h>
 
-#include "page_format.h"
+#include "format/page_format.h"
 
 namespace kvtier::routing {
 namespace {

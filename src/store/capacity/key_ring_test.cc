@@ -2,7 +2,7 @@
 // order (its own too, or only the others'); a store opened later starts at the ring's end; one
 // that fell more than a ring behind replays what the ring still holds; a foreign file is
 // refused.
-#include "key_ring.h"
+#include "capacity/key_ring.h"
 
 #include <gtest/gtest.h>
 

@@ -34,9 +34,9 @@
 #include <memory>
 #include <string>
 
+#include "capacity/shared_file.h"
 #include "kvtier/core/checksum.h"
 #include "kvtier/core/status.h"
-#include "shared_file.h"
 
 namespace kvtier {
 

@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
+#include "capacity/shared_file.h"
 #include "kvtier/core/checksum.h"
 #include "kvtier/core/mutex.h"
 #include "kvtier/core/status.h"
-#include "shared_file.h"
 
 namespace kvtier {
 

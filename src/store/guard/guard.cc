@@ -1,4 +1,4 @@
-#include "guard.h"
+#include "guard/guard.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -17,7 +17,7 @@
 #include "kvtier/core/clock.h"
 #include "kvtier/core/mutex.h"
 #include "kvtier/core/unique_fd.h"
-#include "routing.h"
+#include "naming/routing.h"
 
 namespace kvtier::guard {
 namespace {

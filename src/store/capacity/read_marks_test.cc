@@ -1,7 +1,7 @@
 // ReadMarks: another store's read is seen, taken once and cleared; a store's own read is not
 // another's; a full bucket loses a mark and never spares the wrong page; a file whose
 // maker died before its header is made again, a foreign one is refused; across processes.
-#include "read_marks.h"
+#include "capacity/read_marks.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <vector>
 
-#include "routing.h"
+#include "naming/routing.h"
 #include "src/testing/child_process.h"
 #include "src/testing/test_util.h"
 

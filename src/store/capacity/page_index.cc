@@ -1,4 +1,4 @@
-#include "page_index.h"
+#include "capacity/page_index.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,11 +1,11 @@
-#include "read_marks.h"
+#include "capacity/read_marks.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
 
-#include "routing.h"
+#include "naming/routing.h"
 
 namespace kvtier {
 namespace {

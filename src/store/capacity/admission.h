@@ -55,10 +55,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "key_ring.h"
+#include "capacity/key_ring.h"
+#include "capacity/shared_file.h"
 #include "kvtier/core/checksum.h"
 #include "kvtier/core/mutex.h"
-#include "shared_file.h"
 
 namespace kvtier {
 

@@ -1,11 +1,11 @@
-#include "clear_generation.h"
+#include "naming/clear_generation.h"
 
 #include <fmt/format.h>
 
 #include <random>
 
 #include "kvtier/core/clock.h"
-#include "object_io.h"
+#include "naming/object_io.h"
 
 namespace kvtier::clear_generation {
 

@@ -1,11 +1,11 @@
-#include "admission.h"
+#include "capacity/admission.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
 
-#include "routing.h"
+#include "naming/routing.h"
 
 namespace kvtier {
 

@@ -1,4 +1,4 @@
-#include "key_ring.h"
+#include "capacity/key_ring.h"
 
 #include <atomic>
 

@@ -1,4 +1,4 @@
-#include "segment_format.h"
+#include "format/segment_format.h"
 
 #include <fmt/format.h>
 

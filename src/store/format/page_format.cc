@@ -1,4 +1,4 @@
-#include "page_format.h"
+#include "format/page_format.h"
 
 #include <fmt/format.h>
 

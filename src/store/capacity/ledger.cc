@@ -1,4 +1,4 @@
-#include "ledger.h"
+#include "capacity/ledger.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "routing.h"
+#include "naming/routing.h"
 
 namespace kvtier {
 namespace {

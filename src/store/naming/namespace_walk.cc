@@ -1,9 +1,9 @@
-#include "namespace_walk.h"
+#include "naming/namespace_walk.h"
 
 #include <algorithm>
 
-#include "routing.h"
-#include "segment_format.h"
+#include "format/segment_format.h"
+#include "naming/routing.h"
 
 namespace kvtier {
 

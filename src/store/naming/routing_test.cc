@@ -1,10 +1,10 @@
-#include "routing.h"
+#include "naming/routing.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "page_format.h"
+#include "format/page_format.h"
 
 namespace kvtier::routing {
 namespace {

@@ -1,5 +1,5 @@
 // PageIndex: LRU order, replacement accounting, cold inserts, hex parsing.
-#include "page_index.h"
+#include "capacity/page_index.h"
 
 #include <gtest/gtest.h>
 

@@ -9,18 +9,18 @@
 #include <random>
 #include <set>
 
-#include "clear_generation.h"
+#include "capacity/ledger.h"
+#include "capacity/page_index.h"
+#include "format/page_format.h"
+#include "format/segment_format.h"
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/store/store.h"
-#include "ledger.h"
-#include "namespace_walk.h"
-#include "object_io.h"
-#include "page_format.h"
-#include "page_index.h"
-#include "routing.h"
-#include "segment_format.h"
+#include "naming/clear_generation.h"
+#include "naming/namespace_walk.h"
+#include "naming/object_io.h"
+#include "naming/routing.h"
 
 namespace kvtier {
 namespace {

@@ -3,7 +3,7 @@
 // namespace sharing what was written and what was asked), and the store with it: a declined
 // page reports success and is a miss, no wrong byte under churn in either layout, the capacity
 // held with two stores writing to one namespace, and admission=always taking every page.
-#include "admission.h"
+#include "capacity/admission.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "kvtier/store/store.h"
-#include "segments_test_fixture.h"
-#include "store_test_util.h"
+#include "src/store/segments_test_fixture.h"
+#include "src/store/store_test_util.h"
 
 namespace kvtier {
 namespace {

@@ -1,4 +1,4 @@
-#include "object_io.h"
+#include "naming/object_io.h"
 
 #include <fmt/format.h>
 

@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "guard/guard.h"
 #include "kvtier/core/unique_fd.h"
-#include "src/store/guard.h"
 #include "src/store/store_test_util.h"
 
 extern char** environ;

@@ -1,4 +1,4 @@
-#include "shared_file.h"
+#include "capacity/shared_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -8,8 +8,8 @@
 
 #include <cerrno>
 
+#include "capacity/ledger.h"
 #include "kvtier/core/unique_fd.h"
-#include "ledger.h"
 
 namespace kvtier {
 namespace {

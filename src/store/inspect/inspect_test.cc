@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "format/page_format.h"
 #include "kvtier/store/store.h"
-#include "page_format.h"
-#include "store_test_util.h"
+#include "src/store/store_test_util.h"
 
 namespace kvtier {
 namespace {
