@@ -1,9 +1,6 @@
 #include "guard/guard.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/statfs.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -12,11 +9,11 @@
 #include <thread>
 #include <type_traits>
 
+#include "guard/health.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/checksum.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/mutex.h"
-#include "kvtier/core/unique_fd.h"
 #include "naming/routing.h"
 
 namespace kvtier::guard {
@@ -24,129 +21,11 @@ namespace {
 
 thread_local const std::atomic<bool>* t_abandoned = nullptr;
 
-// Every change a waiter may wait for (a job ended, a base's health changed, a guard thread
-// ended), in any store: waiters look at their condition again. A notifier changes its state
-// first, then takes `mu`, so a waiter that looked under `mu` and found nothing cannot miss it.
-struct Signal {
-  Mutex mu;
-  std::condition_variable cv;
-  std::atomic<size_t> threads{0};  // guard threads (lanes and probes) alive, every store
-};
-Signal& signal() {
-  static Signal* s = new Signal;  // never destroyed: detached threads may outlive main()
-  return *s;
-}
-void changed() {
-  { MutexLock lock(signal().mu); }
-  signal().cv.notify_all();
-}
-// A guard thread's body, counted while it runs.
-template <typename F>
-void spawn(F body) {
-  signal().threads.fetch_add(1);
-  std::thread([body = std::move(body)]() mutable {
-    body();
-    signal().threads.fetch_sub(1);
-    changed();
-  }).detach();
-}
-
-struct FsKind {
-  uint64_t magic;
-  std::string_view name;
-};
-// statfs f_type of filesystems whose calls can block for as long as a server is gone.
-constexpr FsKind kCanHang[] = {
-    {0x6969, "nfs"},      {0x65735546, "fuse"}, {0x00c36400, "ceph"},   {0x517b, "smb"},
-    {0xfe534d42, "smb2"}, {0xff534d42, "cifs"}, {0x0bd00bd0, "lustre"}, {0x47504653, "gpfs"},
-    {0x01021997, "9p"},   {0x5346414f, "afs"},  {0x6b414653, "kafs"},   {0x7461636f, "ocfs2"},
-    {0x01161970, "gfs2"}, {0x73757245, "coda"}, {0x564c, "ncp"},
-};
-// Local filesystems, named in the reason.
-constexpr FsKind kLocal[] = {
-    {0xef53, "ext4"},      {0x58465342, "xfs"},     {0x9123683e, "btrfs"}, {0x01021994, "tmpfs"},
-    {0x858458f6, "ramfs"}, {0x794c7630, "overlay"}, {0x2fc12fc1, "zfs"},   {0xf2f52010, "f2fs"},
-};
-
-std::string_view fs_name(uint64_t magic, std::span<const FsKind> kinds) {
-  for (const FsKind& k : kinds) {
-    if (k.magic == magic) return k.name;
-  }
-  return {};
-}
-
-// Creates, writes and removes a file in `dir`: each step goes to the server.
-Status probe_once(const std::string& dir) {
-  static std::atomic<uint64_t> seq{0};
-  const std::string path = fmt::format("{}/probe.{}.{}", dir, ::getpid(), seq.fetch_add(1));
-  UniqueFd fd(::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600));
-  if (!fd.valid()) return errno_status(errno, "open", path);
-  const ssize_t n = ::write(fd.get(), "k", 1);
-  const int write_err = errno;
-  fd.reset();
-  const int unlinked = ::unlink(path.c_str());
-  const int unlink_err = errno;
-  if (n != 1) return errno_status(write_err, "write", path);
-  if (unlinked != 0) return errno_status(unlink_err, "unlink", path);
-  return ok_status();
-}
-
-// A probe that got an answer from the server: success, or a refusal that is not a fault of
-// the connection (a read-only, full or forbidden location still answers).
-bool answered(const Status& st) {
-  switch (st.code()) {
-    case StatusCode::kOk:
-    case StatusCode::kPermissionDenied:
-    case StatusCode::kResourceExhausted:
-    case StatusCode::kAlreadyExists:
-      return true;
-    default:
-      return false;
-  }
-}
-
-std::string seconds(uint64_t ns) {
-  return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9);
-}
-
 }  // namespace
-
-size_t threads_alive() {
-  return signal().threads.load();
-}
-
-bool wait_threads_at_most(size_t n, std::chrono::nanoseconds timeout) {
-  MutexLock lock(signal().mu);
-  return lock.wait_for(signal().cv, timeout, [&]() KVTIER_NO_THREAD_SAFETY_ANALYSIS {
-    return signal().threads.load() <= n;
-  });
-}
 
 bool call_abandoned() noexcept {
   const std::atomic<bool>* a = t_abandoned;
   return a != nullptr && a->load(std::memory_order_acquire);
-}
-
-Result<Isolation> decide_isolation(const std::string& dir, std::string_view mode) {
-  if (mode == "on") return Isolation{true, "on"};
-  if (mode == "off") return Isolation{false, "off"};
-  if (mode != "auto") {
-    return invalid_argument_error(fmt::format("isolate '{}' (use auto, on or off)", mode));
-  }
-  struct statfs fs {};
-  if (::statfs(dir.c_str(), &fs) != 0) {
-    // Not a directory of this machine's (a memory backend on a FILE location): nothing there
-    // can hang.
-    return Isolation{false,
-                     fmt::format("off (auto: no filesystem at {}: {})", dir, std::strerror(errno))};
-  }
-  const auto magic = static_cast<uint64_t>(static_cast<uint32_t>(fs.f_type));
-  if (std::string_view name = fs_name(magic, kCanHang); !name.empty()) {
-    return Isolation{true, fmt::format("on (auto: {}, which can hang)", name)};
-  }
-  std::string_view name = fs_name(magic, kLocal);
-  return Isolation{false, name.empty() ? fmt::format("off (auto: local filesystem 0x{:x})", magic)
-                                       : fmt::format("off (auto: {}, local)", name)};
 }
 
 // ---- the pieces ----
@@ -282,99 +161,6 @@ struct Guard::Lane {
     }
     --lane->threads;
     lane->exited.notify_all();
-  }
-};
-
-// A base's health: failed (a deadline missed, or a probe that did not answer) until a probe
-// answers; a probe in the kernel longer than the deadline also counts as not answering.
-struct Guard::Health {
-  std::string name;
-  std::string probe_dir;
-  uint64_t deadline_ns = 0;
-  std::chrono::milliseconds interval{1000};
-  std::function<void(std::string_view)> log;
-  std::atomic<bool> failed{false};
-  std::atomic<uint64_t> probe_since_ns{0};  // when the probe in the kernel started; 0: none
-  std::atomic<bool> reported_serving{true};
-  Mutex mu;
-  std::condition_variable cv;
-  bool probing KVTIER_GUARDED_BY(mu) = false;
-  bool stop KVTIER_GUARDED_BY(mu) = false;
-  // Held while `log` runs; once `closed` is set (the store closing) it is never called again,
-  // even by a probe thread that outlives the store.
-  Mutex log_mu;
-  bool closed KVTIER_GUARDED_BY(log_mu) = false;
-  std::string reason KVTIER_GUARDED_BY(mu);
-  uint64_t since_ns KVTIER_GUARDED_BY(mu) = 0;  // when it last stopped answering
-
-  bool serving() const {
-    if (failed.load(std::memory_order_acquire)) return false;
-    const uint64_t s = probe_since_ns.load(std::memory_order_acquire);
-    return s == 0 || now_ns() - s <= deadline_ns;
-  }
-
-  // Logs a change of state once: the thread that flips `reported_serving` writes the line.
-  void report() {
-    const bool now = serving();
-    bool before = !now;
-    if (!reported_serving.compare_exchange_strong(before, now)) return;
-    std::string line;
-    {
-      MutexLock lock(mu);
-      if (!now) {
-        since_ns = now_ns();
-        if (!failed.load()) reason = "a probe has had no answer within the deadline";
-        line = fmt::format(
-            "kvtier: location {} is not answering ({}); its pages are misses until a probe "
-            "answers (every {} ms)",
-            name, reason, interval.count());
-      } else {
-        line = fmt::format("kvtier: location {} answers again after {}; serving its pages", name,
-                           seconds(now_ns() - since_ns));
-      }
-    }
-    {
-      MutexLock lock(log_mu);
-      if (log && !closed) log(line);
-    }
-    changed();
-  }
-
-  // Stops the probe and the log: returns once no line is being written.
-  void shut() {
-    {
-      MutexLock lock(mu);
-      stop = true;
-      cv.notify_all();
-    }
-    MutexLock lock(log_mu);
-    closed = true;
-  }
-
-  static void probe_loop(const std::shared_ptr<Health>& h) {
-    for (;;) {
-      h->probe_since_ns.store(now_ns(), std::memory_order_release);
-      changed();  // a waiter learns when it stops serving if the probe does not return
-      const Status st = probe_once(h->probe_dir);
-      h->probe_since_ns.store(0, std::memory_order_release);
-      if (answered(st)) {
-        h->failed.store(false, std::memory_order_release);
-        h->report();
-        break;
-      }
-      {
-        MutexLock lock(h->mu);
-        h->reason = fmt::format("probe: {}", st.to_string());
-      }
-      h->failed.store(true, std::memory_order_release);
-      h->report();
-      MutexLock lock(h->mu);
-      if (lock.wait_for(h->cv, h->interval, [&]() KVTIER_REQUIRES(h->mu) { return h->stop; })) {
-        break;
-      }
-    }
-    MutexLock lock(h->mu);
-    h->probing = false;
   }
 };
 

@@ -39,18 +39,12 @@
 #include <string_view>
 #include <vector>
 
+#include "guard/isolation.h"
+#include "guard/threads.h"
 #include "kvtier/core/status.h"
 #include "kvtier/store/store.h"
 
 namespace kvtier::guard {
-
-// Whether a base's I/O is isolated from the caller, and why ("on (auto: fuse)").
-struct Isolation {
-  bool on = false;
-  std::string why;
-};
-// `mode` is "auto" (network and FUSE filesystems, by statfs), "on" or "off".
-Result<Isolation> decide_isolation(const std::string& dir, std::string_view mode);
 
 // The most staging bytes and pages one job holds: larger partitions run as several jobs, side
 // by side on the base's threads.
@@ -60,11 +54,6 @@ inline constexpr size_t kJobPages = 128;
 // True on a guard thread whose call's caller has returned (its deadline passed): the publish
 // steps check it last, so a late write is never published.
 bool call_abandoned() noexcept;
-
-// Guard threads (lanes and probes) alive in this process, in every store, and a wait (no
-// polling) until they are at most `n`; false when `timeout` passed first.
-size_t threads_alive();
-bool wait_threads_at_most(size_t n, std::chrono::nanoseconds timeout);
 
 // Called with a page's index in its batch as the page checks out (the read path's hook).
 using PageDone = std::function<void(size_t)>;
@@ -78,6 +67,8 @@ struct GuardConfig {
   std::vector<std::string> base_names;  // per base, for messages
   std::function<void(std::string_view)> on_health_change;
 };
+
+struct Health;  // health.h
 
 class Guard {
  public:
@@ -142,7 +133,6 @@ class Guard {
   struct Lane;
   struct Job;
   struct Call;
-  struct Health;
 
   template <typename Buffer>
   BatchResult run_pages(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
