@@ -6,6 +6,10 @@
 //   store_namespace.cc  the namespace on storage: manifest, temporaries, index scan, clears
 //   store_async.cc      submitted batches: tickets and the pool that runs them
 //   store_metrics.cc    stats() and the Prometheus rendering
+//   store_segments.cc   the segment layout on storage: open, scan, refresh, remove, clear
+//   store_segments_write.cc            its put window: appends, summaries, rolls, seals
+//   store_segments_objects.cc          the same on an object store: segments written whole
+//   store_segments_capacity.cc         its capacity: reclaiming sealed segments
 //
 // Nothing here is installed; only src/store/ includes it.
 #pragma once
@@ -624,7 +628,8 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   }
 
   struct ReadWindow;
-  // The segment layout (store_segments.cc).
+  // The segment layout (store_segments.cc; the put window and the segments' life in
+  // store_segments_write.cc).
   // Creates the segment directories and scratch buffers and indexes every summary.
   Status segments_open();
   // Reads every summary of the namespace into the index (restart; never reads payloads).

@@ -389,7 +389,7 @@ void Store::Impl::index_reads(const ReadWindow& rw, std::span<const Status> out)
   }
 }
 
-// The segment layout's open step (store_segments.cc has the rest of the layout).
+// The segment layout's open step (the rest of the layout is in store_segments*.cc).
 void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
   // Where each page's record is; keys this store has not indexed are looked for once in what
   // other writers appended on their bases since it last looked.
