@@ -1,6 +1,7 @@
 // The page store's private parts, shared by the files that implement Store:
 //
-//   store.cc            the public Store methods (open, put/get, exists, remove, clear)
+//   store_open.cc       Store::open: configuration, layout=auto, index, ledger, guard
+//   store.cc            the public Store methods (put/get, exists, remove, clear)
 //   store_write.cc      the write path: put windows and capacity reservations
 //   store_read.cc       the read path: get windows, step by step, and page verification
 //   store_namespace.cc  the namespace on storage: manifest, temporaries, index scan, clears
@@ -391,7 +392,7 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   size_t batch_exists_here(std::span<const std::string_view> keys);
   // Whether base `b` serves now (a base that is not isolated always does).
   bool serving(size_t b) { return !guard || guard->healthy(b); }
-  // Sets up the guard when a base is isolated and the deadline is not 0 (store.cc).
+  // Sets up the guard when a base is isolated and the deadline is not 0 (store_open.cc).
   Status start_guard();
   // Failed pages by status code, for stats() (misses are not failures).
   void count_errors(const BatchResult& r) {
@@ -593,7 +594,7 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
     StoreLayout layout;
     std::string reason;
   };
-  // layout=auto on this store's location and namespace (store.cc).
+  // layout=auto on this store's location and namespace (store_open.cc).
   Result<AutoLayout> choose_layout();
 
   // Runs a batch in windows of at most budget.capacity() pages, each holding its permits.

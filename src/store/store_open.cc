@@ -1,0 +1,352 @@
+// Opening a store: the configuration completed from the location's URI and checked,
+// layout=auto decided, the namespace made or found on storage, the page index built, the
+// capacity ledger and the other stores' shared files joined, and the guard started where a
+// location can hang. Store::open is the one entry; everything it makes is Store::Impl's.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+
+#include "kvtier/backends/builtin.h"
+#include "kvtier/store/store.h"
+#include "store_impl.h"
+
+namespace kvtier {
+namespace {
+
+// The ring of pages removed (key_ring.h): the last 65,536 (2 MiB), many windows of evictions
+// between two exists() calls of a store; one that falls further behind keeps the pages it
+// missed indexed until a read misses them, as across hosts.
+constexpr uint64_t kGoneMagic = 0x315443495645564b;  // "KVEVICT1"
+constexpr uint64_t kGoneSlots = 65536;
+
+Status check_segments_config(const StoreConfig& config) {
+  if (config.location.storage_class == StorageClass::kMemory) {
+    return unsupported_error(fmt::format(
+        "{}: the segment layout needs a FILE or object store; memory keeps one object per page",
+        config.location.uri()));
+  }
+  if (config.segment_lanes > 64) {
+    return invalid_argument_error(
+        fmt::format("segment_lanes {} is more than 64", config.segment_lanes));
+  }
+  if (config.segment_bytes < (uint64_t{1} << 20)) {
+    return invalid_argument_error(fmt::format(
+        "segment_bytes {} is below the smallest segment (1 MiB)", config.segment_bytes));
+  }
+  return ok_status();
+}
+
+// segment_lanes of a FILE or object store's URI (StoreLocation::store_params): used where
+// the config does not set it.
+Status resolve_segment_lanes(StoreConfig& cfg) {
+  const BackendParams& params = cfg.location.store_params;
+  if (auto it = params.find("segment_lanes"); it != params.end() && cfg.segment_lanes == 0) {
+    const std::string& v = it->second;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cfg.segment_lanes);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || cfg.segment_lanes == 0 ||
+        cfg.segment_lanes > 64) {
+      return invalid_argument_error(
+          fmt::format("segment_lanes='{}' is not a whole number from 1 to 64", v));
+    }
+  }
+  return ok_status();
+}
+
+// A milliseconds parameter of a store's URI (StoreLocation::store_params), where the config
+// does not set it; else `fallback`.
+Status take_ms(const BackendParams& params, const std::string& name, std::optional<uint64_t>& field,
+               uint64_t fallback) {
+  if (auto it = params.find(name); it != params.end()) {
+    const std::string& v = it->second;
+    uint64_t ms = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
+      return invalid_argument_error(
+          fmt::format("{}='{}' is not a whole number of milliseconds", name, v));
+    }
+    if (!field) field = ms;
+  }
+  if (!field) field = fallback;
+  return ok_status();
+}
+
+// refresh_ms of a FILE or object store (StoreConfig::refresh_ms).
+Status resolve_refresh_ms(StoreConfig& cfg) {
+  return take_ms(cfg.location.store_params, "refresh_ms", cfg.refresh_ms,
+                 cfg.location.storage_class == StorageClass::kObject ? 1000 : 0);
+}
+
+// deadline_ms, probe_interval_ms, isolate and admission of a FILE store's URI
+// (StoreLocation::store_params): used where the config does not set them.
+Status resolve_guard_params(StoreConfig& cfg) {
+  const BackendParams& params = cfg.location.store_params;
+  KVTIER_RETURN_IF_ERROR(take_ms(params, "deadline_ms", cfg.deadline_ms, 10000));
+  KVTIER_RETURN_IF_ERROR(take_ms(params, "probe_interval_ms", cfg.probe_interval_ms, 1000));
+  if (*cfg.probe_interval_ms == 0) {
+    return invalid_argument_error("probe_interval_ms is 0 (a probe needs an interval)");
+  }
+  if (auto it = params.find("isolate"); it != params.end() && cfg.isolate.empty()) {
+    cfg.isolate = it->second;
+  }
+  if (auto it = params.find("admission"); it != params.end() && cfg.admission.empty()) {
+    cfg.admission = it->second;
+  }
+  if (cfg.isolate.empty()) cfg.isolate = "auto";
+  if (cfg.isolate != "auto" && cfg.isolate != "on" && cfg.isolate != "off") {
+    return invalid_argument_error(fmt::format("isolate '{}' (use auto, on or off)", cfg.isolate));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+// What layout=auto resolves to. A namespace that already holds page files keeps the files
+// layout (its pages stay readable); one that holds segments keeps segments; an empty one gets
+// segments when its pages are below kAutoSegmentsBelow (kAutoObjectSegmentsBelow on an
+// object store; fixed by the namespace, or the caller's page_bytes when its pieces differ in
+// size), files otherwise.
+Result<Store::Impl::AutoLayout> Store::Impl::choose_layout() {
+  if (config.location.storage_class == StorageClass::kMemory) {
+    return AutoLayout{StoreLayout::kFiles, "memory: one object per page"};
+  }
+  const bool object = config.location.storage_class == StorageClass::kObject;
+  const uint64_t below = object ? kAutoObjectSegmentsBelow : kAutoSegmentsBelow;
+  // The first page file found ends the walk (a sentinel status, never returned).
+  bool page_files = false;
+  for (size_t b = 0; b < router.base_count() && !page_files; ++b) {
+    Status st = for_each_fanout(b, /*with_details=*/false,
+                                [&](const std::string&, const std::vector<ObjectInfo>& pages) {
+                                  for (const ObjectInfo& e : pages) {
+                                    if (parse_hash_hex(e.name)) {
+                                      page_files = true;
+                                      return cancelled_error("found");
+                                    }
+                                  }
+                                  return ok_status();
+                                });
+    if (!st.ok() && !page_files) return st;
+  }
+  if (page_files) {
+    return AutoLayout{StoreLayout::kFiles, "the namespace already holds page files"};
+  }
+  bool segments = false;
+  for (size_t b = 0; b < router.base_count() && !segments; ++b) {
+    KVTIER_RETURN_IF_ERROR(
+        list_summaries(b, [&](const std::string&, uint64_t) { segments = true; }));
+  }
+  if (segments) {
+    return AutoLayout{StoreLayout::kSegments, "the namespace already holds segments"};
+  }
+  const uint64_t page = config.ns.piece_bytes != 0
+                            ? config.ns.piece_bytes * config.ns.pieces_per_page
+                            : config.page_bytes;
+  if (page == 0) {
+    return AutoLayout{StoreLayout::kFiles, "page size unknown (pieces of unequal sizes)"};
+  }
+  const std::string_view where = object ? " on an object store" : "";
+  if (page < below) {
+    return AutoLayout{StoreLayout::kSegments,
+                      fmt::format("pages of {} B, below {} MiB{}", page, below >> 20, where)};
+  }
+  return AutoLayout{StoreLayout::kFiles,
+                    fmt::format("pages of {} B, {} MiB or more{}", page, below >> 20, where)};
+}
+
+Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
+  KVTIER_RETURN_IF_ERROR(config.ns.validate());
+  if (config.location.bases.empty()) {
+    return invalid_argument_error("store location has no base directory");
+  }
+  // Refused before anything is created or written.
+  if ((config.capacity_bytes != 0 || config.min_free_bytes != 0) &&
+      config.location.storage_class != StorageClass::kFile) {
+    return unsupported_error(fmt::format(
+        "{}: capacity_bytes and min_free_bytes need a FILE store (directories); object stores "
+        "bound their size with the bucket's own lifecycle rules",
+        config.location.uri()));
+  }
+  const std::string_view layout_name =
+      config.layout.empty() ? std::string_view(config.location.layout) : config.layout;
+  const bool auto_layout = layout_name == "auto";
+  StoreLayout layout = StoreLayout::kFiles;
+  if (!auto_layout) {
+    KVTIER_ASSIGN_OR_RETURN(layout, parse_store_layout(layout_name));
+    if (layout == StoreLayout::kSegments) {
+      KVTIER_RETURN_IF_ERROR(check_segments_config(config));
+    }
+  }
+  // Segment lanes (and a FILE store's deadline and isolation) are the store's parameters,
+  // not the backend's.
+  StoreConfig cfg = config;
+  KVTIER_RETURN_IF_ERROR(resolve_segment_lanes(cfg));
+  KVTIER_RETURN_IF_ERROR(resolve_refresh_ms(cfg));
+  if (cfg.location.storage_class == StorageClass::kFile) {
+    KVTIER_RETURN_IF_ERROR(resolve_guard_params(cfg));
+  }
+  AgentConfig ac;
+  ac.backend = cfg.backend.empty() ? cfg.location.backend : cfg.backend;
+  ac.storage_class = cfg.location.storage_class;
+  ac.params = cfg.location.params;
+  ac.registry = &builtin_backends();
+  ac.decorate = config.decorate;
+  KVTIER_ASSIGN_OR_RETURN(Agent agent, Agent::create(ac));
+  routing::Router router(config.location.bases, config.ns.id());
+  auto impl = std::make_shared<Impl>(cfg, std::move(agent), std::move(router));
+  impl->layout = layout;
+  impl->layout_summary = std::string(store_layout_name(layout));
+  if (auto_layout) {
+    KVTIER_ASSIGN_OR_RETURN(Impl::AutoLayout chosen, impl->choose_layout());
+    if (chosen.layout == StoreLayout::kSegments) {
+      KVTIER_RETURN_IF_ERROR(check_segments_config(config));
+    }
+    impl->layout = layout = chosen.layout;
+    impl->layout_summary =
+        fmt::format("{} (auto: {})", store_layout_name(chosen.layout), chosen.reason);
+  }
+  if (layout == StoreLayout::kSegments && config.capacity_bytes != 0) {
+    // Capacity is reclaimed a segment at a time: segments of at most 1/64 of it (1 MiB at
+    // least) keep the budget's grain fine.
+    impl->config.segment_bytes =
+        std::min(config.segment_bytes, std::max<uint64_t>(config.capacity_bytes / 64, 1 << 20));
+  }
+  KVTIER_RETURN_IF_ERROR(impl->open_namespace().with_context(
+      fmt::format("opening store at {}", config.location.uri())));
+  KVTIER_RETURN_IF_ERROR(
+      (layout == StoreLayout::kSegments ? impl->segments_open()
+                                        : impl->scan_index(/*as_recent=*/true))
+          .with_context(fmt::format("indexing the store at {}", config.location.uri())));
+  if (std::optional<clear_generation::Generation> g = impl->read_generation()) {
+    MutexLock lock(impl->generation_mu);  // not shared yet: uncontended
+    impl->seen_generation = *g;
+  }
+  if (config.capacity_bytes != 0 || config.min_free_bytes != 0) {
+    // What is charged: page objects (files), or every segment and summary file (segments).
+    uint64_t scanned = impl->index.bytes();
+    if (layout == StoreLayout::kSegments) {
+      KVTIER_ASSIGN_OR_RETURN(scanned, impl->segment_file_bytes());
+    }
+    KVTIER_ASSIGN_OR_RETURN(impl->ledger, Ledger::open(impl->router.namespace_dir(0), scanned));
+    if (layout == StoreLayout::kFiles && config.capacity_bytes != 0 &&
+        !on_fuse_filesystem(impl->router.namespace_dir(0))) {
+      // One slot per 16 KiB of capacity: four per page of 64 KiB. Marks are hints: a store
+      // that cannot map them evicts by its own reads alone, as it does across hosts.
+      if (Result<std::unique_ptr<ReadMarks>> marks =
+              ReadMarks::open(impl->router.namespace_dir(0), config.capacity_bytes / 16384);
+          marks.ok()) {
+        impl->read_marks = std::move(marks).value();
+      }
+      if (Result<std::unique_ptr<KeyRing>> gone =
+              KeyRing::open(impl->router.namespace_dir(0) + "/" + std::string(routing::kGoneFile),
+                            kGoneMagic, kGoneSlots);
+          gone.ok()) {
+        impl->gone = std::move(gone).value();
+      }
+    }
+    // Alone: segments nobody sealed belong to writers that are gone, and can be reclaimed.
+    if (layout == StoreLayout::kSegments && impl->ledger->reset_on_open()) {
+      impl->segments_adopt_abandoned();
+    }
+  }
+  if (cfg.admission.empty()) cfg.admission = "adaptive";
+  if (cfg.admission != "adaptive" && cfg.admission != "always") {
+    return invalid_argument_error(
+        fmt::format("admission '{}' (use adaptive or always)", cfg.admission));
+  }
+  if (cfg.admission == "always") {
+    impl->admission_summary = "always";
+  } else if (config.capacity_bytes == 0 || !impl->ledger) {
+    impl->admission_summary = "always (adaptive needs a capacity_bytes)";
+  } else {
+    // One doorkeeper and one ring of keys asked for the namespace's stores on this host (not
+    // across hosts: see read marks above); a store that cannot map them keeps its own.
+    std::unique_ptr<SharedFile> written;
+    std::unique_ptr<KeyRing> asked;
+    if (const std::string& dir = impl->router.namespace_dir(0); !on_fuse_filesystem(dir)) {
+      if (auto f = AdmissionPolicy::open_doorkeeper_file(dir, config.capacity_bytes); f.ok()) {
+        written = std::move(f).value();
+      }
+      if (auto f = AdmissionPolicy::open_lookups_file(dir); f.ok()) asked = std::move(f).value();
+    }
+    impl->admission = std::make_unique<AdmissionPolicy>(config.capacity_bytes, std::move(written),
+                                                        std::move(asked));
+  }
+  KVTIER_RETURN_IF_ERROR(impl->start_guard());
+  return std::unique_ptr<Store>(new Store(std::move(impl)));
+}
+
+Status Store::Impl::start_guard() {
+  const StoreConfig& c = config;
+  if (c.location.storage_class != StorageClass::kFile || *c.deadline_ms == 0) return ok_status();
+  guard::GuardConfig gc;
+  gc.deadline = std::chrono::milliseconds(*c.deadline_ms);
+  gc.probe_interval = std::chrono::milliseconds(*c.probe_interval_ms);
+  gc.threads_per_lane = c.guard_threads;
+  gc.on_health_change = c.on_health_change;
+  if (!gc.on_health_change) {
+    gc.on_health_change = [](std::string_view line) {
+      std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+    };
+  }
+  bool any = false;
+  for (size_t b = 0; b < router.base_count(); ++b) {
+    KVTIER_ASSIGN_OR_RETURN(guard::Isolation iso,
+                            guard::decide_isolation(router.namespace_dir(b), c.isolate));
+    any = any || iso.on;
+    gc.isolation.push_back(std::move(iso));
+    gc.probe_dirs.push_back(router.temp_dir(b));
+    gc.base_names.push_back(router.base(b));
+  }
+  if (any) {
+    // A store is as bounded as its slowest base: the bases share locks and files (the segment
+    // table, the capacity ledger and the clear generation on base 0), so one that hangs can
+    // hold a call to another. Every base then runs through the guard.
+    for (guard::Isolation& iso : gc.isolation) {
+      if (!iso.on) iso = {true, fmt::format("on (another base can hang; here {})", iso.why)};
+    }
+  }
+  isolation_summary.clear();
+  for (size_t b = 0; b < gc.isolation.size(); ++b) {
+    isolation_summary +=
+        fmt::format("{}{}: {}", b ? "; " : "", gc.base_names[b], gc.isolation[b].why);
+  }
+  if (!any) return ok_status();
+  guard::Guard::Ops ops;
+  Impl* p = this;
+  ops.put = [p](std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
+    return p->put_here(keys, pieces);
+  };
+  ops.get = [p](std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
+                const guard::PageDone* done) { return p->get_here(keys, pieces, done); };
+  ops.batch_exists = [p](std::span<const std::string_view> keys) {
+    return p->batch_exists_here(keys);
+  };
+  ops.exists = [p](std::string_view key) { return p->exists_here(key); };
+  ops.validate = [p](std::string_view key, std::span<const ConstBuffer> pieces, uint64_t* payload) {
+    Status st = p->validate_page(key, pieces, payload);
+    if (!st.ok()) {
+      bump(p->counters.invalid_requests);
+      p->count_error(st);
+    }
+    return st;
+  };
+  ops.indexed = [p](const Hash128& h) { return p->index.contains(h); };
+  ops.base_of = [p](const Hash128& h) { return p->router.pick_base(h); };
+  ops.staging = [p](uint64_t bytes, std::byte** data) -> std::shared_ptr<void> {
+    StagingPool::Lease lease = p->staging.acquire(bytes);
+    if (!lease) return nullptr;
+    *data = lease.data();
+    return std::make_shared<StagingPool::Lease>(std::move(lease));
+  };
+  ops.count_failure = [p](bool put, const Status& st) {
+    bump(put ? p->counters.put_failures : p->counters.get_failures);
+    p->count_error(st);
+  };
+  guard_deadline = gc.deadline;
+  guard = std::make_unique<guard::Guard>(std::move(gc), std::move(ops),
+                                         std::weak_ptr<void>(shared_from_this()));
+  return ok_status();
+}
+
+}  // namespace kvtier
