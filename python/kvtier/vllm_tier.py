@@ -58,7 +58,6 @@ files and commits it was read from) is docs/vllm.md.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -69,69 +68,11 @@ from typing import Any, Dict, Iterable, List, Optional
 import kvtier
 from kvtier import _options
 from kvtier._engine import Counters, Registrations, address_size, outcomes, prometheus
+from kvtier._vllm_api import (_API_PROBLEM, JobResult, LookupResult, Medium, OffloadingEvent,
+                              RequestOffloadingContext, _Base, _vbase)
+from kvtier._vllm_metrics import _COUNTERS, _GAUGES, _METRIC_PREFIX, _stats_class
 
 logger = logging.getLogger(__name__)
-
-try:  # vLLM's own types when vLLM is importable; stand-ins otherwise.
-    from vllm.v1.kv_offload import base as _vbase
-    from vllm.v1.kv_offload.tiering import base as _tbase
-    _Base = _tbase.SecondaryTierManager
-except Exception:  # noqa: BLE001 - any import failure means "no vLLM here"
-    _vbase = _tbase = None
-    _Base = object
-
-if _vbase is not None:
-    LookupResult = _vbase.LookupResult
-    JobResult = _tbase.JobResult
-    RequestOffloadingContext = _vbase.RequestOffloadingContext
-    OffloadingEvent = _vbase.OffloadingEvent
-    Medium = _vbase.Medium
-else:
-    import enum
-
-    class LookupResult(enum.Enum):  # type: ignore[no-redef]
-        MISS = enum.auto()
-        HIT = enum.auto()
-        HIT_PENDING = enum.auto()
-        RETRY = enum.auto()
-
-    class Medium(enum.Enum):  # type: ignore[no-redef]
-        CPU = "CPU"
-        STORAGE = "STORAGE"
-
-    @dataclass
-    class JobResult:  # type: ignore[no-redef]
-        job_id: int
-        success: bool
-        successful_keys: Optional[list] = None
-        transfer_time: Optional[float] = None
-        transfer_bytes: Optional[int] = None
-
-    @dataclass
-    class RequestOffloadingContext:  # type: ignore[no-redef]
-        policy: Any = None
-
-    @dataclass
-    class OffloadingEvent:  # type: ignore[no-redef]
-        keys: list
-        medium: Any
-        removed: bool
-        locality: Any = None
-        ownership: Optional[str] = None
-        removal_expected: bool = False
-
-
-# The tier API this module follows (docs/vllm.md); a vLLM whose tier base class lacks it gets a
-# clear error when the engine starts, not a failure mid-serving.
-_API_PROBLEM: Optional[str] = None
-if _Base is not object:
-    _missing = [m for m in ("get_finished_jobs", "on_new_request", "drain_jobs")
-                if not hasattr(_Base, m)]
-    if _missing:
-        _API_PROBLEM = (
-            "KvtierTier follows vLLM's secondary-tier API of 2026-12 (TransferJob, "
-            "get_finished_jobs, on_new_request, drain_jobs; docs/vllm.md); this vLLM's "
-            f"SecondaryTierManager lacks {', '.join(_missing)}: use a vLLM with that API")
 
 _OPTIONS = ("root", "uri", "capacity_bytes", "deadline_ms", "layout", "direct_io", "salt",
             "fsync", "lookup_retry_ms", "admission")
@@ -140,60 +81,8 @@ _SETTINGS = {"uri": "uri", "file_layout": "layout", "direct_io": "direct_io", "s
              "fsync": "fsync", "capacity_bytes": "capacity_bytes", "deadline_ms": "deadline_ms",
              "admission": "admission"}
 
-
-# The tier's metrics in vLLM's Prometheus (build_metric_definitions, get_stats): a counter is
-# what happened since the previous get_stats, a gauge the state at this one.
-_METRIC_PREFIX = "vllm:kv_offload_kvtier_"
-_COUNTERS = {
-    "lookups": "Chunks the CPU tier missed and asked this tier for.",
-    "lookup_hits": "Chunks this tier answered HIT (in its index).",
-    "lookup_retries": "Chunks answered RETRY while storage was asked in the background.",
-    "load_chunks": "Chunks loaded into the CPU tier.",
-    "load_bytes": "Bytes loaded into the CPU tier.",
-    "load_time": "Seconds load jobs took, submission to completion, summed.",
-    "load_missing": "Chunks a load did not find: absent, damaged or of another geometry "
-                    "(a miss, never bytes).",
-    "load_faults": "Chunks a load failed on: storage errors, deadlines.",
-    "store_chunks": "Chunks written to storage.",
-    "store_bytes": "Bytes written to storage.",
-    "store_time": "Seconds store jobs took, submission to completion, summed.",
-    "store_skipped": "Chunks a store skipped: the tier already held them.",
-    "store_failed": "Chunks a store could not write: storage errors, deadlines, no room.",
-    "evicted_chunks": "Chunks this process evicted to stay within capacity_bytes.",
-    "evicted_bytes": "Bytes this process evicted to stay within capacity_bytes.",
-    "deadline_misses": "Storage operations that missed deadline_ms.",
-}
-_GAUGES = {
-    "cache_bytes": "Bytes the tier's location holds (with capacity_bytes: the shared ledger "
-                   "of every process using it).",
-    "cache_chunks": "Chunks this process knows the location holds.",
-    "capacity_bytes": "The tier's capacity_bytes (0: none).",
-    "jobs_in_flight": "Load and store jobs submitted and not yet reported.",
-    "locations_unhealthy": "Storage locations skipped because they stopped answering.",
-}
-_STATS_CLASS: List[Any] = []
 # Evicted pages kvtier keeps for take_events between two steps (16 bytes each).
 _EVICTIONS_PENDING = 1 << 20
-
-
-def _stats_class() -> Any:
-    """vLLM's OffloadingConnectorStats with counters and gauges, or None (an older vLLM, or
-    none). Looked up once."""
-    if not _STATS_CLASS:
-        found = None
-        for module in ("vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics",
-                       "vllm.backends.distributed.kv_transfer.kv_connector.v1.offloading."
-                       "metrics"):
-            try:
-                cls = getattr(importlib.import_module(module), "OffloadingConnectorStats", None)
-            except Exception:  # noqa: BLE001 - absent or unimportable: try the next
-                continue
-            if cls is not None and hasattr(cls, "increase_counter") and \
-                    hasattr(cls, "set_gauge"):
-                found = cls
-                break
-        _STATS_CLASS.append(found)
-    return _STATS_CLASS[0]
 
 
 def _key(offload_key: bytes) -> str:

@@ -41,6 +41,22 @@ def store_dir(tmp_path):
     return str(tmp_path / "store")
 
 
+@pytest.fixture
+def sglang(monkeypatch):
+    """The adapter module reloaded with the fake `sglang` package installed."""
+    # Imported here: the suites that do not use it need neither kvtier.sglang nor torch.
+    import importlib
+
+    import kvtier.sglang as adapter_module
+    from sglang_fakes import install_sglang
+
+    install_sglang(monkeypatch)
+    module = importlib.reload(adapter_module)
+    yield module
+    monkeypatch.undo()
+    importlib.reload(adapter_module)
+
+
 def writer_and_reader(write, read, writes, last_rounds):
     """Runs write(n) for n in range(writes) on one thread and read(n), n = 0, 1, ..., on another,
     both from the moment both have started; the reader goes on until the writer is done, then

@@ -28,6 +28,7 @@ Each class names the file and commit it mirrors:
 from __future__ import annotations
 
 import abc
+import hashlib
 import sys
 import types
 from dataclasses import dataclass, field
@@ -403,3 +404,20 @@ class Driver:
 
 def placeholder_keys(n):
     return ["__placeholder__"] * n
+
+
+# -- the backend as the tests make it -------------------------------------------------------
+
+def keys_for(prefix, n):
+    """n distinct page keys (hex SHA-256 digests) named after `prefix`."""
+    return [hashlib.sha256(f"{prefix}/{i}".encode()).hexdigest() for i in range(n)]
+
+
+def make(module, store_dir, pool, config=None, **options):
+    """`module`.HiCacheKvtier on `store_dir` with the options in the config's extra config
+    (where SGLang passes them), `pool` registered."""
+    config = config or storage_config(layout=getattr(pool, "layout", "page_first"))
+    config.extra_config = dict(config.extra_config or {}, uri=f"file://{store_dir}", **options)
+    backend = module.HiCacheKvtier(config, {})
+    backend.register_mem_pool_host(pool)
+    return backend
