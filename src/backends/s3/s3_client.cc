@@ -13,105 +13,21 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
-#include <pugixml.hpp>
 #include <random>
 #include <thread>
 #include <unordered_map>
 
 #include "kvtier/core/mutex.h"
 #include "kvtier/core/unique_fd.h"
+#include "s3_responses.h"
+#include "s3_url.h"
 
 namespace kvtier::s3 {
 namespace {
 
 constexpr size_t kMaxResponseBytes = size_t{16} << 20;
 
-bool unreserved(unsigned char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '_' || c == '.' || c == '~';
-}
-
-std::string percent_encode(std::string_view s, bool keep_slash) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (unreserved(c) || (keep_slash && c == '/')) {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
-
-bool retryable_curl(CURLcode c) {
-  switch (c) {
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool retryable_http(long code) {
-  return code == 429 || code == 500 || code == 502 || code == 503 || code == 504;
-}
-
-// "<Code>: <Message>" of an S3 error document, or "".
-std::string s3_error(const std::string& body) {
-  if (body.empty()) return {};
-  pugi::xml_document doc;
-  if (!doc.load_buffer(body.data(), body.size())) return {};
-  pugi::xml_node e = doc.child("Error");
-  if (!e) return {};
-  std::string code = e.child_value("Code");
-  std::string msg = e.child_value("Message");
-  if (msg.empty()) return code;
-  return code.empty() ? msg : code + ": " + msg;
-}
-
-Status http_status(const Request& r, std::string_view what) {
-  const long code = r.http_code;
-  std::string detail = s3_error(r.response);
-  if (!detail.empty()) detail = " (" + detail + ")";
-  switch (code) {
-    case 404:
-      return not_found_error(fmt::format("{}: not found{}", what, detail));
-    case 403:
-      return permission_denied_error(
-          fmt::format("{}: access denied{}: check the credentials and the region", what, detail));
-    case 412:
-      return not_found_error(
-          fmt::format("{}: the object changed since it was opened{}", what, detail));
-    case 416:
-      return corrupt_error(fmt::format("{}: the object is shorter than expected{}", what, detail));
-    default:
-      break;
-  }
-  if (retryable_http(code)) {
-    return unavailable_error(fmt::format("{}: HTTP {}{}", what, code, detail));
-  }
-  return internal_error(fmt::format("{}: HTTP {}{}", what, code, detail));
-}
-
 }  // namespace
-
-std::string encode_key(std::string_view key) {
-  return percent_encode(key, /*keep_slash=*/true);
-}
-
-std::string encode_query_value(std::string_view value) {
-  return percent_encode(value, /*keep_slash=*/false);
-}
 
 struct Client::Impl {
   struct Attempt {
@@ -170,29 +86,6 @@ struct Client::Impl {
   std::unordered_map<CURL*, std::unique_ptr<Attempt>> active;
   std::vector<CURL*> idle;
   std::mt19937_64 rng;
-
-  std::string url_for(const Request& r) const {
-    std::string url;
-    const size_t scheme_end = opt.endpoint.find("://");
-    if (opt.virtual_host && scheme_end != std::string::npos) {
-      url = opt.endpoint.substr(0, scheme_end + 3) + opt.bucket + "." +
-            opt.endpoint.substr(scheme_end + 3);
-      url += "/" + encode_key(r.key);
-    } else {
-      url = opt.endpoint + "/" + opt.bucket;
-      if (!r.key.empty()) url += "/" + encode_key(r.key);
-    }
-    if (!r.query.empty()) {
-      auto q = r.query;
-      std::sort(q.begin(), q.end());
-      char sep = '?';
-      for (const auto& [name, value] : q) {
-        url += sep + encode_query_value(name) + "=" + encode_query_value(value);
-        sep = '&';
-      }
-    }
-    return url;
-  }
 
   std::string what(const Request& r) const {
     return fmt::format("S3 {} '{}'", r.method, r.key.empty() ? opt.bucket : r.key);
@@ -372,7 +265,7 @@ struct Client::Impl {
     r->sink_overflow_ = false;
     r->http_code = 0;
 
-    const std::string url = url_for(*r);
+    const std::string url = object_url(opt, *r);
     curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(r->deadline - now).count();
@@ -671,7 +564,7 @@ const ClientOptions& Client::options() const {
 }
 
 std::string Client::url_for(const Request& r) const {
-  return loops_.front()->url_for(r);
+  return object_url(options(), r);
 }
 
 }  // namespace kvtier::s3

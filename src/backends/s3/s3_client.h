@@ -47,11 +47,6 @@ struct ClientOptions {
   std::chrono::milliseconds backoff_cap{1000};
 };
 
-// Percent-encodes an object key for a URL path ('/' kept), as SigV4 expects.
-std::string encode_key(std::string_view key);
-// Percent-encodes a query value (everything but unreserved characters).
-std::string encode_query_value(std::string_view value);
-
 // One HTTP request against the bucket. Fill the request fields, start it, read the response
 // fields once it is done.
 struct Request {
@@ -69,7 +64,7 @@ struct Request {
   std::function<void(Request&)> on_done;  // on the event-loop thread
 
   // -- response --
-  Status status;       // OK for 2xx; mapped otherwise (see s3_client.cc)
+  Status status;       // OK for 2xx; mapped otherwise (see s3_responses.h)
   long http_code = 0;  // last attempt's
   std::string response;
   std::string etag;
