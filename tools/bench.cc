@@ -1,8 +1,6 @@
 // kvtier bench: write N pages, read them back, verify every byte.
 #include <fmt/format.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_measure.h"
 #include "commands.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
@@ -61,62 +60,6 @@ void fill_reference(std::byte* p, size_t n, uint64_t seed) {
   }
   for (; i < n; ++i) p[i] = static_cast<std::byte>(s >> (8 * (i % 8)));
 }
-
-struct Percentiles {
-  double p50 = 0, p90 = 0, p99 = 0, max = 0;
-};
-
-Percentiles percentiles(std::vector<double> v) {
-  Percentiles p;
-  if (v.empty()) return p;
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
-    return v[i];
-  };
-  p.p50 = at(0.50);
-  p.p90 = at(0.90);
-  p.p99 = at(0.99);
-  p.max = v.back();
-  return p;
-}
-
-// CPU seconds this process has used (all threads, user and system).
-double process_cpu_s() {
-  struct rusage ru;
-  if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
-  auto s = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec * 1e-6; };
-  return s(ru.ru_utime) + s(ru.ru_stime);
-}
-
-// Seconds on CLOCK_MONOTONIC, the clock other processes on the machine read too (Python's
-// time.monotonic()): where a phase began and ended, to line it up with what they sample.
-double monotonic_s() {
-  struct timespec ts;
-  if (::clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-// CPU seconds the calling thread has used.
-double thread_cpu_s() {
-  struct timespec ts;
-  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-struct PhaseResult {
-  double busy_s = 0;  // the busiest thread's time inside store calls
-  double cpu_s = 0;   // process CPU time inside store calls (the bench's own checks excluded)
-  std::vector<double> latency_ms;
-  uint64_t ok_pages = 0;
-  uint64_t misses = 0;
-  uint64_t corrupt = 0;
-  uint64_t errors = 0;
-  uint64_t wrong_bytes = 0;  // pages returned OK whose bytes differ (must stay 0)
-  std::string first_error;
-  double began_s = 0;  // monotonic_s() when the phase began and when its last call returned
-  double ended_s = 0;
-};
 
 // Has the kernel read every page of [p, p + n) once, by writing it into a scratch memfd 4 MiB
 // at a time. A serving engine's host pool has been read and written by the kernel many times;
@@ -402,30 +345,6 @@ class Bench {
   Registration registration_;  // after pool_: released first
   std::vector<std::string> keys_;
 };
-
-nlohmann::json phase_json(const PhaseResult& r, uint64_t bytes, uint64_t pages) {
-  const Percentiles p = percentiles(r.latency_ms);
-  return {{"gbps", r.busy_s > 0 ? static_cast<double>(bytes) / r.busy_s / 1e9 : 0.0},
-          {"pages_per_s", r.busy_s > 0 ? static_cast<double>(pages) / r.busy_s : 0.0},
-          {"seconds", r.busy_s},
-          {"cpu_s", r.cpu_s},
-          {"cpu_s_per_gb", bytes > 0 ? r.cpu_s / (static_cast<double>(bytes) / 1e9) : 0.0},
-          {"batch_latency_ms", {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"max", p.max}}},
-          {"ok_pages", r.ok_pages},
-          {"misses", r.misses},
-          {"corrupt", r.corrupt},
-          {"errors", r.errors},
-          {"monotonic_began_s", r.began_s},
-          {"monotonic_ended_s", r.ended_s}};
-}
-
-std::string human_bytes(uint64_t b) {
-  if (b >= (1ull << 30) && b % (1ull << 20) == 0)
-    return fmt::format("{:.2f} GiB", b / double(1ull << 30));
-  if (b >= (1ull << 20)) return fmt::format("{:.2f} MiB", b / double(1ull << 20));
-  if (b >= 1024) return fmt::format("{:.1f} KiB", b / 1024.0);
-  return fmt::format("{} B", b);
-}
 
 }  // namespace
 
