@@ -56,15 +56,8 @@ function(kvtier_check_tests_registered)
   file(GLOB_RECURSE test_code CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*_test.cc
        ${PROJECT_SOURCE_DIR}/tools/*_test.cc ${PROJECT_SOURCE_DIR}/src/*test*.h
        ${PROJECT_SOURCE_DIR}/src/testing/*)
-  foreach(f IN LISTS test_code)
-    get_filename_component(name ${f} NAME)
-    if(name STREQUAL "store_fork_test.cc")
-      continue()
-    endif()
-    file(STRINGS ${f} forks REGEX "(^|[^a-z_])v?fork[ ]*\\(")
-    if(forks)
-      message(FATAL_ERROR "${f} forks (${forks}): start child processes with "
+  kvtier_refuse_lines(REGEX "(^|[^a-z_])v?fork[ ]*\\(" FILES ${test_code}
+                      EXCEPT store_fork_test.cc
+                      WHY "test code forks: start child processes with "
                           "src/testing/child_process.h, from exec")
-    endif()
-  endforeach()
 endfunction()
