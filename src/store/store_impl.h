@@ -12,7 +12,10 @@
 //   store_segments_objects.cc          the same on an object store: segments written whole
 //   store_segments_capacity.cc         its capacity: reclaiming sealed segments
 //
-// Nothing here is installed; only src/store/ includes it.
+// and the headers it is made of: store_counters.h (counters and histograms), segments_state.h
+// (the segment layout's table, bases and clock), store_window.h (the templates that plan and
+// run a batch's windows, included at the end). Nothing here is installed; only src/store/
+// includes it.
 #pragma once
 
 #include <fmt/format.h>
@@ -51,67 +54,12 @@
 #include "naming/namespace_walk.h"
 #include "naming/routing.h"
 #include "pools.h"
+#include "segments_state.h"
+#include "store_counters.h"
 
 namespace kvtier {
 
-// A namespace's segment directory under base `b` (the segment layout's files).
-inline std::string segment_dir(const routing::Router& router, size_t b) {
-  return router.namespace_dir(b) + "/" + std::string(segment::kDir);
-}
 namespace detail {
-
-struct Counters {
-#define KVTIER_STAT_COUNTER(name, help) std::atomic<uint64_t> name{0};
-  KVTIER_STORE_COUNTERS(KVTIER_STAT_COUNTER)
-#undef KVTIER_STAT_COUNTER
-  std::atomic<uint64_t> batches_in_flight{0};              // the source of the gauge
-  std::array<std::atomic<uint64_t>, 16> errors_by_code{};  // indexed by StatusCode
-
-  struct Histogram {
-    std::array<std::atomic<uint64_t>, LatencyHistogram::kBuckets> buckets{};
-    std::atomic<uint64_t> count{0}, sum_us{0};
-    void add(uint64_t us) {
-      size_t b = 0;
-      while (b + 1 < buckets.size() && us >= (uint64_t{1} << b)) ++b;
-      buckets[b].fetch_add(1, std::memory_order_relaxed);
-      count.fetch_add(1, std::memory_order_relaxed);
-      sum_us.fetch_add(us, std::memory_order_relaxed);
-    }
-    LatencyHistogram snapshot() const {
-      LatencyHistogram h;
-      for (size_t i = 0; i < buckets.size(); ++i) h.buckets[i] = buckets[i].load();
-      h.count = count.load();
-      h.sum_us = sum_us.load();
-      return h;
-    }
-  };
-#define KVTIER_STAT_HISTOGRAM(name, metric, help) Histogram name;
-  KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_HISTOGRAM)
-#undef KVTIER_STAT_HISTOGRAM
-};
-
-// Times a batch call into a histogram and counts it in flight while it runs.
-class BatchTimer {
- public:
-  BatchTimer(Counters& c, Counters::Histogram& h) : c_(c), h_(h), start_(now_ns()) {
-    c_.batches_in_flight.fetch_add(1, std::memory_order_relaxed);
-  }
-  ~BatchTimer() {
-    c_.batches_in_flight.fetch_sub(1, std::memory_order_relaxed);
-    h_.add((now_ns() - start_) / 1000);
-  }
-  BatchTimer(const BatchTimer&) = delete;
-  BatchTimer& operator=(const BatchTimer&) = delete;
-
- private:
-  Counters& c_;
-  Counters::Histogram& h_;
-  uint64_t start_;
-};
-
-inline void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
-  c.fetch_add(n, std::memory_order_relaxed);
-}
 
 // How one page moves between memory and storage.
 enum class PageIo : uint8_t {
@@ -150,85 +98,6 @@ using page::object_bytes;
 using pools::HeaderPool;
 using pools::ObjectBudget;
 using pools::StagingPool;
-
-// The segment layout's state in one store (store_segments.cc; docs/architecture.md).
-struct SegmentFile {
-  std::string name;  // "<writer>-<seq>"
-  uint32_t base = 0;
-  std::string seg_path;
-  std::string sum_path;
-  uint64_t summary_read = 0;  // others' segments: summary bytes applied to the index
-  uint64_t listed_bytes = 0;  // segments written whole: the summary's size when listed
-  uint64_t record_end = 0;    // others' segments: the end of the last record seen
-  bool sealed = false;        // its summary ends with a seal: nothing more will come
-  bool ours = false;          // this store writes it
-  // Capacity (docs/architecture.md, "Segment layout"): reclaimable once in the clock (sealed,
-  // or abandoned by a writer that is gone); removed.
-  bool in_clock = false;
-  bool gone = false;
-  uint64_t clock_ns = 0;  // when it last joined the clock (wall clock)
-  // Its place in the clock, which is kept in this order: clock_ns, or for a segment of
-  // copies forward the latest read among its records (copies_read_ns when it joined).
-  uint64_t order_ns = 0;
-  // When this store last set its access time (a read): a later one is another store's read.
-  uint64_t touched_ns = 0;
-  // Ours only:
-  uint64_t end = 0;             // where the next record goes
-  uint64_t summary_end = 0;     // where the next summary entry goes
-  uint32_t in_flight = 0;       // put windows with records here whose entries are not written
-  bool retired = false;         // no new records; sealed once in_flight drops to zero
-  uint64_t copies_read_ns = 0;  // copies forward: the latest read among its records
-};
-
-// One base's share of the segment layout's I/O. Creating this store's segments there,
-// opening their append targets, appending their summary entries and learning what others
-// appended there run holding these mutexes, never Segments::mu (which guards only memory):
-// a base whose mount hangs holds up only the calls that need that base.
-struct SegmentBase {
-  // This store's segments on the base: rolls, appends and their targets (taken before
-  // Segments::mu, never while holding it).
-  Mutex io;
-  AlignedBuffer append_buf;  // summary entries being appended, used holding `io`
-  Registration append_reg;
-  // Learning what other writers appended on the base.
-  Mutex refresh;
-  AlignedBuffer read_buf;  // used holding `refresh`
-  Registration read_reg;
-  // The directory's time when last listed, if it was settled then (0: list again).
-  uint64_t dir_mtime KVTIER_GUARDED_BY(refresh) = 0;
-  // When the last look that completed began (now_ns()); 0: none since open. Stored holding
-  // `refresh`, once the look's findings are in the index; read without it.
-  std::atomic<uint64_t> looked_ns{0};
-};
-
-struct Segments {
-  uint64_t writer = 0;  // this store's writer id (random)
-  Mutex mu;             // the table (memory only: no I/O is done holding it)
-  uint32_t next_seq KVTIER_GUARDED_BY(mu) = 0;
-  std::vector<SegmentFile> files KVTIER_GUARDED_BY(mu);  // index = the store's segment number
-  std::unordered_map<std::string, uint32_t> by_name KVTIER_GUARDED_BY(mu);
-  // The segment each lane appends to, per base: index base * lanes + lane; then the one
-  // copies forward go to, per base (Store::Impl::copy_slot).
-  std::vector<std::optional<uint32_t>> active KVTIER_GUARDED_BY(mu);
-  size_t lanes = 1;
-  // Writes a window's lanes side by side (lanes - 1 threads and the caller), started by the
-  // first window of more than one run: a store that never writes one has no thread of it
-  // (tests fork children from processes holding such stores).
-  std::once_flag lane_pool_started;
-  std::unique_ptr<WorkerPool> lane_pool;
-  // Records and summary entries are synced after each window (fsync, or a base on FUSE:
-  // see segments_open).
-  bool sync_appends = false;
-  // Segments are written whole and never appended to (an object store): one per lane, base
-  // and window, each sealed by the summary written after it (store_segments_objects.cc).
-  bool whole = false;
-  // Reclaimable segments, oldest first (order_ns: in the order they were last written, as
-  // this store learnt of them, copies forward by when they were read); the clock hand is the
-  // front.
-  std::deque<uint32_t> clock KVTIER_GUARDED_BY(mu);
-  // Per base (router order).
-  std::unique_ptr<SegmentBase[]> bases;
-};
 
 struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   Impl(StoreConfig cfg, Agent a, routing::Router r)
@@ -432,115 +301,27 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // Checks one page's key and memory. Page-level caller errors come back here.
   template <typename Buffer>
   Status validate_page(std::string_view key, std::span<const Buffer> pieces,
-                       uint64_t* payload) const {
-    KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
-    const NamespaceSpec& ns = config.ns;
-    if (ns.piece_bytes != 0 && pieces.size() != ns.pieces_per_page) {
-      return invalid_argument_error(fmt::format("page has {} pieces; the namespace's pages have {}",
-                                                pieces.size(), ns.pieces_per_page));
-    }
-    uint64_t total = 0;
-    for (size_t p = 0; p < pieces.size(); ++p) {
-      const Buffer& b = pieces[p];
-      if (b.data == nullptr || b.size == 0) {
-        return invalid_argument_error(
-            fmt::format("piece {} is empty (data {}, size {}); pages are never empty", p,
-                        fmt::ptr(b.data), b.size));
-      }
-      if (ns.piece_bytes != 0 && b.size != ns.piece_bytes) {
-        return invalid_argument_error(fmt::format(
-            "piece {} is {} bytes; the namespace's pieces are {}", p, b.size, ns.piece_bytes));
-      }
-      KVTIER_RETURN_IF_ERROR(
-          agent.check_registered(b.data, b.size).with_context(fmt::format("piece {}", p)));
-      if (b.size > UINT64_MAX / 2 - total) return invalid_argument_error("page size overflows");
-      total += b.size;
-    }
-    if (total == 0) return invalid_argument_error("page has no pieces; pages are never empty");
-    *payload = total;
-    return ok_status();
-  }
+                       uint64_t* payload) const;
 
   template <typename Buffer>
   Status check_shape(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
-                     size_t* per_page) {
-    if (keys.empty()) {
-      if (!pieces.empty()) {
-        return invalid_argument_error(fmt::format("{} pieces for 0 keys", pieces.size()));
-      }
-      *per_page = 0;
-      return ok_status();
-    }
-    if (pieces.size() % keys.size() != 0 || pieces.empty()) {
-      return invalid_argument_error(
-          fmt::format("{} pieces for {} keys: expected the same number of pieces for every key",
-                      pieces.size(), keys.size()));
-    }
-    *per_page = pieces.size() / keys.size();
-    return ok_status();
-  }
+                     size_t* per_page);
 
   // check_shape(), a failure counted as a caller error.
   template <typename Buffer>
   Status counted_shape(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
-                       size_t* per_page) {
-    Status st = check_shape(keys, pieces, per_page);
-    if (!st.ok()) bump(counters.invalid_requests);
-    return st;
-  }
+                       size_t* per_page);
 
   // Picks buffered, direct or staged I/O for a page (see DirectIo).
   template <typename Buffer>
-  void choose_io(PageWork<Buffer>& w) {
-    w.io = PageIo::kBuffered;
-    if (config.direct_io == DirectIo::kOff) return;
-    const std::optional<DirectIoAlignment>& a = dio[w.route.base];
-    if (!a) return;  // the filesystem cannot: the reason is in stats().direct_io
-    bool aligned = true;
-    for (const Buffer& p : w.pieces) {
-      aligned = aligned && reinterpret_cast<uintptr_t>(p.data) % a->memory == 0 &&
-                p.size % a->offset == 0;
-    }
-    if (aligned) {
-      w.io = PageIo::kDirect;
-      return;
-    }
-    if (config.direct_io == DirectIo::kOn) {
-      w.staging = staging.acquire(object_bytes(w.payload) - kHeaderBytes);
-      if (w.staging) {
-        w.io = PageIo::kStaged;
-        return;
-      }
-    }
-    bump(counters.direct_fallback_pages);
-  }
+  void choose_io(PageWork<Buffer>& w);
 
   // Validates every page of a window: invalid pages get their status in `out`, valid ones
   // come back routed, with their I/O mode chosen.
   template <typename Buffer>
   std::vector<PageWork<Buffer>> plan(std::span<const std::string_view> keys,
                                      std::span<const Buffer> pieces, size_t k,
-                                     std::span<Status> out) {
-    std::vector<PageWork<Buffer>> work;
-    work.reserve(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      const auto page_pieces = pieces.subspan(i * k, k);
-      uint64_t payload = 0;
-      Status st = validate_page(keys[i], page_pieces, &payload);
-      if (!st.ok()) {
-        bump(counters.invalid_requests);
-        out[i] = std::move(st);
-        continue;
-      }
-      PageWork<Buffer>& w = work.emplace_back();
-      w.page = i;
-      w.route = router.route(keys[i]);
-      w.payload = payload;
-      w.pieces = page_pieces;
-      choose_io(w);
-    }
-    return work;
-  }
+                                     std::span<Status> out);
 
   // Admission (admission.h), in both layouts' put windows once their pages are planned: the
   // pages the store does not hold are asked about; declined ones leave `work`, unwritten, with
@@ -600,33 +381,7 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // Runs a batch in windows of at most budget.capacity() pages, each holding its permits.
   template <typename Buffer, typename Window>
   BatchResult run_batch(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
-                        Window window) {
-    BatchResult out;
-    size_t k = 0;
-    out.status = counted_shape(keys, pieces, &k);
-    if (!out.status.ok()) return out;
-    out.pages.resize(keys.size());
-    const size_t step = std::min<size_t>(budget.capacity(), 128);
-    size_t last_window = 0;
-    for (size_t first = 0; first < keys.size(); first += step) {
-      const size_t n = std::min(step, keys.size() - first);
-      ObjectBudget::Permits permits(budget, n);
-      window(keys.subspan(first, n), pieces.subspan(first * k, n * k), k,
-             std::span<Status>(out.pages).subspan(first, n));
-      last_window = first;
-    }
-    // Each window indexes its pages last to first (put_window, index_reads), so that a
-    // prefix's first page is the last evicted; across windows that leaves a later window's
-    // pages the more recent. The earlier windows' pages are touched again, last to first, so
-    // the batch's first page is its most recently used however long the batch.
-    if (layout == StoreLayout::kFiles && ledger) {  // order matters only to eviction
-      const uint64_t now = wall_ns();
-      for (size_t i = last_window; i-- > 0;) {
-        if (out.pages[i].ok()) index.touch(hash128(keys[i]), now);
-      }
-    }
-    return out;
-  }
+                        Window window);
 
   struct ReadWindow;
   // The segment layout (store_segments.cc; the put window and the segments' life in
@@ -802,3 +557,5 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
 };
 
 }  // namespace kvtier
+
+#include "store_window.h"  // the templates declared above that plan and run windows
