@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Two builds of `kvtier bench` side by side: a change's binary against the one before it, on the
+same machine in one run, taking turns in an order that alternates by round (these VMs drift
+by more than most changes move). Each run writes --mib MiB of pages into a store of its own
+(deleted after it, as every `kvtier bench` run's is), reads them back and verifies every byte.
+Prints per shape and build the median write and read GB/s, and B / A of the medians.
+
+  bench/builds_ab.py --a OLD/build/bin/kvtier --b build/bin/kvtier
+      [--shapes 64K:segments,8M:files] [--rounds 8] [--mib 512] [--dir DIR]
+
+A shape is PAGE_BYTES:LAYOUT (K and M suffixes). Build the other revision in a directory of
+its own (git worktree add /tmp/old REV; cmake --preset release there).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+UNITS = {"K": 1 << 10, "M": 1 << 20}
+
+
+def page_bytes(text):
+    return int(text[:-1]) * UNITS[text[-1]] if text[-1] in UNITS else int(text)
+
+
+def bench(kvtier, directory, page, layout, mib):
+    cmd = [kvtier, "bench", "--dir", directory, "--page-bytes", str(page), "--pages",
+           str(max(1, (mib << 20) // page)), "--batch", "128", "--layout", layout, "--json",
+           "--quiet"]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")
+    j = json.loads(proc.stdout)
+    if not j["verified"]:
+        sys.exit(f"kvtier bench did not verify: {' '.join(cmd)}: {j}")
+    return j["write_gbps"], j["read_gbps"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--a", required=True, help="the baseline build's kvtier binary")
+    ap.add_argument("--b", required=True, help="the build measured against it")
+    ap.add_argument("--shapes", default="64K:segments,8M:files")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--mib", type=int, default=512)
+    ap.add_argument("--dir", default="/var/tmp/kvtier-builds-ab")
+    args = ap.parse_args()
+    builds = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
+    for name, path in builds.items():
+        if not os.access(path, os.X_OK):
+            sys.exit(f"--{name.lower()} {path}: not an executable")
+    print(f"A = {builds['A']}\nB = {builds['B']}\n")
+    print("| page | layout | A write | B write | B/A write | A read | B read | B/A read |")
+    print("|---|---|---|---|---|---|---|---|")
+    for shape in args.shapes.split(","):
+        size, _, layout = shape.partition(":")
+        page = page_bytes(size)
+        got = {name: [] for name in builds}
+        for r in range(args.rounds):
+            for name in (["A", "B"] if r % 2 == 0 else ["B", "A"]):
+                directory = os.path.join(args.dir, name)
+                got[name].append(bench(builds[name], directory, page, layout or "auto", args.mib))
+            print(f"  {size} {layout} round {r + 1}: " + "  ".join(
+                f"{n} w {got[n][-1][0]:.2f} r {got[n][-1][1]:.2f}" for n in builds),
+                file=sys.stderr)
+        w = {n: statistics.median(x for x, _ in v) for n, v in got.items()}
+        rd = {n: statistics.median(y for _, y in v) for n, v in got.items()}
+        print(f"| {size} | {layout} | {w['A']:.2f} | {w['B']:.2f} | {w['B'] / w['A']:.2f} | "
+              f"{rd['A']:.2f} | {rd['B']:.2f} | {rd['B'] / rd['A']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
