@@ -13,30 +13,15 @@ its own (git worktree add /tmp/old REV; cmake --preset release there).
 """
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 
-UNITS = {"K": 1 << 10, "M": 1 << 20}
+from layouts_ab import UNITS, bench  # one `kvtier bench` run: (write GB/s, read GB/s)
 
 
 def page_bytes(text):
     return int(text[:-1]) * UNITS[text[-1]] if text[-1] in UNITS else int(text)
-
-
-def bench(kvtier, directory, page, layout, mib):
-    cmd = [kvtier, "bench", "--dir", directory, "--page-bytes", str(page), "--pages",
-           str(max(1, (mib << 20) // page)), "--batch", "128", "--layout", layout, "--json",
-           "--quiet"]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")
-    j = json.loads(proc.stdout)
-    if not j["verified"]:
-        sys.exit(f"kvtier bench did not verify: {' '.join(cmd)}: {j}")
-    return j["write_gbps"], j["read_gbps"]
 
 
 def main():
@@ -62,7 +47,8 @@ def main():
         for r in range(args.rounds):
             for name in (["A", "B"] if r % 2 == 0 else ["B", "A"]):
                 directory = os.path.join(args.dir, name)
-                got[name].append(bench(builds[name], directory, page, layout or "auto", args.mib))
+                got[name].append(bench(directory, page, ["--layout", layout or "auto"],
+                                       kvtier=builds[name], total=args.mib << 20))
             print(f"  {size} {layout} round {r + 1}: " + "  ".join(
                 f"{n} w {got[n][-1][0]:.2f} r {got[n][-1][1]:.2f}" for n in builds),
                 file=sys.stderr)
