@@ -18,6 +18,7 @@
 #include "format/page_format.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/checksum.h"
+#include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
 #include "naming/routing.h"
 
@@ -187,13 +188,11 @@ void BM_OpenIndexScan(benchmark::State& state) {
     const std::string hex = hash128(&i, sizeof i).hex();
     const std::string fan = ns_dir + "/" + hex.substr(0, 2);
     if (i < 256) std::filesystem::create_directories(fan);
-    const int fd = ::open((fan + "/" + hex).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    const UniqueFd fd(::open((fan + "/" + hex).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
+    if (!fd.valid()) {
       std::filesystem::create_directories(fan);
       --i;
-      continue;
     }
-    ::close(fd);
   }
   for (auto _ : state) {
     auto store = std::move(Store::open(cfg)).value();

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
 #include "store_test_util.h"
 
@@ -141,21 +142,22 @@ TEST_P(StoreFork, AForkedChildIsRefusedNeverHungAndTheParentsStoreStaysWhole) {
       [&] { EXPECT_EQ(store_->batch_exists(std::vector<std::string_view>{"absent"}), 0u); });
   trapped.get_future().wait();
 
-  int done[2];
-  ASSERT_EQ(::pipe2(done, O_CLOEXEC), 0) << std::strerror(errno);
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0) << std::strerror(errno);
+  UniqueFd done_read(fds[0]), done_write(fds[1]);
   const pid_t pid = ::fork();
   if (pid == 0) {
     const char code = static_cast<char>(use_parents_store(store_, pool_, batch));
-    (void)!::write(done[1], &code, 1);
+    (void)!::write(done_write.get(), &code, 1);
     ::_exit(code);  // no test framework, no destructors: only what the child did above
   }
   ASSERT_GT(pid, 0) << std::strerror(errno);
-  ::close(done[1]);
+  done_write.reset();
   // The child's answer, or the hang this guards against (then it is killed).
-  pollfd p{done[0], POLLIN, 0};
+  pollfd p{done_read.get(), POLLIN, 0};
   const int ready =
       ::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(testing::kHungCeiling).count()));
-  ::close(done[0]);
+  done_read.reset();
   if (ready != 1) ::kill(pid, SIGKILL);
   int status = 0;
   const pid_t reaped = ::waitpid(pid, &status, 0);
