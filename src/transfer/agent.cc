@@ -5,10 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <map>
-#include <mutex>
 #include <unordered_set>
 
 #include "agent_core.h"

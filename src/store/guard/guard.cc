@@ -6,7 +6,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <thread>
 #include <type_traits>
 
 #include "guard/health.h"
