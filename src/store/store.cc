@@ -1,6 +1,6 @@
-// The public Store methods once a store is open (opening it is store_open.cc). The store's
-// parts live beside this file (see store_impl.h for the map): the write path, the read path,
-// the namespace on storage, submitted batches and metrics.
+// The public Store methods once a store is open (opening it is store_open.cc). The facade's
+// other parts live beside this file (see store_impl.h for the map); where pages lie is the
+// layout's (layout/layout.h).
 #include "kvtier/store/store.h"
 
 #include <fmt/format.h>
@@ -166,158 +166,44 @@ Store::Evicted Store::take_evicted() {
   return out;
 }
 
-void Store::Impl::forget_gone() {
-  if (gone) {
-    // Not its own: those left the index as they were chosen, and one put again since is back.
-    for (const Hash128& hash : gone->drain(KeyRing::Whose::kOthers)) index.erase(hash);
-  }
-}
-
 Result<bool> Store::Impl::exists_here(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   bump(counters.exists_queries);
   observe_generation();
-  forget_gone();
+  layout->catch_up();
   const routing::Route r = router.route(key);
   if (index.contains(r.key_hash)) return true;
-  if (layout == StoreLayout::kSegments) {
-    // Not indexed: perhaps another writer appended it since this store looked.
-    bump(counters.index_stats);
-    std::vector<bool> base(router.base_count(), false);
-    base[r.base] = true;
-    segments_refresh(base, lookup_max_age_ns());
-    return index.contains(r.key_hash);
-  }
-  // Not indexed: perhaps another process wrote it since this one looked.
-  bump(counters.index_stats);
-  Result<ObjectInfo> info = agent.stat(r.path);
-  if (info.ok()) {
-    if (info->is_dir || info->size <= kHeaderBytes) return false;
-    index.put_cold({r.key_hash, static_cast<uint32_t>(r.base), info->size});
-    return true;
-  }
-  if (info.status().code() == StatusCode::kNotFound) return false;
-  return info.status();
+  return layout->look_up(r);
 }
 
 size_t Store::Impl::batch_exists_here(std::span<const std::string_view> keys) {
-  Impl& impl = *this;
-  impl.observe_generation();
-  impl.forget_gone();
+  observe_generation();
+  layout->catch_up();
   size_t n = 0;
-  // Indexed keys cost no system call; from the first one that is not, ask storage.
+  // Indexed keys cost no system call; from the first one that is not, ask the layout.
   for (; n < keys.size(); ++n) {
     if (!routing::validate_key(keys[n]).ok()) {
-      bump(impl.counters.exists_queries, n + 1);
+      bump(counters.exists_queries, n + 1);
       return n;  // a bad key ends the prefix
     }
-    if (!impl.index.contains(hash128(keys[n]))) break;  // the route's key_hash
+    if (!index.contains(hash128(keys[n]))) break;  // the route's key_hash
   }
-  if (impl.layout == StoreLayout::kSegments) {
-    if (n == keys.size()) {
-      bump(impl.counters.exists_queries, n);
-      return n;
-    }
-    // One look at what other writers appended, then the index answers the rest.
-    impl.segments_refresh({}, impl.lookup_max_age_ns());
-    bump(impl.counters.index_stats);
-    for (; n < keys.size(); ++n) {
-      if (!routing::validate_key(keys[n]).ok()) break;
-      if (!impl.index.contains(hash128(keys[n]))) break;  // the route's key_hash
-    }
-    bump(impl.counters.exists_queries, std::min(n + 1, keys.size()));
-    return n;
-  }
-  std::vector<routing::Route> rest;
-  std::vector<std::string> paths;
-  for (size_t i = n; i < keys.size(); ++i) {
-    if (!routing::validate_key(keys[i]).ok()) break;
-    rest.push_back(impl.router.route(keys[i]));
-    paths.push_back(rest.back().path);
-  }
-  bump(impl.counters.exists_queries, n + paths.size());
-  if (paths.empty()) return n;
-  // One call for the rest: object stores ask in parallel, files stop at the first absent page.
-  std::vector<Result<ObjectInfo>> infos = impl.agent.stat_many(paths, /*until_missing=*/true);
-  size_t found = 0;
-  for (; found < infos.size(); ++found) {
-    const Result<ObjectInfo>& info = infos[found];
-    if (!info.ok() || info->is_dir || info->size <= kHeaderBytes) break;
-    impl.index.put_cold(
-        {rest[found].key_hash, static_cast<uint32_t>(rest[found].base), info->size});
-  }
-  // The keys the index could not answer, up to and including the one that ended the prefix.
-  bump(impl.counters.index_stats, found + (found < infos.size() ? 1 : 0));
-  return n + found;
+  return layout->look_up_from(keys, n);
 }
 
 Status Store::remove(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(impl_->owner.check(kStoreName));
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
-  const routing::Route r = impl_->router.route(key);
-  if (impl_->layout == StoreLayout::kSegments) {
-    if (!impl_->index.contains(r.key_hash)) {
-      std::vector<bool> base(impl_->router.base_count(), false);
-      base[r.base] = true;
-      impl_->segments_refresh(base, impl_->lookup_max_age_ns());
-    }
-    if (!impl_->index.erase(r.key_hash)) {
-      return not_found_error(fmt::format("no page {} to remove", r.key_hash.hex()));
-    }
-    KVTIER_RETURN_IF_ERROR(impl_->segments_forget(r.key_hash, r.base));
-    bump(impl_->counters.removes);
-    return ok_status();
-  }
-  uint64_t bytes = 0;
-  if (impl_->ledger) {
-    Result<ObjectInfo> info = impl_->agent.stat(r.path);
-    if (info.ok()) bytes = info->size;
-  }
-  Status st = impl_->agent.remove(r.path);
-  impl_->index.erase(r.key_hash);
-  KVTIER_RETURN_IF_ERROR(st);
-  if (impl_->gone) impl_->gone->append({&r.key_hash, 1});
-  if (impl_->ledger) impl_->ledger->release(bytes).ignore_error();
+  KVTIER_RETURN_IF_ERROR(impl_->layout->remove(impl_->router.route(key)));
   bump(impl_->counters.removes);
   return ok_status();
 }
 
 Status Store::clear() {
   KVTIER_RETURN_IF_ERROR(impl_->owner.check(kStoreName));
-  Impl& impl = *impl_;
-  const bool ledger = impl.ledger != nullptr;
-  uint64_t freed = 0;
-  Status result;
-  if (impl.layout == StoreLayout::kSegments) {
-    uint64_t pages = 0;
-    result = impl.segments_clear(&pages);
-    bump(impl.counters.cleared, pages);
-  }
-  for (size_t b = 0;
-       b < impl.router.base_count() && result.ok() && impl.layout == StoreLayout::kFiles; ++b) {
-    result = impl.for_each_fanout(
-        b, /*with_details=*/ledger,
-        [&](const std::string& dir, const std::vector<ObjectInfo>& pages) {
-          std::vector<std::string> paths;
-          paths.reserve(pages.size());
-          for (const ObjectInfo& e : pages) paths.push_back(dir + "/" + e.name);
-          std::vector<Status> removed = impl.agent.remove_many(paths);
-          Status first;
-          for (size_t i = 0; i < removed.size(); ++i) {
-            if (removed[i].ok()) {
-              bump(impl.counters.cleared);
-              freed += pages[i].size;
-            } else if (removed[i].code() != StatusCode::kNotFound && first.ok()) {
-              first = removed[i];
-            }
-          }
-          return first;
-        });
-  }
-  impl.index.clear();
-  if (ledger) impl.ledger->release(freed).ignore_error();
+  Status result = impl_->layout->clear();
   // Every other store of the namespace drops its index on its next exists call.
-  Status published = impl.publish_generation();
+  Status published = impl_->publish_generation();
   if (result.ok()) result = published;
   return result;
 }
@@ -335,7 +221,7 @@ Hash128 Store::namespace_id() const {
   return impl_->ns_id;
 }
 StoreLayout Store::layout() const {
-  return impl_->layout;
+  return impl_->layout->kind();
 }
 const BackendSelection& Store::backend_selection() const {
   return impl_->agent.selection();

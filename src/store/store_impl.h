@@ -1,21 +1,17 @@
-// The page store's private parts, shared by the files that implement Store:
+// The page store's private parts, shared by the files that implement Store (the facade):
 //
 //   store_open.cc       Store::open: configuration, layout=auto, index, ledger, guard
 //   store.cc            the public Store methods (put/get, exists, remove, clear)
-//   store_write.cc      the write path: put windows and capacity reservations
+//   store_write.cc      what both layouts' put windows share: admission, headers, capacity
 //   store_read.cc       the read path: get windows, step by step, and page verification
-//   store_namespace.cc  the namespace on storage: manifest, temporaries, index scan, clears
+//   store_namespace.cc  the namespace on storage: manifest, temporaries, walk, clears
 //   store_async.cc      submitted batches: tickets and the pool that runs them
 //   store_metrics.cc    stats() and the Prometheus rendering
-//   store_segments.cc   the segment layout on storage: open, scan, refresh, remove, clear
-//   store_segments_write.cc            its put window: appends, summaries, rolls, seals
-//   store_segments_objects.cc          the same on an object store: segments written whole
-//   store_segments_capacity.cc         its capacity: reclaiming sealed segments
 //
-// and the headers it is made of: store_counters.h (counters and histograms), segments_state.h
-// (the segment layout's table, bases and clock), store_window.h (the templates that plan and
-// run a batch's windows, included at the end). Nothing here is installed; only src/store/
-// includes it.
+// and the headers it is made of: store_counters.h (counters and histograms), page_work.h (a
+// window's pages on their way), store_window.h (the templates that plan and run a batch's
+// windows, included at the end). Where pages lie is the layout's (layout/layout.h): the
+// facade calls only that interface. Nothing here is installed; only src/store/ includes it.
 #pragma once
 
 #include <fmt/format.h>
@@ -37,10 +33,8 @@
 #include <vector>
 
 #include "capacity/admission.h"
-#include "capacity/key_ring.h"
 #include "capacity/ledger.h"
 #include "capacity/page_index.h"
-#include "capacity/read_marks.h"
 #include "format/page_format.h"
 #include "format/segment_format.h"
 #include "guard/guard.h"
@@ -50,23 +44,17 @@
 #include "kvtier/core/process.h"
 #include "kvtier/core/worker_pool.h"
 #include "kvtier/store/store.h"
+#include "layout/layout.h"
 #include "naming/clear_generation.h"
 #include "naming/namespace_walk.h"
 #include "naming/routing.h"
+#include "page_work.h"
 #include "pools.h"
-#include "segments_state.h"
 #include "store_counters.h"
 
 namespace kvtier {
 
 namespace detail {
-
-// How one page moves between memory and storage.
-enum class PageIo : uint8_t {
-  kBuffered,  // through the page cache
-  kDirect,    // direct I/O in place (memory and size aligned)
-  kStaged,    // direct I/O through an aligned staging buffer
-};
 
 // A submitted batch: its own copies of the keys and buffer lists, and its result.
 struct TicketState {
@@ -132,8 +120,8 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // The process that opened the store: every call from another (a forked child) is refused
   // before it takes a lock, and its Store releases nothing there (core/process.h).
   OwningProcess owner;
-  StoreLayout layout = StoreLayout::kFiles;
-  std::unique_ptr<Segments> seg;  // kSegments
+  // How pages lie on storage (layout/layout.h): page files or segments, chosen at open.
+  std::unique_ptr<Layout> layout;
   Agent agent;
   routing::Router router;
   Hash128 ns_id;
@@ -145,13 +133,6 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // capacity budget when the store has one (see ledger.h).
   PageIndex index;
   std::unique_ptr<Ledger> ledger;
-  // Which pages other stores of the namespace on this host read (see read_marks.h), when
-  // the store evicts; eviction spares them once.
-  std::unique_ptr<ReadMarks> read_marks;
-  // The pages the namespace's stores on this host evicted or removed (page files with a
-  // capacity; key_ring.h): each store drops them from its index before it answers exists(),
-  // so it does not report a page another store removed.
-  std::unique_ptr<KeyRing> gone;
   // Key hashes of pages evicted, for Store::take_evicted(); off (max_pending 0) until
   // Store::watch_evictions().
   struct EvictionJournal {
@@ -219,9 +200,7 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   BatchResult put_here(std::span<const std::string_view> keys,
                        std::span<const ConstBuffer> pieces) {
     BatchResult r =
-        layout == StoreLayout::kSegments
-            ? run_batch(keys, pieces, [this](auto&&... args) { put_window_segments(args...); })
-            : run_batch(keys, pieces, [this](auto&&... args) { put_window(args...); });
+        run_batch(keys, pieces, [this](auto&&... args) { layout->put_window(args...); });
     count_errors(r);
     return r;
   }
@@ -277,26 +256,9 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
                      BatchCallback on_done);
   class TicketJob;
 
-  // One valid page of a window, and what is opened for it.
   template <typename Buffer>
-  struct PageWork {
-    size_t page;  // index in the window
-    routing::Route route;
-    uint64_t payload;
-    std::span<const Buffer> pieces;
-    Target target;
-    // Where the page's bytes are: `target` from offset 0 (files), or a record inside a segment
-    // target the window shares (segments), with its header size and stored bytes.
-    const Target* io_target = nullptr;
-    uint64_t at = 0;
-    uint32_t header_bytes = kHeaderBytes;
-    uint64_t stored_bytes = 0;
-    bool header_only = false;  // reads: the object's size does not fit the buffers
-    PageIo io = PageIo::kBuffered;
-    StagingPool::Lease staging;  // kStaged
-    size_t first_desc = 0;
-    size_t desc_count = 0;
-  };
+  using PageWork = detail::PageWork<Buffer>;
+  using ReadWindow = detail::ReadWindow;
 
   // Checks one page's key and memory. Page-level caller errors come back here.
   template <typename Buffer>
@@ -361,13 +323,6 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // `evictor` chooses until they fit. kResourceExhausted when they cannot (larger than the
   // capacity, or nothing is left to evict after relearning what others wrote).
   Status reserve_capacity(uint64_t need, const Evictor& evictor);
-  // The bytes `need` fit the capacity: least recently used pages are evicted until they do.
-  Status reserve(uint64_t need);
-  // Drops from the index the pages other stores on this host removed since this one looked.
-  void forget_gone();
-  // Lists the namespace's pages into the index: `as_recent` puts them in their modification
-  // order as used; otherwise they go in as least recently used (found later).
-  Status scan_index(bool as_recent);
   // Walks base `b`'s namespace directory (see walk_namespace): `fn(dir, pages)` gets the
   // pages of each fan-out directory; a base without the directory has none.
   Status for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn);
@@ -378,140 +333,20 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // layout=auto on this store's location and namespace (store_open.cc).
   Result<AutoLayout> choose_layout();
 
+  // The capacity limit given the usage now (min_free_bytes leaves room on the first base).
+  uint64_t capacity_limit(uint64_t used);
+  // How old a look at storage may be and still answer a lookup (config.refresh_ms).
+  uint64_t lookup_max_age_ns() const { return config.refresh_ms.value_or(0) * 1'000'000; }
   // Runs a batch in windows of at most budget.capacity() pages, each holding its permits.
   template <typename Buffer, typename Window>
   BatchResult run_batch(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
                         Window window);
-
-  struct ReadWindow;
-  // The segment layout (store_segments.cc; the put window and the segments' life in
-  // store_segments_write.cc).
-  // Creates the segment directories and scratch buffers and indexes every summary.
-  Status segments_open();
-  // Reads every summary of the namespace into the index (restart; never reads payloads).
-  Status segments_scan();
-  // Applies what other writers appended since the last look (new segments, new entries), on
-  // the bases `want` names (all when empty) that are serving (a base not answering is left
-  // alone: its pages are misses anyway), except those where a look began after this call did,
-  // or at most max_age_ns before it (lookups pass lookup_max_age_ns(): config.refresh_ms).
-  void segments_refresh(const std::vector<bool>& want = {}, uint64_t max_age_ns = 0);
-  uint64_t lookup_max_age_ns() const { return config.refresh_ms.value_or(0) * 1'000'000; }
-  // Appends records and their summary entries to this store's segments.
-  // `relocating`: the pages are copies of records being reclaimed (copy_forward), last read
-  // at `read_ns` or before: they go to a segment of their own, sealed with the window, that
-  // joins the clock where that read puts it (not at the back); counted as relocated; room is
-  // made for them without copying forward again.
-  void put_window_segments(std::span<const std::string_view> keys,
-                           std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out,
-                           bool relocating = false, uint64_t read_ns = 0);
-  // Active slots (Segments::active): a base's copies forward go to its slot after every
-  // lane's.
-  size_t copy_slot(size_t base) const { return router.base_count() * seg->lanes + base; }
-  size_t slot_base(size_t slot) const {
-    const size_t lane_slots = router.base_count() * seg->lanes;
-    return slot < lane_slots ? slot / seg->lanes : slot - lane_slots;
-  }
-  // sync_appends: makes the records of a window durable, one sync per segment target written
-  // (`by_target`: the pages written through each, indexes into `work`), before their summary
-  // entries are appended. The pages of a target whose sync failed get its error and leave
-  // `by_target`.
-  void sync_records(std::span<const PageWork<ConstBuffer>> work,
-                    std::span<std::vector<size_t>> by_target, std::span<Status> out);
-  // Opens the segment targets of a read window's pages (the read path's open step).
-  void open_records(ReadWindow& rw, std::span<Status> out);
-  // Records that `key_hash` is gone (a summary remove entry) so no store finds it again.
-  Status segments_forget(const Hash128& key_hash, size_t base);
-  // Removes every segment file of the namespace; `pages` gets how many pages were indexed.
-  Status segments_clear(uint64_t* pages);
-  // Segments on an object store (store_segments_objects.cc): written whole, sealed at once.
-  struct WholeSegment {
-    uint32_t id;   // the store's number for it (seg->files)
-    uint32_t seq;  // in its name
-    size_t base;
-    std::vector<size_t> pages;  // indexes into the window's `work`
-    uint64_t end;               // its size: the header and every record
-  };
-  // `count` new segments of this store on base `b`, known to the table (not yet written).
-  std::vector<WholeSegment> new_whole_segments(size_t b, size_t count) KVTIER_EXCLUDES(seg->mu);
-  // Uploads the summary of each of `segs` (its begin entry, `entries`, a seal) side by side.
-  std::vector<Status> write_whole_summaries(std::span<const WholeSegment> segs,
-                                            std::span<const std::vector<segment::Entry>> entries)
-      KVTIER_EXCLUDES(seg->mu);
-  // Reads the summaries of segments `ids` (written whole: others', or all at open) side by
-  // side and applies them to the index in the order they were written; each is then sealed.
-  // One that cannot be read now is left for the next look.
-  void apply_whole_summaries(std::span<const uint32_t> ids, bool at_open) KVTIER_EXCLUDES(seg->mu);
-  // put_window_segments on an object store: each segment of the window one upload.
-  void put_window_whole(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,
-                        size_t k, std::span<Status> out);
-  // segments_forget on an object store: a summary of its own with the remove entry.
-  Status forget_whole(const Hash128& key_hash, size_t base);
-  // Capacity for the segment layout: `need` bytes are charged to the ledger, whole
-  // reclaimable segments removed (oldest first; one that other stores read gets a second
-  // chance) until they fit; with `copy_forward_pages`, the pages of each this store read
-  // since they were put are written again first (below).
-  Status reserve_segments(uint64_t need, bool copy_forward_pages = true);
-  // Copy-forward: the records of segments about to be reclaimed that this store read since
-  // they were put, read and verified before the segments go.
-  struct CopyForward {
-    struct Record {
-      PageIndex::Page page;  // its index entry
-      uint64_t at = 0;       // where its record lies in `records`
-      std::string key;       // from here on: from its verified header
-      uint32_t piece_count = 0;
-      uint64_t piece_bytes = 0;
-    };
-    std::vector<Record> records;
-    AlignedBuffer bytes;
-    Registration reg;
-  };
-  CopyForward read_for_copy_forward(std::span<const uint32_t> victims);
-  // Writes them again (after their segments are gone); returns how many were written.
-  size_t copy_forward(CopyForward& cf);
-  // Settles a window charged `reserved` that grew this store's files by `grown`.
-  void settle_segments(uint64_t reserved, uint64_t grown);
-  // The bytes of every segment file of the namespace (what the ledger charges at a lone open).
-  Result<uint64_t> segment_file_bytes();
-  // After a lone open: others' segments not sealed belong to writers that are gone.
-  void segments_adopt_abandoned();
-  // REQUIRES seg->mu: a segment learnt sealed (or abandoned) joins the clock.
-  void make_reclaimable(uint32_t id) KVTIER_REQUIRES(seg->mu);
-  // Removes the index entries of segments marked gone (journalled as evicted); returns how
-  // many.
-  size_t forget_gone_segments();
-  // The capacity limit given the usage now (min_free_bytes leaves room on the first base).
-  uint64_t capacity_limit(uint64_t used);
-  // The next four run holding the segment's base's `io` (SegmentBase), not seg->mu; what they
-  // add to this store's files is added to `*grown`.
-  // Starts a new segment for active slot `slot` (on base slot_base(slot)), retiring the one
-  // there.
-  Status roll_segment(size_t slot, uint64_t* grown) KVTIER_EXCLUDES(seg->mu);
-  Status append_entries(uint32_t id, std::span<const segment::Entry> entries, uint64_t* grown)
-      KVTIER_EXCLUDES(seg->mu);
-  // No new records; sealed once no window has records in it in flight.
-  void retire_segment(uint32_t id, uint64_t* grown) KVTIER_EXCLUDES(seg->mu);
-  // A window's entries in segment `id` are written (or abandoned).
-  void finish_in_flight(uint32_t id, uint64_t* grown) KVTIER_EXCLUDES(seg->mu);
-  // Reads `sum_path` on base `b` (holding its `refresh`) from `from` (bytes) and calls
-  // fn(entry) for each intact entry up to the first that is not (a torn or unwritten tail):
-  // returns where that stopped.
-  Result<uint64_t> read_summary(size_t b, const std::string& sum_path, uint64_t from,
-                                const std::function<void(const segment::Entry&)>& fn);
-  // Lists base `b`'s segment directory: fn(name, size) for each summary (size 0 unless
-  // `with_sizes`).
-  Status list_summaries(size_t b, const std::function<void(const std::string&, uint64_t)>& fn,
-                        bool with_sizes = false);
 
   // Encodes the header of a page being written into `block`: its payload checksum comes from
   // the caller's memory or, for a staged page, from the staging copy made here first (the
   // payload padded with zeros to the object's size). Both layouts (store_write.cc).
   void encode_put_header(PageWork<ConstBuffer>& w, std::string_view key, uint64_t created_ns,
                          std::span<std::byte, page::kHeaderBytes> block) const;
-
-  // The write path (store_write.cc): validates, reserves capacity, encodes headers, writes
-  // in growing chunks and publishes each page.
-  void put_window(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,
-                  size_t k, std::span<Status> out);
 
   // The read path (store_read.cc): get_window runs the steps below in order; a ReadWindow
   // (declared above) carries what each step leaves for the next.
@@ -526,8 +361,6 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   void reread_carefully(std::span<const std::string_view> keys,
                         std::span<const MutableBuffer> pieces, size_t k, std::span<Status> out,
                         const PageDone* done, size_t first, std::span<const size_t> pages);
-  // Opens the planned pages' objects; those that open and hold at least a header are read.
-  void open_for_read(ReadWindow& rw, std::span<Status> out, bool trust_size);
   // Takes a header block per page and lays out its descriptors, cut at checksum chunks.
   void build_read_descriptors(ReadWindow& rw);
   // Posts the read and waits for it; chunks are hashed and pages verified as they complete.
@@ -544,8 +377,6 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   void collect_read_results(ReadWindow& rw, std::span<Status> out);
   // Counts hits, misses, corrupt and failed pages, and drops the corrupt ones.
   void account_reads(ReadWindow& rw, std::span<const Status> out);
-  // Removes a corrupt object if it is still the one that was read.
-  void drop(const routing::Route& route, const ObjectIdentity& identity, uint64_t bytes);
   // The index follows what reads found: hits are recent, misses are gone.
   void index_reads(const ReadWindow& rw, std::span<const Status> out);
 

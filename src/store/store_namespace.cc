@@ -1,5 +1,5 @@
 // The namespace on storage: its directories and manifest, the temporaries dead writers left,
-// the listing that fills the page index, and the clear generation other stores watch.
+// the walk of its fan-out directories, and the clear generation other stores watch.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -78,40 +78,6 @@ Status Store::Impl::open_namespace() {
                       direct_io_name(config.direct_io), dio_seen->memory, dio_seen->offset,
                       dio_reason.empty() ? "" : "; some bases buffered: " + dio_reason);
     }
-  }
-  return ok_status();
-}
-
-Status Store::Impl::scan_index(bool as_recent) {
-  const NamespaceSpec& ns = config.ns;
-  // With a fixed page geometry every object has the same size: names alone are enough (one
-  // getdents per directory, no stat per page).
-  const bool fixed = ns.piece_bytes != 0;
-  const uint64_t fixed_bytes = fixed ? object_bytes(ns.piece_bytes * ns.pieces_per_page) : 0;
-  struct Found {
-    PageIndex::Page page;
-    uint64_t mtime_ns;
-  };
-  std::vector<Found> found;
-  for (size_t b = 0; b < router.base_count(); ++b) {
-    KVTIER_RETURN_IF_ERROR(for_each_fanout(
-        b, /*with_details=*/!fixed, [&](const std::string&, const std::vector<ObjectInfo>& pages) {
-          for (const ObjectInfo& e : pages) {
-            const std::optional<Hash128> h = parse_hash_hex(e.name);
-            if (h && (fixed || e.size > kHeaderBytes)) {
-              found.push_back(
-                  {{*h, static_cast<uint32_t>(b), fixed ? fixed_bytes : e.size}, e.mtime_ns});
-            }
-          }
-          return ok_status();
-        }));
-  }
-  if (as_recent) {
-    std::sort(found.begin(), found.end(),
-              [](const Found& a, const Found& b) { return a.mtime_ns < b.mtime_ns; });
-    for (const Found& f : found) index.put(f.page);
-  } else {
-    for (const Found& f : found) index.put_cold(f.page);
   }
   return ok_status();
 }

@@ -15,12 +15,6 @@
 namespace kvtier {
 namespace {
 
-// The ring of pages removed (key_ring.h): the last 65,536 (2 MiB), many windows of evictions
-// between two exists() calls of a store; one that falls further behind keeps the pages it
-// missed indexed until a read misses them, as across hosts.
-constexpr uint64_t kGoneMagic = 0x315443495645564b;  // "KVEVICT1"
-constexpr uint64_t kGoneSlots = 65536;
-
 Status check_segments_config(const StoreConfig& config) {
   if (config.location.storage_class == StorageClass::kMemory) {
     return unsupported_error(fmt::format(
@@ -113,29 +107,11 @@ Result<Store::Impl::AutoLayout> Store::Impl::choose_layout() {
   }
   const bool object = config.location.storage_class == StorageClass::kObject;
   const uint64_t below = object ? kAutoObjectSegmentsBelow : kAutoSegmentsBelow;
-  // The first page file found ends the walk (a sentinel status, never returned).
-  bool page_files = false;
-  for (size_t b = 0; b < router.base_count() && !page_files; ++b) {
-    Status st = for_each_fanout(b, /*with_details=*/false,
-                                [&](const std::string&, const std::vector<ObjectInfo>& pages) {
-                                  for (const ObjectInfo& e : pages) {
-                                    if (parse_hash_hex(e.name)) {
-                                      page_files = true;
-                                      return cancelled_error("found");
-                                    }
-                                  }
-                                  return ok_status();
-                                });
-    if (!st.ok() && !page_files) return st;
-  }
+  KVTIER_ASSIGN_OR_RETURN(const bool page_files, holds_pages(*this, StoreLayout::kFiles));
   if (page_files) {
     return AutoLayout{StoreLayout::kFiles, "the namespace already holds page files"};
   }
-  bool segments = false;
-  for (size_t b = 0; b < router.base_count() && !segments; ++b) {
-    KVTIER_RETURN_IF_ERROR(
-        list_summaries(b, [&](const std::string&, uint64_t) { segments = true; }));
-  }
+  KVTIER_ASSIGN_OR_RETURN(const bool segments, holds_pages(*this, StoreLayout::kSegments));
   if (segments) {
     return AutoLayout{StoreLayout::kSegments, "the namespace already holds segments"};
   }
@@ -194,60 +170,29 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   KVTIER_ASSIGN_OR_RETURN(Agent agent, Agent::create(ac));
   routing::Router router(config.location.bases, config.ns.id());
   auto impl = std::make_shared<Impl>(cfg, std::move(agent), std::move(router));
-  impl->layout = layout;
   impl->layout_summary = std::string(store_layout_name(layout));
   if (auto_layout) {
     KVTIER_ASSIGN_OR_RETURN(Impl::AutoLayout chosen, impl->choose_layout());
     if (chosen.layout == StoreLayout::kSegments) {
       KVTIER_RETURN_IF_ERROR(check_segments_config(config));
     }
-    impl->layout = layout = chosen.layout;
+    layout = chosen.layout;
     impl->layout_summary =
         fmt::format("{} (auto: {})", store_layout_name(chosen.layout), chosen.reason);
   }
-  if (layout == StoreLayout::kSegments && config.capacity_bytes != 0) {
-    // Capacity is reclaimed a segment at a time: segments of at most 1/64 of it (1 MiB at
-    // least) keep the budget's grain fine.
-    impl->config.segment_bytes =
-        std::min(config.segment_bytes, std::max<uint64_t>(config.capacity_bytes / 64, 1 << 20));
-  }
+  impl->layout = make_layout(*impl, layout);
   KVTIER_RETURN_IF_ERROR(impl->open_namespace().with_context(
       fmt::format("opening store at {}", config.location.uri())));
-  KVTIER_RETURN_IF_ERROR(
-      (layout == StoreLayout::kSegments ? impl->segments_open()
-                                        : impl->scan_index(/*as_recent=*/true))
-          .with_context(fmt::format("indexing the store at {}", config.location.uri())));
+  KVTIER_RETURN_IF_ERROR(impl->layout->open().with_context(
+      fmt::format("indexing the store at {}", config.location.uri())));
   if (std::optional<clear_generation::Generation> g = impl->read_generation()) {
     MutexLock lock(impl->generation_mu);  // not shared yet: uncontended
     impl->seen_generation = *g;
   }
   if (config.capacity_bytes != 0 || config.min_free_bytes != 0) {
-    // What is charged: page objects (files), or every segment and summary file (segments).
-    uint64_t scanned = impl->index.bytes();
-    if (layout == StoreLayout::kSegments) {
-      KVTIER_ASSIGN_OR_RETURN(scanned, impl->segment_file_bytes());
-    }
-    KVTIER_ASSIGN_OR_RETURN(impl->ledger, Ledger::open(impl->router.namespace_dir(0), scanned));
-    if (layout == StoreLayout::kFiles && config.capacity_bytes != 0 &&
-        !on_fuse_filesystem(impl->router.namespace_dir(0))) {
-      // One slot per 16 KiB of capacity: four per page of 64 KiB. Marks are hints: a store
-      // that cannot map them evicts by its own reads alone, as it does across hosts.
-      if (Result<std::unique_ptr<ReadMarks>> marks =
-              ReadMarks::open(impl->router.namespace_dir(0), config.capacity_bytes / 16384);
-          marks.ok()) {
-        impl->read_marks = std::move(marks).value();
-      }
-      if (Result<std::unique_ptr<KeyRing>> gone =
-              KeyRing::open(impl->router.namespace_dir(0) + "/" + std::string(routing::kGoneFile),
-                            kGoneMagic, kGoneSlots);
-          gone.ok()) {
-        impl->gone = std::move(gone).value();
-      }
-    }
-    // Alone: segments nobody sealed belong to writers that are gone, and can be reclaimed.
-    if (layout == StoreLayout::kSegments && impl->ledger->reset_on_open()) {
-      impl->segments_adopt_abandoned();
-    }
+    KVTIER_ASSIGN_OR_RETURN(const uint64_t charged, impl->layout->charged_bytes());
+    KVTIER_ASSIGN_OR_RETURN(impl->ledger, Ledger::open(impl->router.namespace_dir(0), charged));
+    impl->layout->with_capacity(impl->ledger->reset_on_open());
   }
   if (cfg.admission.empty()) cfg.admission = "adaptive";
   if (cfg.admission != "adaptive" && cfg.admission != "always") {

@@ -12,44 +12,6 @@
 
 namespace kvtier {
 
-// One get window on its way through the read path: what each step leaves for the next.
-// Members go in reverse order: the transfer (last) before the header blocks, targets and
-// staging buffers it refers to.
-struct Store::Impl::ReadWindow {
-  // Marks a descriptor that reads a page's header rather than a checksum chunk.
-  static constexpr uint32_t kNoChunk = UINT32_MAX;
-  // What a descriptor reads: a page (index in `reading`) and a chunk of it.
-  struct DescRef {
-    uint32_t page;
-    uint32_t chunk;  // or kNoChunk for the header
-  };
-
-  std::span<const std::string_view> keys;
-  std::vector<PageWork<MutableBuffer>> work;       // the window's valid pages
-  std::vector<PageWork<MutableBuffer>*> reading;   // those whose objects opened
-  std::vector<Target> segment_targets;             // segments: the window's open segments
-  std::vector<uint32_t> segment_ids;               // and the store's numbers for them
-  Status batch_error;                              // fails every page being read
-  std::optional<HeaderPool::Lease> header_blocks;  // one per page being read
-  std::vector<MemDesc> mem;
-  std::vector<StorageDesc> sto;
-  std::vector<DescRef> refs;  // per descriptor
-  // Page r's chunks are chunk_sums[first_chunk[r] .. first_chunk[r + 1]).
-  std::vector<size_t> first_chunk;
-  std::vector<Status> verdicts;                            // verify_page's, per page being read
-  std::vector<uint64_t> chunk_sums;                        // CRC-64 of each chunk, once read
-  std::unique_ptr<std::atomic<uint32_t>[]> chunk_pending;  // descriptors left, per chunk
-  std::unique_ptr<std::atomic<uint32_t>[]> pending;        // descriptors left, per page
-  std::unique_ptr<std::atomic<bool>[]> failed;             // a descriptor failed, per page
-  Result<Transfer> xfer = Transfer();
-  // Called with (first + page) as each page checks out (PageDone).
-  const PageDone* done = nullptr;
-  size_t first = 0;
-  // Pages read again the careful way (get_window's trust_size), counted there.
-  std::vector<bool> reread;
-  bool rereading(size_t page) const { return page < reread.size() && reread[page]; }
-};
-
 void Store::Impl::get_window(std::span<const std::string_view> keys,
                              std::span<const MutableBuffer> pieces, size_t k, std::span<Status> out,
                              const PageDone* done, size_t first, bool trust_size) {
@@ -58,22 +20,11 @@ void Store::Impl::get_window(std::span<const std::string_view> keys,
   rw.done = done;
   rw.first = first;
   rw.work = plan(keys, pieces, k, out);
-  trust_size = trust_size && layout == StoreLayout::kFiles &&
-               config.location.storage_class == StorageClass::kObject;
-  if (layout == StoreLayout::kSegments) {
-    open_records(rw, out);
-  } else {
-    open_for_read(rw, out, trust_size);
-  }
+  trust_size = trust_size && layout->trusts_sizes();
+  layout->open_for_read(rw, out, trust_size);
   build_read_descriptors(rw);
   run_read(rw);
-  if (!rw.segment_ids.empty()) {
-    // The access times these reads set (below, and the kernel's own on a relatime mount) are
-    // this store's: only a later one tells of another store's read.
-    const uint64_t now = wall_ns();
-    MutexLock lock(seg->mu);
-    for (const uint32_t id : rw.segment_ids) seg->files[id].touched_ns = now;
-  }
+  layout->after_read(rw);
   collect_read_results(rw, out);
   if (trust_size) {
     // Opened on trust, a hit, a miss and a fault are what they say. A page that did not
@@ -111,39 +62,6 @@ void Store::Impl::reread_carefully(std::span<const std::string_view> keys,
   if (done != nullptr) mapped = [&](size_t i) { (*done)(first + pages[i]); };
   get_window(ks, ps, k, sub, done != nullptr ? &mapped : nullptr, 0, /*trust_size=*/false);
   for (size_t i = 0; i < pages.size(); ++i) out[pages[i]] = std::move(sub[i]);
-}
-
-void Store::Impl::open_for_read(ReadWindow& rw, std::span<Status> out, bool trust_size) {
-  std::vector<TargetSpec> specs;
-  specs.reserve(rw.work.size());
-  for (const auto& w : rw.work) {
-    TargetSpec spec;
-    spec.path = w.route.path;
-    spec.direct = w.io != PageIo::kBuffered;
-    if (trust_size) spec.expected_size = object_bytes(w.payload);
-    specs.push_back(std::move(spec));
-  }
-  std::vector<Result<Target>> opened = agent.open_targets(specs);
-
-  rw.reading.reserve(rw.work.size());
-  for (size_t i = 0; i < rw.work.size(); ++i) {
-    auto& w = rw.work[i];
-    if (!opened[i].ok()) {
-      out[w.page] = std::move(opened[i]).status();
-      continue;
-    }
-    w.target = std::move(opened[i]).value();
-    w.io_target = &w.target;
-    const uint64_t size = w.target.size();
-    w.stored_bytes = size;
-    if (size < kHeaderBytes) {
-      out[w.page] = corrupt_error(
-          fmt::format("'{}' is {} bytes, shorter than a page header", w.route.path, size));
-      continue;
-    }
-    w.header_only = size != object_bytes(w.payload);
-    rw.reading.push_back(&w);
-  }
 }
 
 void Store::Impl::build_read_descriptors(ReadWindow& rw) {
@@ -262,9 +180,7 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
                                  page::uniform_piece_bytes(w.pieces)};
   Status st = page::check(*h, expect);
   if (!st.ok()) {
-    const uint64_t expected = layout == StoreLayout::kSegments
-                                  ? page::record_bytes(h->header_bytes, h->payload_bytes)
-                                  : object_bytes(h->payload_bytes);
+    const uint64_t expected = layout->stored_bytes(*h);
     if (h->namespace_id == ns_id && h->key == key && w.stored_bytes == expected &&
         h->header_bytes == w.header_bytes) {
       // An intact page of this key, asked for with buffers of another size or layout: the
@@ -284,15 +200,7 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
   // The header is this page's, so its size differs from the object's only when the read
   // stopped at the header (header_only), and then no chunk was read.
   const auto sums = config.verify_payload ? std::optional(chunk_checksums) : std::nullopt;
-  if (layout == StoreLayout::kSegments) {
-    if (h->header_bytes != w.header_bytes) {
-      return corrupt_error(fmt::format("record header of {} bytes; its summary says {}",
-                                       h->header_bytes, w.header_bytes));
-    }
-    KVTIER_RETURN_IF_ERROR(page::verify_record(*h, w.stored_bytes, sums));
-  } else {
-    KVTIER_RETURN_IF_ERROR(page::verify_object(*h, w.stored_bytes, sums));
-  }
+  KVTIER_RETURN_IF_ERROR(layout->verify_stored(*h, w, sums));
   if (w.io == PageIo::kStaged) {
     // Verified in the staging buffer: only now does it reach the caller's memory.
     const std::byte* src = w.staging.data();
@@ -312,9 +220,7 @@ void Store::Impl::collect_read_results(ReadWindow& rw, std::span<Status> out) {
     if (st.ok()) st = page_result(*rw.xfer, w);
     if (st.ok()) st = std::move(rw.verdicts[r]);
     if (st.code() == StatusCode::kCorrupt) {
-      st = st.with_context(layout == StoreLayout::kSegments
-                               ? fmt::format("record at {} of '{}'", w.at, w.io_target->path())
-                               : fmt::format("page '{}'", w.route.path));
+      st = st.with_context(layout->where(w));
     }
   }
 }
@@ -343,29 +249,9 @@ void Store::Impl::account_reads(ReadWindow& rw, std::span<const Status> out) {
       bump(counters.get_hits);
       bump(counters.get_bytes, w.payload);
       count_io(w);
-    } else if (st.code() == StatusCode::kCorrupt && layout == StoreLayout::kSegments) {
-      // Records are never rewritten in place: the key is forgotten instead, by this store's
-      // index and, through a remove entry, by every other.
-      index.erase(w.route.key_hash);
-      if (config.drop_corrupt && segments_forget(w.route.key_hash, w.route.base).ok()) {
-        bump(counters.corrupt_dropped);
-      }
-    } else if (st.code() == StatusCode::kCorrupt && w.target.valid()) {
-      const ObjectIdentity id = w.target.identity();
-      const uint64_t bytes = w.target.size();
-      w.target.reset();
-      drop(w.route, id, bytes);
+    } else if (st.code() == StatusCode::kCorrupt) {
+      layout->drop_corrupt(w);
     }
-  }
-}
-
-void Store::Impl::drop(const routing::Route& route, const ObjectIdentity& identity,
-                       uint64_t bytes) {
-  if (!config.drop_corrupt) return;
-  if (agent.remove(route.path, identity.valid() ? &identity : nullptr).ok()) {
-    bump(counters.corrupt_dropped);
-    index.erase(route.key_hash);
-    if (ledger) ledger->release(bytes).ignore_error();  // drift only: healed on restart
   }
 }
 
@@ -378,118 +264,10 @@ void Store::Impl::index_reads(const ReadWindow& rw, std::span<const Status> out)
     if (rw.rereading(w.page)) continue;
     const Status& st = out[w.page];
     if (st.ok()) {
-      if (read_marks) read_marks->mark(w.route.key_hash);
-      // A segment record is indexed with its location before it can be read.
-      if (!index.touch(w.route.key_hash, now) && layout == StoreLayout::kFiles) {
-        index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), object_bytes(w.payload)});
-      }
+      layout->index_hit(w, now);
     } else if (st.code() == StatusCode::kNotFound) {
       index.erase(w.route.key_hash);
     }
-  }
-}
-
-// The segment layout's open step (the rest of the layout is in store_segments*.cc).
-void Store::Impl::open_records(ReadWindow& rw, std::span<Status> out) {
-  // Where each page's record is; keys this store has not indexed are looked for once in what
-  // other writers appended on their bases since it last looked.
-  std::vector<std::optional<PageIndex::Page>> where(rw.work.size());
-  std::vector<bool> unindexed;
-  for (size_t i = 0; i < rw.work.size(); ++i) {
-    where[i] = index.find(rw.work[i].route.key_hash);
-    if (!where[i]) {
-      unindexed.resize(router.base_count(), false);
-      unindexed[rw.work[i].route.base] = true;
-    }
-  }
-  if (!unindexed.empty()) {
-    segments_refresh(unindexed, lookup_max_age_ns());
-    for (size_t i = 0; i < rw.work.size(); ++i) {
-      if (!where[i]) where[i] = index.find(rw.work[i].route.key_hash);
-    }
-  }
-  struct SegSpec {
-    uint32_t id;
-    bool direct;
-  };
-  std::vector<SegSpec> segs;
-  std::vector<TargetSpec> specs;
-  std::vector<size_t> spec_of(rw.work.size(), SIZE_MAX);
-  for (size_t i = 0; i < rw.work.size(); ++i) {
-    auto& w = rw.work[i];
-    if (!where[i]) {
-      out[w.page] = not_found_error("no such page");
-      continue;
-    }
-    const PageIndex::Page& p = *where[i];
-    w.at = p.offset;
-    w.header_bytes = p.header_bytes;
-    w.stored_bytes = p.bytes;
-    w.header_only = p.payload != w.payload;
-    // Direct I/O reads only aligned records; compact ones go through the page cache.
-    if (w.io != PageIo::kBuffered &&
-        (p.header_bytes != kHeaderBytes || p.offset % kBlockBytes != 0)) {
-      w.io = PageIo::kBuffered;
-      w.staging = StagingPool::Lease();
-      bump(counters.direct_fallback_pages);
-    }
-    const bool direct = w.io != PageIo::kBuffered;
-    size_t s = 0;
-    while (s < segs.size() && !(segs[s].id == p.segment && segs[s].direct == direct)) ++s;
-    if (s == segs.size()) {
-      segs.push_back({p.segment, direct});
-      TargetSpec spec;
-      {
-        MutexLock lock(seg->mu);
-        const SegmentFile& f = seg->files[p.segment];
-        spec.path = f.seg_path;
-        // A segment written whole is as large as its summary says (an object store then
-        // opens it without a HEAD; the GET's answer is checked against it).
-        if (seg->whole) spec.expected_size = f.ours ? f.end : f.record_end;
-      }
-      spec.direct = direct;
-      specs.push_back(std::move(spec));
-    }
-    spec_of[i] = s;
-  }
-  std::vector<Result<Target>> opened = agent.open_targets(specs);
-  // Segments read are marked for other stores' clocks: their access time is set (one call
-  // per segment and window; advice only, so a failure is ignored). This store's own reads
-  // count per page instead (copy-forward, store_segments_capacity.cc).
-  for (size_t s = 0; s < specs.size() && !seg->whole; ++s) {
-    if (!opened[s].ok()) continue;
-    const struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
-    (void)::utimensat(AT_FDCWD, specs[s].path.c_str(), times, 0);
-  }
-  for (const SegSpec& sp : segs) rw.segment_ids.push_back(sp.id);
-  rw.segment_targets.reserve(opened.size());
-  std::vector<Status> open_error(opened.size());
-  for (auto& r : opened) {
-    if (r.ok()) {
-      rw.segment_targets.push_back(std::move(r).value());
-    } else {
-      open_error[rw.segment_targets.size()] = r.status();
-      rw.segment_targets.emplace_back();
-    }
-  }
-  rw.reading.reserve(rw.work.size());
-  for (size_t i = 0; i < rw.work.size(); ++i) {
-    if (spec_of[i] == SIZE_MAX) continue;
-    auto& w = rw.work[i];
-    const size_t s = spec_of[i];
-    if (!open_error[s].ok()) {
-      // A segment removed since it was indexed (reclaimed, cleared): a miss.
-      out[w.page] = open_error[s];
-      continue;
-    }
-    w.io_target = &rw.segment_targets[s];
-    if (w.at + w.stored_bytes > w.io_target->size() || w.stored_bytes < w.header_bytes) {
-      out[w.page] =
-          corrupt_error(fmt::format("record [{}, +{}) lies beyond the end of '{}' ({})", w.at,
-                                    w.stored_bytes, w.io_target->path(), w.io_target->size()));
-      continue;
-    }
-    rw.reading.push_back(&w);
   }
 }
 

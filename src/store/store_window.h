@@ -145,7 +145,7 @@ BatchResult Store::Impl::run_batch(std::span<const std::string_view> keys,
   // prefix's first page is the last evicted; across windows that leaves a later window's
   // pages the more recent. The earlier windows' pages are touched again, last to first, so
   // the batch's first page is its most recently used however long the batch.
-  if (layout == StoreLayout::kFiles && ledger) {  // order matters only to eviction
+  if (layout->orders_batches()) {
     const uint64_t now = wall_ns();
     for (size_t i = last_window; i-- > 0;) {
       if (out.pages[i].ok()) index.touch(hash128(keys[i]), now);

@@ -269,7 +269,7 @@ def test_a_prefix_written_on_one_host_is_a_hit_on_the_others(cluster, hosts, kin
         assert h.call("exists", name="s", keys=ks)["batch_exists"] == 0
     # And once more when their directories have settled: a segment store then lists its
     # seg/ directory again only when a stat shows a new modification time (A's creates).
-    # Settled means last modified over 100 ms ago by the clock (store_segments.cc), so this
+    # Settled means last modified over 100 ms ago by the clock (src/store/layout/segments.cc), so this
     # waits for a clock event, not for work to finish: a slow machine only lets more time pass.
     time.sleep(0.5)
     for h in (b, c):

@@ -504,8 +504,11 @@ class Store {
   // The directories holding this namespace, one per base.
   std::vector<std::string> namespace_dirs() const;
 
- private:
+  // The store's state: opaque, defined in src/store/store_impl.h (never installed), where the
+  // store's layouts (src/store/layout/) name it.
   struct Impl;
+
+ private:
   explicit Store(std::shared_ptr<Impl> impl);
   // Shared with the guard's threads while they run (a thread blocked in the kernel keeps the
   // store's state alive after the Store is gone).

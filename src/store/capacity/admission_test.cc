@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kvtier/store/store.h"
-#include "src/store/segments_test_fixture.h"
+#include "src/store/layout/segments_test_fixture.h"
 #include "src/store/store_test_util.h"
 
 namespace kvtier {

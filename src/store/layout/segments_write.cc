@@ -2,7 +2,7 @@
 // records are appended to this store's segments, lane by lane, synced where the location asks
 // for it, then listed in the segments' summaries; segments are rolled, retired and sealed
 // here. Finding what is on storage (open, scan, refresh), remove and clear are in
-// store_segments.cc; the object-store variant, written whole, in store_segments_objects.cc.
+// segments.cc; the object-store variant, written whole, in segments_objects.cc.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "layout/segments.h"
 #include "naming/object_io.h"
 #include "store_impl.h"
 
@@ -21,8 +22,8 @@ constexpr uint64_t kWriteChunkBytes = 1 << 20;
 
 }  // namespace
 
-Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> entries,
-                                   uint64_t* grown) {
+Status SegmentLayout::append_entries(uint32_t id, std::span<const segment::Entry> entries,
+                                     uint64_t* grown) {
   std::string sum_path;
   uint64_t summary_end;
   size_t b;
@@ -35,7 +36,7 @@ Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> 
   }
   std::byte* const buf = seg->bases[b].append_buf.data();
   KVTIER_ASSIGN_OR_RETURN(Target t,
-                          agent.open_target(TargetSpec{sum_path, TargetMode::kAppend, 0, {}}));
+                          s_.agent.open_target(TargetSpec{sum_path, TargetMode::kAppend, 0, {}}));
   if (t.size() > summary_end) {
     return internal_error(fmt::format("summary '{}' is {} bytes; this writer wrote {}", sum_path,
                                       t.size(), summary_end));
@@ -48,8 +49,8 @@ Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> 
                             std::span<std::byte, segment::kEntryBytes>(
                                 buf + i * segment::kEntryBytes, segment::kEntryBytes));
     }
-    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kWrite, t, buf, summary_end,
-                                                     n * segment::kEntryBytes));
+    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(s_.agent, TransferOp::kWrite, t, buf,
+                                                     summary_end, n * segment::kEntryBytes));
     summary_end += n * segment::kEntryBytes;
     *grown += n * segment::kEntryBytes;
     MutexLock lock(seg->mu);
@@ -60,7 +61,7 @@ Status Store::Impl::append_entries(uint32_t id, std::span<const segment::Entry> 
   return ok_status();
 }
 
-void Store::Impl::retire_segment(uint32_t id, uint64_t* grown) {
+void SegmentLayout::retire_segment(uint32_t id, uint64_t* grown) {
   bool seal;
   {
     MutexLock lock(seg->mu);
@@ -80,7 +81,7 @@ void Store::Impl::retire_segment(uint32_t id, uint64_t* grown) {
   }
 }
 
-void Store::Impl::finish_in_flight(uint32_t id, uint64_t* grown) {
+void SegmentLayout::finish_in_flight(uint32_t id, uint64_t* grown) {
   bool retired;
   {
     MutexLock lock(seg->mu);
@@ -91,7 +92,7 @@ void Store::Impl::finish_in_flight(uint32_t id, uint64_t* grown) {
   if (retired) retire_segment(id, grown);
 }
 
-Status Store::Impl::roll_segment(size_t slot, uint64_t* grown) {
+Status SegmentLayout::roll_segment(size_t slot, uint64_t* grown) {
   std::optional<uint32_t> old;
   uint32_t seq;
   {
@@ -105,25 +106,25 @@ Status Store::Impl::roll_segment(size_t slot, uint64_t* grown) {
   SegmentFile f;
   f.name = segment::segment_name(seg->writer, seq);
   f.base = static_cast<uint32_t>(b);
-  f.seg_path = segment_dir(router, b) + "/" + f.name + std::string(segment::kSegmentSuffix);
-  f.sum_path = segment_dir(router, b) + "/" + f.name + std::string(segment::kSummarySuffix);
+  f.seg_path = segment_dir(s_.router, b) + "/" + f.name + std::string(segment::kSegmentSuffix);
+  f.sum_path = segment_dir(s_.router, b) + "/" + f.name + std::string(segment::kSummarySuffix);
   f.ours = true;
   const uint64_t now = wall_ns();
   // The segment first (a header naming it), then its summary, which makes it known. With
   // fsync each is published durably: its data and its directory entry.
-  const PublishOptions publish{.durable = config.fsync};
+  const PublishOptions publish{.durable = s_.config.fsync};
   std::string header(segment::kSegmentHeaderBytes, '\0');
   segment::encode_segment_header(
-      {ns_id, seg->writer, seq, now},
+      {s_.ns_id, seg->writer, seq, now},
       std::span<std::byte>(reinterpret_cast<std::byte*>(header.data()), header.size()));
   KVTIER_RETURN_IF_ERROR(
-      object_io::write_object(agent, f.seg_path, router.temp_dir(b), header, publish));
+      object_io::write_object(s_.agent, f.seg_path, s_.router.temp_dir(b), header, publish));
   std::string begin(segment::kEntryBytes, '\0');
-  segment::encode_entry({segment::EntryType::kBegin, 0, ns_id, seg->writer, seq, 0, now},
+  segment::encode_entry({segment::EntryType::kBegin, 0, s_.ns_id, seg->writer, seq, 0, now},
                         std::span<std::byte, segment::kEntryBytes>(
                             reinterpret_cast<std::byte*>(begin.data()), segment::kEntryBytes));
   KVTIER_RETURN_IF_ERROR(
-      object_io::write_object(agent, f.sum_path, router.temp_dir(b), begin, publish));
+      object_io::write_object(s_.agent, f.sum_path, s_.router.temp_dir(b), begin, publish));
   f.end = segment::kSegmentHeaderBytes;
   f.summary_end = segment::kEntryBytes;
   *grown += segment::kSegmentHeaderBytes + segment::kEntryBytes;
@@ -135,20 +136,16 @@ Status Store::Impl::roll_segment(size_t slot, uint64_t* grown) {
   return ok_status();
 }
 
-void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
-                                      std::span<const ConstBuffer> pieces, size_t k,
-                                      std::span<Status> out, bool relocating, uint64_t read_ns) {
-  if (seg->whole) {
-    put_window_whole(keys, pieces, k, out);  // no capacity there: never relocating
-    return;
-  }
-  auto work = plan(keys, pieces, k, out);
-  if (!relocating) admit(work, out);  // copies forward are pages already taken
+void SegmentLayout::put_window_segments(std::span<const std::string_view> keys,
+                                        std::span<const ConstBuffer> pieces, size_t k,
+                                        std::span<Status> out, bool relocating, uint64_t read_ns) {
+  auto work = s_.plan(keys, pieces, k, out);
+  if (!relocating) s_.admit(work, out);  // copies forward are pages already taken
   if (work.empty()) return;
-  Result<HeaderPool::Lease> lease = headers.acquire(work.size());
+  Result<HeaderPool::Lease> lease = s_.headers.acquire(work.size());
   if (!lease.ok()) {
     for (const auto& w : work) out[w.page] = lease.status();
-    bump(counters.put_failures, work.size());
+    bump(s_.counters.put_failures, work.size());
     return;
   }
   // Record shapes first: 4 KiB-aligned page objects where direct I/O is in use (it needs
@@ -156,7 +153,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   // before each chunk is written (below), while its pages are still in cache for the copy.
   const uint64_t created = wall_ns();
   for (auto& w : work) {
-    const bool aligned = config.direct_io != DirectIo::kOff && dio[w.route.base].has_value();
+    const bool aligned = s_.config.direct_io != DirectIo::kOff && s_.dio[w.route.base].has_value();
     w.header_bytes = aligned ? static_cast<uint32_t>(kHeaderBytes)
                              : page::compact_header_bytes(keys[w.page].size());
     w.stored_bytes = page::record_bytes(w.header_bytes, w.payload);
@@ -194,21 +191,21 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   // a window starts at most one per lane and base plus 2 x its bytes / segment_bytes). What
   // it did not add is given back once its entries are written.
   uint64_t reserved = 0;
-  if (ledger) {
+  if (s_.ledger) {
     uint64_t records = 0;
     for (const auto& w : work) {
       records += w.stored_bytes + segment::kEntryBytes +
                  (w.header_bytes == kHeaderBytes ? kBlockBytes : 0);
     }
     const uint64_t rolls = std::min<uint64_t>(
-        work.size(), router.base_count() * lanes + 2 * records / config.segment_bytes + 1);
+        work.size(), s_.router.base_count() * lanes + 2 * records / s_.config.segment_bytes + 1);
     reserved = records + rolls * (segment::kSegmentHeaderBytes + 2 * segment::kEntryBytes);
     Status st = reserve_segments(reserved, /*copy_forward=*/!relocating);
     if (!st.ok()) {
       for (const auto& w : work) out[w.page] = st;
       if (!relocating) {
-        bump(counters.put_failures, work.size());
-        bump(counters.capacity_refusals, work.size());
+        bump(s_.counters.put_failures, work.size());
+        bump(s_.counters.capacity_refusals, work.size());
       }
       return;
     }
@@ -233,7 +230,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     size_t base;
   };
   std::vector<Used> used;  // segments with records of this window
-  std::vector<std::vector<size_t>> by_base(router.base_count());
+  std::vector<std::vector<size_t>> by_base(s_.router.base_count());
   for (size_t i = 0; i < work.size(); ++i) by_base[work[i].route.base].push_back(i);
   for (size_t b = 0; b < by_base.size(); ++b) {
     if (by_base[b].empty()) continue;
@@ -251,7 +248,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
           const std::optional<uint32_t> a = seg->active[slot];
           roll = !a || (seg->files[*a].end > segment::kSegmentHeaderBytes &&
                         align_up(seg->files[*a].end, kBlockBytes) + w.stored_bytes >
-                            config.segment_bytes);
+                            s_.config.segment_bytes);
         }
         if (roll) {
           st = roll_segment(slot, &grown);
@@ -271,7 +268,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
         if (o == open_segs.size()) {
           TargetSpec spec{seg_path, TargetMode::kAppend, 0, {}};
           spec.direct = direct;
-          Result<Target> t = agent.open_target(spec);
+          Result<Target> t = s_.agent.open_target(spec);
           if (!t.ok()) {
             st = t.status();
             // Removed under us (a clear elsewhere): start another segment, once.
@@ -326,7 +323,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
         off += p.size;
       }
       if (body > w.payload) {
-        c.mem.push_back(MemDesc{zeros.data(), body - w.payload});
+        c.mem.push_back(MemDesc{s_.zeros.data(), body - w.payload});
         c.sto.push_back(StorageDesc{w.io_target, off, body - w.payload});
       }
     }
@@ -340,8 +337,8 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
       Chunk& c = chunks[ci];
       if (c.pages.empty()) continue;
       for (size_t i : c.pages)
-        encode_put_header(work[i], keys[work[i].page], created, lease->block(i));
-      c.xfer = agent.make_request(TransferOp::kWrite, c.mem, c.sto);
+        s_.encode_put_header(work[i], keys[work[i].page], created, lease->block(i));
+      c.xfer = s_.agent.make_request(TransferOp::kWrite, c.mem, c.sto);
       c.error = c.xfer.ok() ? c.xfer->post() : c.xfer.status();
       if (c.error.ok()) c.xfer->wait();
     }
@@ -361,7 +358,7 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
     auto& w = work[i];
     const Chunk& c = chunks[chunk_of[i]];
     Status st = c.error;
-    if (st.ok()) st = page_result(*c.xfer, w);
+    if (st.ok()) st = s_.page_result(*c.xfer, w);
     out[w.page] = std::move(st);
     if (out[w.page].ok()) by_seg[seg_of[i]].push_back(i);
   }
@@ -398,8 +395,8 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
           out[w.page] = st;
           continue;
         }
-        index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), w.stored_bytes, id,
-                   w.header_bytes, w.at, w.payload});
+        s_.index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), w.stored_bytes, id,
+                      w.header_bytes, w.at, w.payload});
       }
       finish_in_flight(id, &grown);
     }
@@ -417,22 +414,22 @@ void Store::Impl::put_window_segments(std::span<const std::string_view> keys,
   for (const auto& w : work) {
     if (!out[w.page].ok()) continue;
     if (relocating) {
-      bump(counters.relocated_pages);
-      bump(counters.relocated_bytes, w.stored_bytes);
+      bump(s_.counters.relocated_pages);
+      bump(s_.counters.relocated_bytes, w.stored_bytes);
     } else {
-      bump(counters.put_pages);
-      bump(counters.put_bytes, w.payload);
-      count_io(w);
+      bump(s_.counters.put_pages);
+      bump(s_.counters.put_bytes, w.payload);
+      s_.count_io(w);
     }
   }
   if (relocating) return;
   for (const Status& s : out) {
-    if (!s.ok()) bump(counters.put_failures);
+    if (!s.ok()) bump(s_.counters.put_failures);
   }
 }
 
-void Store::Impl::sync_records(std::span<const PageWork<ConstBuffer>> work,
-                               std::span<std::vector<size_t>> by_target, std::span<Status> out) {
+void SegmentLayout::sync_records(std::span<const detail::PageWork<ConstBuffer>> work,
+                                 std::span<std::vector<size_t>> by_target, std::span<Status> out) {
   for (std::vector<size_t>& pages : by_target) {
     if (pages.empty()) continue;
     // Every page of a group was written through the same target.

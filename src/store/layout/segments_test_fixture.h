@@ -20,7 +20,7 @@
 #include "kvtier/backends/fault/fault_backend.h"
 #include "kvtier/core/unique_fd.h"
 #include "kvtier/store/store.h"
-#include "store_test_util.h"
+#include "src/store/store_test_util.h"
 
 namespace kvtier::testing {
 

@@ -1,6 +1,7 @@
 // The segment layout's state in one store (docs/architecture.md, "Segment layout"): the table
 // of segment files this store knows (its own and others'), each base's I/O locks and buffers,
-// the lanes' active segments and the reclaim clock. The layout's code is store_segments*.cc.
+// the lanes' active segments and the reclaim clock. The layout's code is segments*.cc
+// (segments.h).
 #pragma once
 
 #include <atomic>
@@ -96,7 +97,7 @@ struct Segments {
   // see segments_open).
   bool sync_appends = false;
   // Segments are written whole and never appended to (an object store): one per lane, base
-  // and window, each sealed by the summary written after it (store_segments_objects.cc).
+  // and window, each sealed by the summary written after it (segments_objects.cc).
   bool whole = false;
   // Reclaimable segments, oldest first (order_ns: in the order they were last written, as
   // this store learnt of them, copies forward by when they were read); the clock hand is the

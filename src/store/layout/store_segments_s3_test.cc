@@ -15,7 +15,7 @@
 #include "kvtier/store/inspect.h"
 #include "kvtier/store/store.h"
 #include "naming/object_io.h"
-#include "store_test_util.h"
+#include "src/store/store_test_util.h"
 
 namespace kvtier {
 namespace {

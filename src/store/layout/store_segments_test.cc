@@ -24,7 +24,7 @@
 #include "kvtier/store/inspect.h"
 #include "kvtier/store/store.h"
 #include "segments_test_fixture.h"
-#include "store_test_util.h"
+#include "src/store/store_test_util.h"
 
 namespace kvtier {
 namespace {

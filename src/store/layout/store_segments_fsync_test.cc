@@ -13,8 +13,8 @@
 #include "kvtier/backends/fault/fault_backend.h"
 #include "kvtier/store/store.h"
 #include "segments_test_fixture.h"
+#include "src/store/store_test_util.h"
 #include "src/testing/test_util.h"
-#include "store_test_util.h"
 
 namespace kvtier {
 namespace {

@@ -23,7 +23,7 @@
 #include "kvtier/core/clock.h"
 #include "kvtier/store/store.h"
 #include "segments_test_fixture.h"
-#include "store_test_util.h"
+#include "src/store/store_test_util.h"
 
 namespace kvtier {
 namespace {

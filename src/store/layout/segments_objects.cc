@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "layout/segments.h"
 #include "naming/object_io.h"
 #include "store_impl.h"
 
@@ -33,7 +34,7 @@ uint64_t short_of_boundary(uint64_t object_bytes) {
 
 }  // namespace
 
-std::vector<Store::Impl::WholeSegment> Store::Impl::new_whole_segments(size_t b, size_t count) {
+std::vector<SegmentLayout::WholeSegment> SegmentLayout::new_whole_segments(size_t b, size_t count) {
   std::vector<WholeSegment> out;
   out.reserve(count);
   MutexLock lock(seg->mu);
@@ -42,8 +43,8 @@ std::vector<Store::Impl::WholeSegment> Store::Impl::new_whole_segments(size_t b,
     const uint32_t seq = seg->next_seq++;
     f.name = segment::segment_name(seg->writer, seq);
     f.base = static_cast<uint32_t>(b);
-    f.seg_path = segment_dir(router, b) + "/" + f.name + std::string(segment::kSegmentSuffix);
-    f.sum_path = segment_dir(router, b) + "/" + f.name + std::string(segment::kSummarySuffix);
+    f.seg_path = segment_dir(s_.router, b) + "/" + f.name + std::string(segment::kSegmentSuffix);
+    f.sum_path = segment_dir(s_.router, b) + "/" + f.name + std::string(segment::kSummarySuffix);
     f.ours = true;
     f.retired = true;  // nothing is ever appended to it
     f.end = segment::kSegmentHeaderBytes;
@@ -55,7 +56,7 @@ std::vector<Store::Impl::WholeSegment> Store::Impl::new_whole_segments(size_t b,
   return out;
 }
 
-std::vector<Status> Store::Impl::write_whole_summaries(
+std::vector<Status> SegmentLayout::write_whole_summaries(
     std::span<const WholeSegment> segs, std::span<const std::vector<segment::Entry>> entries) {
   std::vector<Status> out(segs.size());
   // Every summary in one buffer and one transfer: the uploads run side by side.
@@ -64,7 +65,7 @@ std::vector<Status> Store::Impl::write_whole_summaries(
     at[s + 1] = at[s] + (entries[s].size() + 2) * segment::kEntryBytes;
   }
   Result<AlignedBuffer> buf = AlignedBuffer::allocate(std::max<uint64_t>(at.back(), 1));
-  Result<Registration> reg = buf.ok() ? agent.register_memory(buf->data(), buf->size())
+  Result<Registration> reg = buf.ok() ? s_.agent.register_memory(buf->data(), buf->size())
                                       : Result<Registration>(buf.status());
   if (!reg.ok()) {
     std::fill(out.begin(), out.end(), reg.status());
@@ -88,12 +89,12 @@ std::vector<Status> Store::Impl::write_whole_summaries(
       segment::encode_entry(e, std::span<std::byte, segment::kEntryBytes>(
                                    p + i * segment::kEntryBytes, segment::kEntryBytes));
     };
-    put(0, {segment::EntryType::kBegin, 0, ns_id, seg->writer, seq, 0, now});
+    put(0, {segment::EntryType::kBegin, 0, s_.ns_id, seg->writer, seq, 0, now});
     for (size_t i = 0; i < entries[s].size(); ++i) put(i + 1, entries[s][i]);
     put(entries[s].size() + 1, {segment::EntryType::kSeal, 0, {}, 0, 0, 0, now});
     const uint64_t bytes = at[s + 1] - at[s];
-    Result<Target> t = agent.open_target(
-        TargetSpec{path, TargetMode::kCreate, bytes, router.temp_dir(segs[s].base)});
+    Result<Target> t = s_.agent.open_target(
+        TargetSpec{path, TargetMode::kCreate, bytes, s_.router.temp_dir(segs[s].base)});
     if (!t.ok()) {
       out[s] = t.status();
       continue;
@@ -108,7 +109,7 @@ std::vector<Status> Store::Impl::write_whole_summaries(
     sto.push_back(StorageDesc{&targets[target_of[s]], 0, at[s + 1] - at[s]});
   }
   if (mem.empty()) return out;
-  Result<Transfer> xfer = agent.make_request(TransferOp::kWrite, mem, sto);
+  Result<Transfer> xfer = s_.agent.make_request(TransferOp::kWrite, mem, sto);
   Status posted = xfer.ok() ? xfer->post() : xfer.status();
   if (posted.ok()) xfer->wait();
   size_t d = 0;
@@ -116,17 +117,17 @@ std::vector<Status> Store::Impl::write_whole_summaries(
     if (target_of[s] == SIZE_MAX) continue;
     Status st = posted.ok() ? xfer->results()[d] : posted;
     ++d;
-    if (st.ok()) st = targets[target_of[s]].publish(PublishOptions{.durable = config.fsync});
+    if (st.ok()) st = targets[target_of[s]].publish(PublishOptions{.durable = s_.config.fsync});
     out[s] = std::move(st);
   }
   return out;
 }
 
-void Store::Impl::put_window_whole(std::span<const std::string_view> keys,
-                                   std::span<const ConstBuffer> pieces, size_t k,
-                                   std::span<Status> out) {
-  auto work = plan(keys, pieces, k, out);
-  admit(work, out);
+void SegmentLayout::put_window_whole(std::span<const std::string_view> keys,
+                                     std::span<const ConstBuffer> pieces, size_t k,
+                                     std::span<Status> out) {
+  auto work = s_.plan(keys, pieces, k, out);
+  s_.admit(work, out);
   if (work.empty()) return;
   const uint64_t created = wall_ns();
   for (auto& w : work) {
@@ -139,15 +140,16 @@ void Store::Impl::put_window_whole(std::span<const std::string_view> keys,
   std::vector<WholeSegment> segs;
   std::vector<size_t> seg_of(work.size(), SIZE_MAX);
   {
-    std::vector<std::vector<size_t>> by_base(router.base_count());
+    std::vector<std::vector<size_t>> by_base(s_.router.base_count());
     for (size_t i = 0; i < work.size(); ++i) by_base[work[i].route.base].push_back(i);
     for (size_t b = 0; b < by_base.size(); ++b) {
       if (by_base[b].empty()) continue;
       uint64_t bytes = 0;
       for (const size_t i : by_base[b]) bytes += work[i].stored_bytes;
       const uint64_t per_lane = (bytes + seg->lanes - 1) / seg->lanes;
-      uint64_t object_bytes = std::min<uint64_t>(
-          config.segment_bytes, std::max(kMinObjectBytes, per_lane) + segment::kSegmentHeaderBytes);
+      uint64_t object_bytes =
+          std::min<uint64_t>(s_.config.segment_bytes,
+                             std::max(kMinObjectBytes, per_lane) + segment::kSegmentHeaderBytes);
       const auto segments_of = [bytes](uint64_t object) {
         const uint64_t room = object - segment::kSegmentHeaderBytes;
         return (bytes + room - 1) / room;
@@ -189,10 +191,10 @@ void Store::Impl::put_window_whole(std::span<const std::string_view> keys,
     }
   }
   // A header block per page and one per segment (its segment header).
-  Result<HeaderPool::Lease> lease = headers.acquire(work.size() + segs.size());
+  Result<HeaderPool::Lease> lease = s_.headers.acquire(work.size() + segs.size());
   if (!lease.ok()) {
     for (const auto& w : work) out[w.page] = lease.status();
-    bump(counters.put_failures, work.size());
+    bump(s_.counters.put_failures, work.size());
     return;
   }
   std::vector<Target> targets;
@@ -209,9 +211,9 @@ void Store::Impl::put_window_whole(std::span<const std::string_view> keys,
     }
     const uint32_t seq = segs[s].seq;
     std::span<std::byte, page::kHeaderBytes> block = lease->block(work.size() + s);
-    segment::encode_segment_header({ns_id, seg->writer, seq, created}, block);
-    Result<Target> t = agent.open_target(
-        TargetSpec{path, TargetMode::kCreate, segs[s].end, router.temp_dir(segs[s].base)});
+    segment::encode_segment_header({s_.ns_id, seg->writer, seq, created}, block);
+    Result<Target> t = s_.agent.open_target(
+        TargetSpec{path, TargetMode::kCreate, segs[s].end, s_.router.temp_dir(segs[s].base)});
     if (!t.ok()) seg_error[s] = t.status();
     targets.push_back(t.ok() ? std::move(t).value() : Target());
   }
@@ -227,7 +229,7 @@ void Store::Impl::put_window_whole(std::span<const std::string_view> keys,
     for (const size_t i : segs[s].pages) {
       auto& w = work[i];
       w.io_target = t;
-      encode_put_header(w, keys[w.page], created, lease->block(i));
+      s_.encode_put_header(w, keys[w.page], created, lease->block(i));
       w.first_desc = mem.size();
       mem.push_back(MemDesc{lease->block(i).data(), w.header_bytes});
       sto.push_back(StorageDesc{t, w.at, w.header_bytes});
@@ -243,15 +245,15 @@ void Store::Impl::put_window_whole(std::span<const std::string_view> keys,
           off += p.size;
         }
         if (body > w.payload) {
-          mem.push_back(MemDesc{zeros.data(), body - w.payload});
+          mem.push_back(MemDesc{s_.zeros.data(), body - w.payload});
           sto.push_back(StorageDesc{t, off, body - w.payload});
         }
       }
       w.desc_count = mem.size() - w.first_desc;
     }
   }
-  Result<Transfer> xfer =
-      mem.empty() ? Result<Transfer>(Transfer()) : agent.make_request(TransferOp::kWrite, mem, sto);
+  Result<Transfer> xfer = mem.empty() ? Result<Transfer>(Transfer())
+                                      : s_.agent.make_request(TransferOp::kWrite, mem, sto);
   Status posted = mem.empty() ? ok_status() : (xfer.ok() ? xfer->post() : xfer.status());
   if (posted.ok() && !mem.empty()) xfer->wait();
   // A segment is uploaded whole or not at all; then published, then its summary makes it
@@ -261,9 +263,9 @@ void Store::Impl::put_window_whole(std::span<const std::string_view> keys,
     Status st = seg_error[s];
     if (st.ok()) st = posted;
     for (size_t j = 0; st.ok() && j < segs[s].pages.size(); ++j) {
-      st = page_result(*xfer, work[segs[s].pages[j]]);
+      st = s_.page_result(*xfer, work[segs[s].pages[j]]);
     }
-    if (st.ok()) st = targets[s].publish(PublishOptions{.durable = config.fsync});
+    if (st.ok()) st = targets[s].publish(PublishOptions{.durable = s_.config.fsync});
     if (st.ok() && guard::call_abandoned()) {
       st = deadline_exceeded_error("the call's deadline passed before the page was published");
     }
@@ -300,19 +302,19 @@ void Store::Impl::put_window_whole(std::span<const std::string_view> keys,
         continue;
       }
       out[w.page] = ok_status();
-      index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), w.stored_bytes, segs[s].id,
-                 w.header_bytes, w.at, w.payload});
-      bump(counters.put_pages);
-      bump(counters.put_bytes, w.payload);
-      count_io(w);
+      s_.index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), w.stored_bytes,
+                    segs[s].id, w.header_bytes, w.at, w.payload});
+      bump(s_.counters.put_pages);
+      bump(s_.counters.put_bytes, w.payload);
+      s_.count_io(w);
     }
   }
   for (const Status& s : out) {
-    if (!s.ok()) bump(counters.put_failures);
+    if (!s.ok()) bump(s_.counters.put_failures);
   }
 }
 
-Status Store::Impl::forget_whole(const Hash128& key_hash, size_t base) {
+Status SegmentLayout::forget_whole(const Hash128& key_hash, size_t base) {
   std::vector<WholeSegment> segs = new_whole_segments(base, 1);
   const std::vector<segment::Entry> entries{
       {segment::EntryType::kRemove, 0, key_hash, 0, 0, 0, wall_ns()}};
@@ -324,7 +326,7 @@ Status Store::Impl::forget_whole(const Hash128& key_hash, size_t base) {
   return st;
 }
 
-void Store::Impl::apply_whole_summaries(std::span<const uint32_t> ids, bool at_open) {
+void SegmentLayout::apply_whole_summaries(std::span<const uint32_t> ids, bool at_open) {
   struct Read {
     uint32_t id;
     std::string name;
@@ -344,7 +346,7 @@ void Store::Impl::apply_whole_summaries(std::span<const uint32_t> ids, bool at_o
     }
   }
   // Opened side by side, then read in one transfer (every GET in flight at once).
-  std::vector<Result<Target>> opened = agent.open_targets(specs);
+  std::vector<Result<Target>> opened = s_.agent.open_targets(specs);
   std::vector<uint64_t> at(reads.size() + 1, 0);
   for (size_t i = 0; i < reads.size(); ++i) {
     const uint64_t size = opened[i].ok() ? opened[i]->size() : 0;
@@ -352,7 +354,7 @@ void Store::Impl::apply_whole_summaries(std::span<const uint32_t> ids, bool at_o
   }
   Result<AlignedBuffer> buf = AlignedBuffer::allocate(std::max<uint64_t>(at.back(), 1));
   if (!buf.ok()) return;  // looked at again next time
-  Result<Registration> reg = agent.register_memory(buf->data(), buf->size());
+  Result<Registration> reg = s_.agent.register_memory(buf->data(), buf->size());
   if (!reg.ok()) return;
   std::vector<MemDesc> mem;
   std::vector<StorageDesc> sto;
@@ -363,7 +365,7 @@ void Store::Impl::apply_whole_summaries(std::span<const uint32_t> ids, bool at_o
   }
   std::vector<bool> read_ok(reads.size(), false);
   if (!mem.empty()) {
-    Result<Transfer> xfer = agent.make_request(TransferOp::kRead, mem, sto);
+    Result<Transfer> xfer = s_.agent.make_request(TransferOp::kRead, mem, sto);
     if (!xfer.ok() || !xfer->post().ok()) return;
     xfer->wait();
     size_t d = 0;
@@ -382,7 +384,7 @@ void Store::Impl::apply_whole_summaries(std::span<const uint32_t> ids, bool at_o
       if (o == at[i]) {
         // The begin entry comes first and says the namespace and when it was written.
         if (e->type != segment::EntryType::kBegin) break;
-        r.ours = e->key_hash == ns_id;
+        r.ours = e->key_hash == s_.ns_id;
         r.begin_ns = e->time_ns;
         continue;
       }
@@ -417,12 +419,12 @@ void Store::Impl::apply_whole_summaries(std::span<const uint32_t> ids, bool at_o
         if (at_open) {
           run.push_back(p);
         } else {
-          index.put_relearned(p);
+          s_.index.put_relearned(p);
         }
       } else if (e.type == segment::EntryType::kRemove) {
-        index.put_many(run);  // the puts before it first
+        s_.index.put_many(run);  // the puts before it first
         run.clear();
-        index.erase(e.key_hash);
+        s_.index.erase(e.key_hash);
       }
     }
     MutexLock lock(seg->mu);
@@ -431,7 +433,7 @@ void Store::Impl::apply_whole_summaries(std::span<const uint32_t> ids, bool at_o
     f.record_end = std::max(f.record_end, record_end);
     f.sealed = true;  // written whole: nothing more will come
   }
-  index.put_many(run);
+  s_.index.put_many(run);
 }
 
 }  // namespace kvtier

@@ -12,11 +12,12 @@
 #include <iterator>
 #include <tuple>
 
+#include "layout/segments.h"
 #include "store_impl.h"
 
 namespace kvtier {
 
-void Store::Impl::make_reclaimable(uint32_t id) {
+void SegmentLayout::make_reclaimable(uint32_t id) {
   SegmentFile& f = seg->files[id];
   if (f.in_clock || f.gone) return;
   if (f.ours && !f.sealed) return;  // this store still appends to it
@@ -34,14 +35,14 @@ void Store::Impl::make_reclaimable(uint32_t id) {
   seg->clock.insert(at, id);
 }
 
-void Store::Impl::segments_adopt_abandoned() {
+void SegmentLayout::segments_adopt_abandoned() {
   MutexLock lock(seg->mu);
   for (uint32_t id = 0; id < seg->files.size(); ++id) {
     if (!seg->files[id].ours && !seg->files[id].sealed) make_reclaimable(id);
   }
 }
 
-size_t Store::Impl::forget_gone_segments() {
+size_t SegmentLayout::forget_gone_segments() {
   std::vector<bool> gone;
   {
     MutexLock lock(seg->mu);
@@ -49,31 +50,31 @@ size_t Store::Impl::forget_gone_segments() {
     for (const SegmentFile& f : seg->files) gone.push_back(f.gone);
   }
   const std::vector<Hash128> erased =
-      index.erase_segments([&](uint32_t id) { return id < gone.size() && gone[id]; });
-  evictions.add(erased);
+      s_.index.erase_segments([&](uint32_t id) { return id < gone.size() && gone[id]; });
+  s_.evictions.add(erased);
   return erased.size();
 }
 
-Result<uint64_t> Store::Impl::segment_file_bytes() {
+Result<uint64_t> SegmentLayout::segment_file_bytes() {
   uint64_t bytes = 0;
-  for (size_t b = 0; b < router.base_count(); ++b) {
-    Status st = agent.list(segment_dir(router, b), ListOptions{.with_details = true},
-                           [&](const ObjectInfo& e) {
-                             if (segment::is_segment_file(e.name)) bytes += e.size;
-                             return ok_status();
-                           });
+  for (size_t b = 0; b < s_.router.base_count(); ++b) {
+    Status st = s_.agent.list(segment_dir(s_.router, b), ListOptions{.with_details = true},
+                              [&](const ObjectInfo& e) {
+                                if (segment::is_segment_file(e.name)) bytes += e.size;
+                                return ok_status();
+                              });
     if (st.code() != StatusCode::kNotFound) KVTIER_RETURN_IF_ERROR(st);
   }
   return bytes;
 }
 
-void Store::Impl::settle_segments(uint64_t reserved, uint64_t grown) {
-  if (!ledger || reserved == grown) return;
+void SegmentLayout::settle_segments(uint64_t reserved, uint64_t grown) {
+  if (!s_.ledger || reserved == grown) return;
   // Drift only, either way: healed at the next lone open.
   if (grown < reserved) {
-    ledger->release(reserved - grown).ignore_error();
+    s_.ledger->release(reserved - grown).ignore_error();
   } else {
-    ledger
+    s_.ledger
         ->update([extra = grown - reserved](uint64_t& used) {
           used += extra;
           return ok_status();
@@ -91,10 +92,10 @@ void Store::Impl::settle_segments(uint64_t reserved, uint64_t grown) {
 // per page, which approximates LRU): a copy not read again goes with the segment that holds
 // it. What other stores read is known per segment only (its
 // access time), and buys that segment a second chance.
-Store::Impl::CopyForward Store::Impl::read_for_copy_forward(std::span<const uint32_t> victims) {
+SegmentLayout::CopyForward SegmentLayout::read_for_copy_forward(std::span<const uint32_t> victims) {
   CopyForward cf;
   if (victims.empty()) return cf;
-  std::vector<PageIndex::Page> pages = index.pages_in_segments(
+  std::vector<PageIndex::Page> pages = s_.index.pages_in_segments(
       [&](uint32_t s) { return std::find(victims.begin(), victims.end(), s) != victims.end(); });
   uint64_t total = 0;
   for (const PageIndex::Page& p : pages) {
@@ -118,7 +119,7 @@ Store::Impl::CopyForward Store::Impl::read_for_copy_forward(std::span<const uint
   Result<AlignedBuffer> buf = AlignedBuffer::allocate(total);
   if (!buf.ok()) return give_up();
   cf.bytes = std::move(buf).value();
-  Result<Registration> reg = agent.register_memory(cf.bytes.data(), cf.bytes.size());
+  Result<Registration> reg = s_.agent.register_memory(cf.bytes.data(), cf.bytes.size());
   if (!reg.ok()) return give_up();
   cf.reg = std::move(reg).value();
 
@@ -133,7 +134,7 @@ Store::Impl::CopyForward Store::Impl::read_for_copy_forward(std::span<const uint
       spec_segment.push_back(r.page.segment);
     }
   }
-  std::vector<Result<Target>> targets = agent.open_targets(specs);
+  std::vector<Result<Target>> targets = s_.agent.open_targets(specs);
   std::vector<MemDesc> mem;
   std::vector<StorageDesc> sto;
   std::vector<size_t> record_of;
@@ -148,7 +149,7 @@ Store::Impl::CopyForward Store::Impl::read_for_copy_forward(std::span<const uint
   }
   std::vector<bool> read(cf.records.size(), false);
   if (!mem.empty()) {
-    Result<Transfer> x = agent.make_request(TransferOp::kRead, mem, sto);
+    Result<Transfer> x = s_.agent.make_request(TransferOp::kRead, mem, sto);
     if (x.ok() && x->post().ok()) {
       x->wait();
       const auto results = x->results();
@@ -166,7 +167,7 @@ Store::Impl::CopyForward Store::Impl::read_for_copy_forward(std::span<const uint
     alignas(64) std::array<std::byte, kHeaderBytes> block{};
     std::memcpy(block.data(), rec, r.page.header_bytes);
     Result<page::Header> h = page::decode(block);
-    if (!h.ok() || h->namespace_id != ns_id || h->key_hash != r.page.hash ||
+    if (!h.ok() || h->namespace_id != s_.ns_id || h->key_hash != r.page.hash ||
         h->header_bytes != r.page.header_bytes || h->payload_bytes != r.page.payload) {
       continue;
     }
@@ -186,7 +187,7 @@ Store::Impl::CopyForward Store::Impl::read_for_copy_forward(std::span<const uint
   return cf;
 }
 
-size_t Store::Impl::copy_forward(CopyForward& cf) {
+size_t SegmentLayout::copy_forward(CopyForward& cf) {
   // Pages go out in windows of one piece count (put windows take k pieces a page), their
   // payloads cut as they were (pieces of differing sizes: any cut of differing sizes, which
   // is all a header records of them).
@@ -245,17 +246,17 @@ size_t Store::Impl::copy_forward(CopyForward& cf) {
 // A reader never loses a record under it: a get window opens the segment before it reads,
 // and an unlinked file stays readable through descriptors already open; a window that opens
 // after the unlink gets kNotFound, a miss, and drops the index entry.
-Status Store::Impl::reserve_segments(uint64_t need, bool copy_forward_pages) {
+Status SegmentLayout::reserve_segments(uint64_t need, bool copy_forward_pages) {
   // Second chances for segments other stores read (their access time), at most one pass of
   // the clock per call: readers that touch every segment cannot stall a writer.
   std::optional<size_t> chances_left;
   std::vector<uint32_t> victims;
-  Evictor e;
+  Store::Impl::Evictor e;
   e.choose = [&](uint64_t short_by) {
     victims.clear();
     uint64_t freeing = 0;
-    std::vector<bool> answering(router.base_count());
-    for (size_t b = 0; b < answering.size(); ++b) answering[b] = serving(b);
+    std::vector<bool> answering(s_.router.base_count());
+    for (size_t b = 0; b < answering.size(); ++b) answering[b] = s_.serving(b);
     MutexLock lock(seg->mu);
     size_t steps = seg->clock.size();
     if (!chances_left) chances_left = seg->clock.size();
@@ -290,7 +291,7 @@ Status Store::Impl::reserve_segments(uint64_t need, bool copy_forward_pages) {
         path = seg->files[id].seg_path;
         since = std::max(seg->files[id].clock_ns, seg->files[id].touched_ns);
       }
-      // Read by another store since it went to the back of the clock (open_records sets the
+      // Read by another store since it went to the back of the clock (open_for_read sets the
       // access time): a second chance.
       struct stat st {};
       if (*chances_left > 0 && ::stat(path.c_str(), &st) == 0 &&
@@ -314,8 +315,8 @@ Status Store::Impl::reserve_segments(uint64_t need, bool copy_forward_pages) {
       bool removed_all = true;
       for (const std::string& path : paths) {
         // Reclaimable segments never grow, so the size now is the size removed.
-        Result<ObjectInfo> info = agent.stat(path);
-        Status removed = agent.remove(path);
+        Result<ObjectInfo> info = s_.agent.stat(path);
+        Status removed = s_.agent.remove(path);
         if (removed.ok()) {
           *freed += info.ok() ? info->size : 0;
         } else if (removed.code() != StatusCode::kNotFound) {
@@ -331,19 +332,19 @@ Status Store::Impl::reserve_segments(uint64_t need, bool copy_forward_pages) {
         make_reclaimable(id);
       }
     }
-    bump(counters.evicted_bytes, *freed - freed_before);
+    bump(s_.counters.evicted_bytes, *freed - freed_before);
     if (!cf.records.empty()) {
       // The copies are charged as any write (a window of their own, which makes its room
       // without copying forward again), so the room the removals made goes back first.
       if (*freed != freed_before) {
-        Status released = ledger->release(*freed - freed_before);
+        Status released = s_.ledger->release(*freed - freed_before);
         *freed = freed_before;
         if (!released.ok()) return released;
       }
       copy_forward(cf);
     }
     // The copies point at their new records: what is left of the segments is evicted.
-    bump(counters.evicted_pages, forget_gone_segments());
+    bump(s_.counters.evicted_pages, forget_gone_segments());
     return failed;
   };
   e.relearn = [&]() -> Result<bool> {
@@ -352,7 +353,7 @@ Status Store::Impl::reserve_segments(uint64_t need, bool copy_forward_pages) {
     return !seg->clock.empty();
   };
   e.none_left = "no sealed segment is left to reclaim";
-  return reserve_capacity(need, e);
+  return s_.reserve_capacity(need, e);
 }
 
 }  // namespace kvtier

@@ -3,8 +3,10 @@
 // each segment; every store indexes the summaries (all of them on open, the new entries of
 // others' summaries when a key is not indexed), and reads a record with one read at its
 // offset, verified like a page. This file: finding what is on storage (open, the scan of
-// every summary, the refresh that learns what others appended), remove and clear; the write
-// path is store_segments_write.cc.
+// every summary, the refresh that learns what others appended), the remove entry and clear;
+// lookups and the read path's steps are segments_read.cc, the write path segments_write.cc.
+#include "layout/segments.h"
+
 #include <fmt/format.h>
 #include <sys/stat.h>
 
@@ -27,7 +29,7 @@ constexpr size_t kReadBufBytes = size_t{1} << 20;
 // Lanes when StoreConfig::segment_lanes is 0: one per hardware thread, at most this many.
 constexpr size_t kMaxAutoLanes = 4;
 // On an object store, lanes when StoreConfig::segment_lanes is 0: a put window goes up as about
-// this many segment objects side by side (each about 1 MiB or more, store_segments_objects.cc).
+// this many segment objects side by side (each about 1 MiB or more, segments_objects.cc).
 // Uploads, not the client's cores, are what runs in parallel there: on radosgw, 64 KiB pages
 // in windows of 8 MiB put 1.62x faster as 8 segments of 1 MiB than as 2 of 4 MiB
 // (docs/benchmarks.md, "Object store").
@@ -42,22 +44,50 @@ uint64_t random_writer_id() {
 
 }  // namespace
 
-Status Store::Impl::segments_open() {
+size_t SegmentLayout::copy_slot(size_t base) const {
+  return s_.router.base_count() * seg->lanes + base;
+}
+
+size_t SegmentLayout::slot_base(size_t slot) const {
+  const size_t lane_slots = s_.router.base_count() * seg->lanes;
+  return slot < lane_slots ? slot / seg->lanes : slot - lane_slots;
+}
+
+Status SegmentLayout::open() {
+  if (s_.config.capacity_bytes != 0) {
+    // Capacity is reclaimed a segment at a time: segments of at most 1/64 of it (1 MiB at
+    // least) keep the budget's grain fine.
+    s_.config.segment_bytes = std::min(s_.config.segment_bytes,
+                                       std::max<uint64_t>(s_.config.capacity_bytes / 64, 1 << 20));
+  }
+  return segments_open();
+}
+
+Result<uint64_t> SegmentLayout::charged_bytes() {
+  return segment_file_bytes();  // every segment and summary file
+}
+
+void SegmentLayout::with_capacity(bool alone) {
+  // Alone: segments nobody sealed belong to writers that are gone, and can be reclaimed.
+  if (alone) segments_adopt_abandoned();
+}
+
+Status SegmentLayout::segments_open() {
   seg = std::make_unique<Segments>();
   seg->writer = random_writer_id();
-  seg->bases = std::make_unique<SegmentBase[]>(router.base_count());
-  for (size_t b = 0; b < router.base_count(); ++b) {
+  seg->bases = std::make_unique<SegmentBase[]>(s_.router.base_count());
+  for (size_t b = 0; b < s_.router.base_count(); ++b) {
     SegmentBase& sb = seg->bases[b];
     KVTIER_ASSIGN_OR_RETURN(sb.append_buf, AlignedBuffer::allocate(kAppendBufBytes));
     KVTIER_ASSIGN_OR_RETURN(sb.append_reg,
-                            agent.register_memory(sb.append_buf.data(), sb.append_buf.size()));
+                            s_.agent.register_memory(sb.append_buf.data(), sb.append_buf.size()));
     KVTIER_ASSIGN_OR_RETURN(sb.read_buf, AlignedBuffer::allocate(kReadBufBytes));
     KVTIER_ASSIGN_OR_RETURN(sb.read_reg,
-                            agent.register_memory(sb.read_buf.data(), sb.read_buf.size()));
+                            s_.agent.register_memory(sb.read_buf.data(), sb.read_buf.size()));
   }
-  seg->whole = config.location.storage_class == StorageClass::kObject;
-  if (config.segment_lanes != 0) {
-    seg->lanes = config.segment_lanes;
+  seg->whole = s_.config.location.storage_class == StorageClass::kObject;
+  if (s_.config.segment_lanes != 0) {
+    seg->lanes = s_.config.segment_lanes;
   } else if (seg->whole) {
     seg->lanes = kAutoObjectLanes;
   } else {
@@ -67,37 +97,52 @@ Status Store::Impl::segments_open() {
   // first open or read of a file this one appended to, its data still dirty here, waited for
   // the metadata server's next tick (up to 5 s with Ceph's defaults; docs/deployment.md). A
   // sync per window and file after the append removed every such wait in a measured run.
-  seg->sync_appends = config.fsync && !seg->whole;
-  for (size_t b = 0; b < router.base_count() && !seg->sync_appends && !seg->whole; ++b) {
-    seg->sync_appends = on_fuse_filesystem(router.base(b));
+  seg->sync_appends = s_.config.fsync && !seg->whole;
+  for (size_t b = 0; b < s_.router.base_count() && !seg->sync_appends && !seg->whole; ++b) {
+    seg->sync_appends = on_fuse_filesystem(s_.router.base(b));
   }
   {
     MutexLock lock(seg->mu);
-    seg->active.assign(router.base_count() * (seg->lanes + 1), std::nullopt);
+    seg->active.assign(s_.router.base_count() * (seg->lanes + 1), std::nullopt);
   }
-  for (size_t b = 0; b < router.base_count(); ++b) {
-    KVTIER_RETURN_IF_ERROR(agent.make_dirs(segment_dir(router, b)));
+  for (size_t b = 0; b < s_.router.base_count(); ++b) {
+    KVTIER_RETURN_IF_ERROR(s_.agent.make_dirs(segment_dir(s_.router, b)));
   }
   return segments_scan();
 }
 
-Status Store::Impl::list_summaries(size_t b,
-                                   const std::function<void(const std::string&, uint64_t)>& fn,
-                                   bool with_sizes) {
-  Status st = agent.list(segment_dir(router, b), ListOptions{.with_details = with_sizes},
-                         [&](const ObjectInfo& e) {
-                           if (std::optional<std::string> name = segment::name_of_summary(e.name)) {
-                             fn(*name, e.size);
-                           }
-                           return ok_status();
-                         });
+Status SegmentLayout::list_summaries(size_t b,
+                                     const std::function<void(const std::string&, uint64_t)>& fn,
+                                     bool with_sizes) {
+  return list_summaries_of(s_, b, fn, with_sizes);
+}
+
+Status SegmentLayout::list_summaries_of(Store::Impl& s, size_t b,
+                                        const std::function<void(const std::string&, uint64_t)>& fn,
+                                        bool with_sizes) {
+  Status st = s.agent.list(
+      segment_dir(s.router, b), ListOptions{.with_details = with_sizes}, [&](const ObjectInfo& e) {
+        if (std::optional<std::string> name = segment::name_of_summary(e.name)) {
+          fn(*name, e.size);
+        }
+        return ok_status();
+      });
   return st.code() == StatusCode::kNotFound ? ok_status() : st;
 }
 
-Result<uint64_t> Store::Impl::read_summary(size_t b, const std::string& sum_path, uint64_t from,
-                                           const std::function<void(const segment::Entry&)>& fn) {
+Result<bool> SegmentLayout::holds_pages(Store::Impl& s) {
+  bool segments = false;
+  for (size_t b = 0; b < s.router.base_count() && !segments; ++b) {
+    KVTIER_RETURN_IF_ERROR(
+        list_summaries_of(s, b, [&](const std::string&, uint64_t) { segments = true; }));
+  }
+  return segments;
+}
+
+Result<uint64_t> SegmentLayout::read_summary(size_t b, const std::string& sum_path, uint64_t from,
+                                             const std::function<void(const segment::Entry&)>& fn) {
   std::byte* const buf = seg->bases[b].read_buf.data();
-  Result<Target> t = agent.open_target(TargetSpec{sum_path, TargetMode::kRead, 0, {}});
+  Result<Target> t = s_.agent.open_target(TargetSpec{sum_path, TargetMode::kRead, 0, {}});
   if (!t.ok()) {
     // A summary removed since it was listed (a clear) has nothing more to say.
     if (t.status().code() == StatusCode::kNotFound) return from;
@@ -107,7 +152,7 @@ Result<uint64_t> Store::Impl::read_summary(size_t b, const std::string& sum_path
   uint64_t at = from;
   while (at < end) {
     const uint64_t n = std::min<uint64_t>(end - at, kReadBufBytes);
-    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(agent, TransferOp::kRead, *t, buf, at, n));
+    KVTIER_RETURN_IF_ERROR(object_io::transfer_range(s_.agent, TransferOp::kRead, *t, buf, at, n));
     for (uint64_t o = 0; o < n; o += segment::kEntryBytes) {
       const std::optional<segment::Entry> e = segment::decode_entry(
           std::span<const std::byte, segment::kEntryBytes>(buf + o, segment::kEntryBytes));
@@ -120,7 +165,7 @@ Result<uint64_t> Store::Impl::read_summary(size_t b, const std::string& sum_path
   return at;
 }
 
-Status Store::Impl::segments_scan() {
+Status SegmentLayout::segments_scan() {
   struct Summary {
     std::string name;
     uint32_t base;
@@ -129,9 +174,9 @@ Status Store::Impl::segments_scan() {
   };
   std::vector<Summary> summaries;
   uint64_t entries = 0;
-  for (size_t b = 0; b < router.base_count(); ++b) {
-    Status st = agent.list(
-        segment_dir(router, b), ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
+  for (size_t b = 0; b < s_.router.base_count(); ++b) {
+    Status st = s_.agent.list(
+        segment_dir(s_.router, b), ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
           if (std::optional<std::string> n = segment::name_of_summary(e.name)) {
             summaries.push_back({*n, static_cast<uint32_t>(b), e.mtime_ns, e.size});
             entries += e.size / segment::kEntryBytes;
@@ -147,7 +192,7 @@ Status Store::Impl::segments_scan() {
   std::sort(summaries.begin(), summaries.end(), [](const Summary& a, const Summary& b) {
     return a.mtime_ns != b.mtime_ns ? a.mtime_ns < b.mtime_ns : a.name < b.name;
   });
-  index.reserve(entries);
+  s_.index.reserve(entries);
   if (seg->whole) {
     std::vector<uint32_t> ids;
     MutexLock lock(seg->mu);
@@ -158,9 +203,9 @@ Status Store::Impl::segments_scan() {
       f.base = s.base;
       f.listed_bytes = s.bytes;
       f.seg_path =
-          segment_dir(router, s.base) + "/" + s.name + std::string(segment::kSegmentSuffix);
+          segment_dir(s_.router, s.base) + "/" + s.name + std::string(segment::kSegmentSuffix);
       f.sum_path =
-          segment_dir(router, s.base) + "/" + s.name + std::string(segment::kSummarySuffix);
+          segment_dir(s_.router, s.base) + "/" + s.name + std::string(segment::kSummarySuffix);
       ids.push_back(static_cast<uint32_t>(seg->files.size()));
       seg->by_name.emplace(s.name, ids.back());
       seg->files.push_back(std::move(f));
@@ -172,15 +217,17 @@ Status Store::Impl::segments_scan() {
   std::vector<PageIndex::Page> run;
   run.reserve(size_t{1} << 16);
   auto flush = [&] {
-    index.put_many(run);
+    s_.index.put_many(run);
     run.clear();
   };
   for (const Summary& s : summaries) {
     SegmentFile f;
     f.name = s.name;
     f.base = s.base;
-    f.seg_path = segment_dir(router, s.base) + "/" + s.name + std::string(segment::kSegmentSuffix);
-    f.sum_path = segment_dir(router, s.base) + "/" + s.name + std::string(segment::kSummarySuffix);
+    f.seg_path =
+        segment_dir(s_.router, s.base) + "/" + s.name + std::string(segment::kSegmentSuffix);
+    f.sum_path =
+        segment_dir(s_.router, s.base) + "/" + s.name + std::string(segment::kSummarySuffix);
     uint32_t id;
     {
       MutexLock lock(seg->mu);
@@ -199,7 +246,7 @@ Status Store::Impl::segments_scan() {
         uint64_t read, read_summary(s.base, f.sum_path, 0, [&](const segment::Entry& e) {
           switch (e.type) {
             case segment::EntryType::kBegin:
-              ours = e.key_hash == ns_id;
+              ours = e.key_hash == s_.ns_id;
               sealed = sealed || !ours;  // another namespace's: never read again
               break;
             case segment::EntryType::kPut:
@@ -212,7 +259,7 @@ Status Store::Impl::segments_scan() {
             case segment::EntryType::kRemove:
               if (!ours) break;
               flush();  // the puts before it first
-              index.erase(e.key_hash);
+              s_.index.erase(e.key_hash);
               break;
             case segment::EntryType::kSeal:
               sealed = true;
@@ -229,11 +276,11 @@ Status Store::Impl::segments_scan() {
   return ok_status();
 }
 
-void Store::Impl::segments_refresh(const std::vector<bool>& want, uint64_t max_age_ns) {
+void SegmentLayout::segments_refresh(const std::vector<bool>& want, uint64_t max_age_ns) {
   const uint64_t asked = now_ns();
   bool any_gone = false;
-  for (size_t b = 0; b < router.base_count(); ++b) {
-    if ((!want.empty() && !want[b]) || !serving(b)) continue;
+  for (size_t b = 0; b < s_.router.base_count(); ++b) {
+    if ((!want.empty() && !want[b]) || !s_.serving(b)) continue;
     SegmentBase& sb = seg->bases[b];
     // A look that began after this call did (a concurrent caller's), or at most max_age_ns
     // before it, will do.
@@ -249,7 +296,7 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want, uint64_t max_a
     // (older than the clock's coarse tick, so no file created later can share its time) need
     // not be listed again. An object store's prefix has no such time: it is listed.
     Result<ObjectInfo> dir =
-        seg->whole ? Result<ObjectInfo>(ObjectInfo{}) : agent.stat(segment_dir(router, b));
+        seg->whole ? Result<ObjectInfo>(ObjectInfo{}) : s_.agent.stat(segment_dir(s_.router, b));
     const uint64_t mtime = dir.ok() ? dir->mtime_ns : 0;
     const bool settled = mtime != 0 && mtime + 100'000'000 < wall_ns();
     if (!(settled && mtime == sb.dir_mtime)) {
@@ -296,8 +343,8 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want, uint64_t max_a
         f.listed_bytes = sizes[n];
         f.name = name;
         f.base = static_cast<uint32_t>(b);
-        f.seg_path = segment_dir(router, b) + "/" + name + std::string(segment::kSegmentSuffix);
-        f.sum_path = segment_dir(router, b) + "/" + name + std::string(segment::kSummarySuffix);
+        f.seg_path = segment_dir(s_.router, b) + "/" + name + std::string(segment::kSegmentSuffix);
+        f.sum_path = segment_dir(s_.router, b) + "/" + name + std::string(segment::kSummarySuffix);
         seg->by_name.emplace(name, static_cast<uint32_t>(seg->files.size()));
         seg->files.push_back(std::move(f));
       }
@@ -321,12 +368,12 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want, uint64_t max_a
       for (const Todo& t : todo) ids.push_back(t.id);
       apply_whole_summaries(ids, /*at_open=*/false);
       sb.looked_ns.store(began, std::memory_order_release);
-      bump(counters.segment_looks);
+      bump(s_.counters.segment_looks);
       continue;
     }
     for (const Todo& t : todo) {
       // One stat tells whether it grew (a dead writer's summary never does).
-      Result<ObjectInfo> info = agent.stat(t.path);
+      Result<ObjectInfo> info = s_.agent.stat(t.path);
       if (info.ok() && info->size < t.from + segment::kEntryBytes) continue;
       bool sealed = false;
       uint64_t record_end = 0;
@@ -336,19 +383,19 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want, uint64_t max_a
       Result<uint64_t> read = read_summary(b, t.path, t.from, [&](const segment::Entry& e) {
         switch (e.type) {
           case segment::EntryType::kBegin:
-            ours_ns = e.key_hash == ns_id;
+            ours_ns = e.key_hash == s_.ns_id;
             sealed = sealed || !ours_ns;
             break;
           case segment::EntryType::kPut:
             if (ours_ns) {
               record_end = std::max(record_end, e.offset + e.record_bytes);
               // A key put again (a copy forward, a rewrite) is where its latest entry says.
-              index.put_relearned({e.key_hash, static_cast<uint32_t>(b), e.record_bytes, t.id,
-                                   e.header_bytes, e.offset, e.payload_bytes});
+              s_.index.put_relearned({e.key_hash, static_cast<uint32_t>(b), e.record_bytes, t.id,
+                                      e.header_bytes, e.offset, e.payload_bytes});
             }
             break;
           case segment::EntryType::kRemove:
-            if (ours_ns) index.erase(e.key_hash);
+            if (ours_ns) s_.index.erase(e.key_hash);
             break;
           case segment::EntryType::kSeal:
             sealed = true;
@@ -364,13 +411,12 @@ void Store::Impl::segments_refresh(const std::vector<bool>& want, uint64_t max_a
       if (f.sealed && !f.gone) make_reclaimable(t.id);
     }
     sb.looked_ns.store(began, std::memory_order_release);
-    bump(counters.segment_looks);
+    bump(s_.counters.segment_looks);
   }
   if (any_gone) forget_gone_segments();
 }
 
-Status Store::Impl::segments_forget(const Hash128& key_hash, size_t base) {
-  if (seg->whole) return forget_whole(key_hash, base);
+Status FileSegments::forget(const Hash128& key_hash, size_t base) {
   const segment::Entry e{segment::EntryType::kRemove, 0, key_hash, 0, 0, 0, wall_ns()};
   Status st;
   uint64_t grown = 0;
@@ -401,27 +447,27 @@ Status Store::Impl::segments_forget(const Hash128& key_hash, size_t base) {
   return st;
 }
 
-Status Store::Impl::segments_clear(uint64_t* pages) {
+Status SegmentLayout::clear() {
   segments_refresh();
-  *pages = index.pages();
+  bump(s_.counters.cleared, s_.index.pages());
   Status result;
   uint64_t freed = 0;
-  for (size_t b = 0; b < router.base_count(); ++b) {
+  for (size_t b = 0; b < s_.router.base_count(); ++b) {
     // This store's appends on the base wait; the listing and removal run outside seg->mu.
     MutexLock io(seg->bases[b].io);
     {
       std::vector<std::string> paths;
       std::vector<uint64_t> sizes;
-      Status st = agent.list(segment_dir(router, b), ListOptions{.with_details = true},
-                             [&](const ObjectInfo& e) {
-                               if (segment::is_segment_file(e.name)) {
-                                 paths.push_back(segment_dir(router, b) + "/" + e.name);
-                                 sizes.push_back(e.size);
-                               }
-                               return ok_status();
-                             });
+      Status st = s_.agent.list(segment_dir(s_.router, b), ListOptions{.with_details = true},
+                                [&](const ObjectInfo& e) {
+                                  if (segment::is_segment_file(e.name)) {
+                                    paths.push_back(segment_dir(s_.router, b) + "/" + e.name);
+                                    sizes.push_back(e.size);
+                                  }
+                                  return ok_status();
+                                });
       if (!st.ok() && st.code() != StatusCode::kNotFound && result.ok()) result = st;
-      std::vector<Status> removed = agent.remove_many(paths);
+      std::vector<Status> removed = s_.agent.remove_many(paths);
       for (size_t i = 0; i < removed.size(); ++i) {
         const Status& r = removed[i];
         if (r.ok()) freed += sizes[i];
@@ -448,10 +494,10 @@ Status Store::Impl::segments_clear(uint64_t* pages) {
     }
     seg->clock.clear();
   }
-  index.clear();
+  s_.index.clear();
   // The files' bytes as listed; one being appended to meanwhile drifts (healed at a lone
   // open).
-  if (ledger) ledger->release(freed).ignore_error();
+  if (s_.ledger) s_.ledger->release(freed).ignore_error();
   return result;
 }
 

@@ -1,0 +1,94 @@
+// How a store's pages lie on storage: the one interface the facade (Store::Impl) calls, so it
+// never asks which layout it has. Three implement it (docs/architecture.md, "The store's
+// rooms"):
+//
+//   PageFiles       one object per page, published whole (page_files.h)
+//   FileSegments    records appended to segment files, each listed in a summary beside it
+//   ObjectSegments  the same on an object store: each segment written whole (segments.h)
+//
+// A layout owns its state and its locks (the segment table, lanes and clock are the segment
+// layouts'); what every layout shares (the agent, the router, the page index, the ledger, the
+// counters) stays the facade's, and a layout reaches it through the store it belongs to.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "format/page_format.h"
+#include "kvtier/core/status.h"
+#include "kvtier/store/store.h"
+#include "naming/routing.h"
+#include "page_work.h"
+
+namespace kvtier {
+
+class Layout {
+ public:
+  virtual ~Layout() = default;
+  Layout() = default;
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+
+  virtual StoreLayout kind() const = 0;
+
+  // Opening, in this order. open(): creates what the layout keeps on storage and indexes the
+  // pages already there. charged_bytes(): what the capacity ledger charges when it starts
+  // from nothing (no other store of the namespace open). with_capacity(): the ledger is open;
+  // `alone`: no other store of the namespace was.
+  virtual Status open() = 0;
+  virtual Result<uint64_t> charged_bytes() = 0;
+  virtual void with_capacity(bool alone) = 0;
+
+  // Before the page index answers a lookup: it drops what other stores removed since.
+  virtual void catch_up() = 0;
+  // Lookups the page index could not answer. look_up(): whether the page is on storage now
+  // (indexed when it is). look_up_from(): keys[n..] (validated up to the first bad key, which
+  // ends the prefix), how many in a row are on storage; exists_queries and index_stats are
+  // counted here.
+  virtual Result<bool> look_up(const routing::Route& route) = 0;
+  virtual size_t look_up_from(std::span<const std::string_view> keys, size_t n) = 0;
+
+  // Changes. put_window(): one window of a put batch (store_window.h's run_batch), `out`
+  // per page. remove(): the page, wherever it lies, out of the index too (not indexed nor on
+  // storage: kNotFound). clear(): every page of the namespace goes, out of the index, its
+  // bytes given back to the ledger, counted as cleared.
+  virtual void put_window(std::span<const std::string_view> keys,
+                          std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out) = 0;
+  virtual Status remove(const routing::Route& route) = 0;
+  virtual Status clear() = 0;
+  // Batches touch their earlier windows' pages again so the first page is the most recently
+  // used (run_batch): only where the index's order decides eviction.
+  virtual bool orders_batches() const = 0;
+
+  // The read path's steps that depend on where pages lie (store_read.cc runs the rest).
+  // trusts_sizes(): pages may be opened without asking their size (an object store's page
+  // objects). open_for_read(): opens the window's planned pages; those that open go to
+  // rw.reading with their target, offset and stored size; the others get their status.
+  // after_read(): the window's reads completed.
+  virtual bool trusts_sizes() const = 0;
+  virtual void open_for_read(detail::ReadWindow& rw, std::span<Status> out, bool trust_size) = 0;
+  virtual void after_read(const detail::ReadWindow& rw) = 0;
+  // Verifying a page read: what a stored page of header `h` occupies; whether its header and
+  // payload agree with what was read (`sums`: the payload's chunk checksums, when verified);
+  // where it lies, for an error.
+  virtual uint64_t stored_bytes(const page::Header& h) const = 0;
+  virtual Status verify_stored(const page::Header& h, const detail::PageWork<MutableBuffer>& w,
+                               std::optional<std::span<const uint64_t>> sums) const = 0;
+  virtual std::string where(const detail::PageWork<MutableBuffer>& w) const = 0;
+  // After the read: a page found corrupt goes (config.drop_corrupt), and a hit is indexed
+  // as just used at `now`.
+  virtual void drop_corrupt(detail::PageWork<MutableBuffer>& w) = 0;
+  virtual void index_hit(const detail::PageWork<MutableBuffer>& w, uint64_t now) = 0;
+};
+
+// The layout `kind` for `store` (on its location: segments on an object store are written
+// whole), not yet open.
+std::unique_ptr<Layout> make_layout(Store::Impl& store, StoreLayout kind);
+// layout=auto: whether `store`'s namespace already holds pages laid out as `kind`.
+Result<bool> holds_pages(Store::Impl& store, StoreLayout kind);
+
+}  // namespace kvtier

@@ -1,0 +1,65 @@
+// The page-file layout: one object per page, at a path its key's hash decides
+// (naming/routing.h), written to a temporary and published whole (renamed, or uploaded), so a
+// reader sees a page entire or not at all. Pages of other stores are found by asking storage
+// (a stat, or a listing of the namespace); with a capacity, the least recently used pages
+// this store knows of are evicted one by one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "capacity/key_ring.h"
+#include "capacity/read_marks.h"
+#include "kvtier/store/store.h"
+#include "layout/layout.h"
+
+namespace kvtier {
+
+class PageFiles final : public Layout {
+ public:
+  explicit PageFiles(Store::Impl& store) : s_(store) {}
+  // layout=auto: whether `store`'s namespace holds page files.
+  static Result<bool> holds_pages(Store::Impl& store);
+
+  StoreLayout kind() const override { return StoreLayout::kFiles; }
+  Status open() override;
+  Result<uint64_t> charged_bytes() override;
+  void with_capacity(bool alone) override;
+  void catch_up() override;
+  Result<bool> look_up(const routing::Route& route) override;
+  size_t look_up_from(std::span<const std::string_view> keys, size_t n) override;
+  void put_window(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces,
+                  size_t k, std::span<Status> out) override;
+  Status remove(const routing::Route& route) override;
+  Status clear() override;
+  bool orders_batches() const override;
+  bool trusts_sizes() const override;
+  void open_for_read(detail::ReadWindow& rw, std::span<Status> out, bool trust_size) override;
+  void after_read(const detail::ReadWindow&) override {}
+  uint64_t stored_bytes(const page::Header& h) const override;
+  Status verify_stored(const page::Header& h, const detail::PageWork<MutableBuffer>& w,
+                       std::optional<std::span<const uint64_t>> sums) const override;
+  std::string where(const detail::PageWork<MutableBuffer>& w) const override;
+  void drop_corrupt(detail::PageWork<MutableBuffer>& w) override;
+  void index_hit(const detail::PageWork<MutableBuffer>& w, uint64_t now) override;
+
+ private:
+  // Lists the namespace's pages into the index: `as_recent` puts them in their modification
+  // order as used; otherwise they go in as least recently used (found later).
+  Status scan_index(bool as_recent);
+  // The bytes `need` fit the capacity: least recently used pages are evicted until they do.
+  Status reserve(uint64_t need);
+
+  Store::Impl& s_;
+  // With a capacity, on a filesystem that can map them (capacity/): which pages other stores
+  // of the namespace on this host read (eviction spares them once), and the pages those
+  // stores evicted or removed (each store drops them from its index before it answers a
+  // lookup, so it does not report a page another store removed).
+  std::unique_ptr<ReadMarks> read_marks_;
+  std::unique_ptr<KeyRing> gone_;
+};
+
+}  // namespace kvtier
