@@ -133,37 +133,15 @@ std::vector<bool> Store::indexed(std::span<const std::string_view> keys, ExistsC
   return out;
 }
 
-void Store::Impl::EvictionJournal::add(std::span<const Hash128> evicted) {
-  MutexLock lock(mu);
-  if (max_pending == 0 || evicted.empty()) return;
-  for (const Hash128& h : evicted) keys.push_back(h);
-  while (keys.size() > max_pending) {
-    keys.pop_front();
-    ++dropped;
-  }
-}
-
 void Store::watch_evictions(size_t max_pending) {
   if (!impl_->owner.here()) return;
-  Impl::EvictionJournal& j = impl_->evictions;
-  MutexLock lock(j.mu);
-  j.max_pending = max_pending;
-  while (j.keys.size() > max_pending) {
-    j.keys.pop_front();
-    ++j.dropped;
-  }
+  impl_->capacity.evictions().watch(max_pending);
 }
 
 Store::Evicted Store::take_evicted() {
   if (!impl_->owner.here()) return {};
-  Impl::EvictionJournal& j = impl_->evictions;
-  Evicted out;
-  MutexLock lock(j.mu);
-  out.keys.assign(j.keys.begin(), j.keys.end());
-  out.dropped = j.dropped;
-  j.keys.clear();
-  j.dropped = 0;
-  return out;
+  EvictionJournal::Taken taken = impl_->capacity.evictions().take();
+  return Evicted{std::move(taken.keys), taken.dropped};
 }
 
 Result<bool> Store::Impl::exists_here(std::string_view key) {
@@ -203,7 +181,7 @@ Status Store::clear() {
   KVTIER_RETURN_IF_ERROR(impl_->owner.check(kStoreName));
   Status result = impl_->layout->clear();
   // Every other store of the namespace drops its index on its next exists call.
-  Status published = impl_->publish_generation();
+  Status published = impl_->generation.publish();
   if (result.ok()) result = published;
   return result;
 }

@@ -32,9 +32,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "capacity/admission.h"
-#include "capacity/ledger.h"
 #include "capacity/page_index.h"
+#include "capacity/store_capacity.h"
 #include "format/page_format.h"
 #include "format/segment_format.h"
 #include "guard/guard.h"
@@ -93,6 +92,7 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
         agent(std::move(a)),
         router(std::move(r)),
         ns_id(config.ns.id()),
+        generation(agent, router.generation_path(), router.temp_dir(0)),
         headers(agent),
         staging(agent, config.staging_bytes),
         budget(config.max_open_objects != 0 ? config.max_open_objects
@@ -125,23 +125,18 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   Agent agent;
   routing::Router router;
   Hash128 ns_id;
+  // The namespace's clear generation as this store last saw it (naming/clear_generation.h).
+  // A change means another store, or `kvtier clear`, cleared the namespace.
+  clear_generation::Watch generation;
   HeaderPool headers;  // after agent: its registrations go first
   StagingPool staging;
   ObjectBudget budget;
   Counters counters;
-  // The namespace's pages as this process knows them (see page_index.h), and the shared
-  // capacity budget when the store has one (see ledger.h).
+  // The namespace's pages as this process knows them (capacity/page_index.h), and what the
+  // store may hold and gives up for a new page (capacity/store_capacity.h: the shared ledger,
+  // admission, the evictions it keeps).
   PageIndex index;
-  std::unique_ptr<Ledger> ledger;
-  // Key hashes of pages evicted, for Store::take_evicted(); off (max_pending 0) until
-  // Store::watch_evictions().
-  struct EvictionJournal {
-    Mutex mu;
-    size_t max_pending KVTIER_GUARDED_BY(mu) = 0;
-    std::deque<Hash128> keys KVTIER_GUARDED_BY(mu);
-    uint64_t dropped KVTIER_GUARDED_BY(mu) = 0;
-    void add(std::span<const Hash128> evicted) KVTIER_EXCLUDES(mu);
-  } evictions;
+  StoreCapacity capacity;
   // kBlockBytes of zeros, registered: the source of every object's tail padding.
   AlignedBuffer zeros;
   Registration zeros_registration;
@@ -154,35 +149,18 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   std::string dio_summary = "off";
   // The layout and, for layout=auto, why it was chosen (StoreStats::layout).
   std::string layout_summary;
-  // Admission (admission.h): the policy when adaptive and the store has a capacity, else
-  // null and `admission_summary` says why every page is taken. `at_capacity`: the last
-  // reservation had to evict (or could not fit), so a new page now costs an old one.
-  std::unique_ptr<AdmissionPolicy> admission;
-  std::string admission_summary;
-  std::atomic<bool> at_capacity{false};
   // Submitted batches: run on a pool started on first use; the store waits for them on close.
   std::once_flag async_once;
   std::unique_ptr<WorkerPool> async_pool;
   Mutex async_mu;
   std::condition_variable async_idle;
   size_t async_pending KVTIER_GUARDED_BY(async_mu) = 0;
-  // The namespace's clear generation (clear_generation.h) as this store last saw it. A change
-  // means another store, or `kvtier clear`, cleared the namespace, and this store's index is
-  // dropped.
-  Mutex generation_mu;
-  clear_generation::Generation seen_generation KVTIER_GUARDED_BY(generation_mu);
-  // When the last read of it that answered began (now_ns()); 0: none since open. Exists calls
-  // read it again only once config.refresh_ms has passed (on an object store each read is a
-  // HEAD, on every call otherwise).
-  std::atomic<uint64_t> generation_read_ns{0};
-
-  // The generation object as storage has it now; nullopt when storage cannot tell now (the
-  // next call asks again).
-  std::optional<clear_generation::Generation> read_generation();
-  // One stat: drops the index when the namespace was cleared since this store last looked.
-  void observe_generation();
-  // Rewrites the generation object with a value never used before.
-  Status publish_generation();
+  // Lookups ask the clear generation at most once per config.refresh_ms; when it changed, the
+  // index is dropped.
+  void observe_generation() {
+    if (!serving(0)) return;  // the generation lives on base 0
+    generation.observe(lookup_max_age_ns(), [this] { index.clear(); });
+  }
 
   // A put or get batch, timed into its latency histogram: pages of isolated bases go through
   // the guard, the others run on this thread.
@@ -306,23 +284,6 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
     if (w.io == PageIo::kStaged) bump(counters.staged_pages);
   }
 
-  // What a layout evicts to make room, for reserve_capacity().
-  struct Evictor {
-    // Under the ledger's lock: chooses victims worth at least `short_by` bytes (fewer if it
-    // knows of no more); false when it chose none.
-    std::function<bool(uint64_t short_by)> choose;
-    // With the lock released: removes what choose() chose, adding the bytes removed to
-    // `*freed` (given back to the ledger even when some removal failed, which it returns).
-    std::function<Status(uint64_t* freed)> evict;
-    // Learns what other processes wrote since this store last looked: true when that gave
-    // choose() anything to choose from.
-    std::function<Result<bool>()> relearn;
-    std::string_view none_left;  // how a refusal says that nothing is left to evict
-  };
-  // The protocol both layouts share: charges `need` bytes to the ledger, evicting what
-  // `evictor` chooses until they fit. kResourceExhausted when they cannot (larger than the
-  // capacity, or nothing is left to evict after relearning what others wrote).
-  Status reserve_capacity(uint64_t need, const Evictor& evictor);
   // Walks base `b`'s namespace directory (see walk_namespace): `fn(dir, pages)` gets the
   // pages of each fan-out directory; a base without the directory has none.
   Status for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn);
@@ -333,8 +294,6 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // layout=auto on this store's location and namespace (store_open.cc).
   Result<AutoLayout> choose_layout();
 
-  // The capacity limit given the usage now (min_free_bytes leaves room on the first base).
-  uint64_t capacity_limit(uint64_t used);
   // How old a look at storage may be and still answer a lookup (config.refresh_ms).
   uint64_t lookup_max_age_ns() const { return config.refresh_ms.value_or(0) * 1'000'000; }
   // Runs a batch in windows of at most budget.capacity() pages, each holding its permits.

@@ -25,8 +25,8 @@ StoreStats Store::stats() const {
   s.bytes = impl_->index.bytes();
   s.capacity_bytes = impl_->config.capacity_bytes;
   s.min_free_bytes = impl_->config.min_free_bytes;
-  if (impl_->ledger && impl_->serving(0)) {  // the ledger lives on base 0
-    Result<uint64_t> used = impl_->ledger->used();
+  if (impl_->capacity.bounded() && impl_->serving(0)) {  // the ledger lives on base 0
+    Result<uint64_t> used = impl_->capacity.used();
     if (used.ok()) s.used_bytes = *used;
   }
   s.batches_in_flight = v(c.batches_in_flight);
@@ -34,7 +34,7 @@ StoreStats Store::stats() const {
   s.direct_io = impl_->dio_summary;
   s.layout = impl_->layout_summary;
   s.isolation = impl_->isolation_summary;
-  s.admission = impl_->admission ? impl_->admission->describe() : impl_->admission_summary;
+  s.admission = impl_->capacity.describe_admission();
   s.health = "answering";
   if (impl_->guard) {
     guard::Guard::Snapshot g = impl_->guard->snapshot();

@@ -1,5 +1,5 @@
 // The namespace on storage: its directories and manifest, the temporaries dead writers left,
-// the walk of its fan-out directories, and the clear generation other stores watch.
+// and the walk of its fan-out directories.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -86,37 +86,6 @@ Status Store::Impl::for_each_fanout(size_t b, bool with_details, const FanoutPag
   Status st = walk_namespace(agent, router.namespace_dir(b), with_details, fn);
   // A base whose namespace directory is gone holds no pages.
   return st.code() == StatusCode::kNotFound ? ok_status() : st;
-}
-
-std::optional<clear_generation::Generation> Store::Impl::read_generation() {
-  return clear_generation::read(agent, router.generation_path());
-}
-
-void Store::Impl::observe_generation() {
-  if (!serving(0)) return;  // the generation lives on base 0
-  const uint64_t asked = now_ns();
-  const uint64_t read_at = generation_read_ns.load(std::memory_order_acquire);
-  if (read_at != 0 && read_at + lookup_max_age_ns() >= asked) return;
-  std::optional<clear_generation::Generation> now = read_generation();
-  if (!now) return;
-  {
-    MutexLock lock(generation_mu);
-    if (*now != seen_generation) {
-      seen_generation = *now;
-      index.clear();
-    }
-  }
-  generation_read_ns.store(asked, std::memory_order_release);
-}
-
-Status Store::Impl::publish_generation() {
-  KVTIER_RETURN_IF_ERROR(
-      clear_generation::publish(agent, router.generation_path(), router.temp_dir(0)));
-  if (std::optional<clear_generation::Generation> now = read_generation()) {
-    MutexLock lock(generation_mu);
-    seen_generation = *now;
-  }
-  return ok_status();
 }
 
 }  // namespace kvtier

@@ -185,38 +185,13 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
       fmt::format("opening store at {}", config.location.uri())));
   KVTIER_RETURN_IF_ERROR(impl->layout->open().with_context(
       fmt::format("indexing the store at {}", config.location.uri())));
-  if (std::optional<clear_generation::Generation> g = impl->read_generation()) {
-    MutexLock lock(impl->generation_mu);  // not shared yet: uncontended
-    impl->seen_generation = *g;
-  }
-  if (config.capacity_bytes != 0 || config.min_free_bytes != 0) {
-    KVTIER_ASSIGN_OR_RETURN(const uint64_t charged, impl->layout->charged_bytes());
-    KVTIER_ASSIGN_OR_RETURN(impl->ledger, Ledger::open(impl->router.namespace_dir(0), charged));
-    impl->layout->with_capacity(impl->ledger->reset_on_open());
-  }
-  if (cfg.admission.empty()) cfg.admission = "adaptive";
-  if (cfg.admission != "adaptive" && cfg.admission != "always") {
-    return invalid_argument_error(
-        fmt::format("admission '{}' (use adaptive or always)", cfg.admission));
-  }
-  if (cfg.admission == "always") {
-    impl->admission_summary = "always";
-  } else if (config.capacity_bytes == 0 || !impl->ledger) {
-    impl->admission_summary = "always (adaptive needs a capacity_bytes)";
-  } else {
-    // One doorkeeper and one ring of keys asked for the namespace's stores on this host (not
-    // across hosts: see read marks above); a store that cannot map them keeps its own.
-    std::unique_ptr<SharedFile> written;
-    std::unique_ptr<KeyRing> asked;
-    if (const std::string& dir = impl->router.namespace_dir(0); !on_fuse_filesystem(dir)) {
-      if (auto f = AdmissionPolicy::open_doorkeeper_file(dir, config.capacity_bytes); f.ok()) {
-        written = std::move(f).value();
-      }
-      if (auto f = AdmissionPolicy::open_lookups_file(dir); f.ok()) asked = std::move(f).value();
-    }
-    impl->admission = std::make_unique<AdmissionPolicy>(config.capacity_bytes, std::move(written),
-                                                        std::move(asked));
-  }
+  impl->generation.start();
+  // What is charged when this store is alone: what its layout holds on storage.
+  KVTIER_RETURN_IF_ERROR(impl->capacity.open(impl->router.namespace_dir(0),
+                                             {config.capacity_bytes, config.min_free_bytes},
+                                             [&impl] { return impl->layout->charged_bytes(); }));
+  if (impl->capacity.bounded()) impl->layout->with_capacity(impl->capacity.opened_alone());
+  KVTIER_RETURN_IF_ERROR(impl->capacity.choose_admission(cfg.admission));
   KVTIER_RETURN_IF_ERROR(impl->start_guard());
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }

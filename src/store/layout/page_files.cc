@@ -113,7 +113,7 @@ size_t PageFiles::look_up_from(std::span<const std::string_view> keys, size_t n)
 
 Status PageFiles::remove(const routing::Route& r) {
   uint64_t bytes = 0;
-  if (s_.ledger) {
+  if (s_.capacity.bounded()) {
     Result<ObjectInfo> info = s_.agent.stat(r.path);
     if (info.ok()) bytes = info->size;
   }
@@ -121,7 +121,7 @@ Status PageFiles::remove(const routing::Route& r) {
   s_.index.erase(r.key_hash);
   KVTIER_RETURN_IF_ERROR(st);
   if (gone_) gone_->append({&r.key_hash, 1});
-  if (s_.ledger) s_.ledger->release(bytes).ignore_error();
+  s_.capacity.release(bytes).ignore_error();
   return ok_status();
 }
 
@@ -130,7 +130,7 @@ Status PageFiles::clear() {
   uint64_t freed = 0;
   for (size_t b = 0; b < s_.router.base_count() && result.ok(); ++b) {
     result = s_.for_each_fanout(
-        b, /*with_details=*/s_.ledger != nullptr,
+        b, /*with_details=*/s_.capacity.bounded(),
         [&](const std::string& dir, const std::vector<ObjectInfo>& pages) {
           std::vector<std::string> paths;
           paths.reserve(pages.size());
@@ -149,12 +149,12 @@ Status PageFiles::clear() {
         });
   }
   s_.index.clear();
-  if (s_.ledger) s_.ledger->release(freed).ignore_error();
+  s_.capacity.release(freed).ignore_error();
   return result;
 }
 
 bool PageFiles::orders_batches() const {
-  return s_.ledger != nullptr;  // order matters only to eviction
+  return s_.capacity.bounded();  // order matters only to eviction
 }
 
 bool PageFiles::trusts_sizes() const {
@@ -184,7 +184,7 @@ void PageFiles::drop_corrupt(detail::PageWork<MutableBuffer>& w) {
   if (s_.agent.remove(w.route.path, identity.valid() ? &identity : nullptr).ok()) {
     bump(s_.counters.corrupt_dropped);
     s_.index.erase(w.route.key_hash);
-    if (s_.ledger) s_.ledger->release(bytes).ignore_error();  // drift only: healed on restart
+    s_.capacity.release(bytes).ignore_error();  // drift only: healed on restart
   }
 }
 
@@ -208,7 +208,7 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
   }
   // Capacity: the window's bytes are reserved (evicting as needed) before anything is written.
   uint64_t reserved = 0;
-  if (s_.ledger && !work.empty()) {
+  if (s_.capacity.bounded() && !work.empty()) {
     for (const auto& w : work) reserved += object_bytes(w.payload);
     Status st = reserve(reserved);
     if (!st.ok()) {
@@ -340,7 +340,8 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
       give_back += bytes;
     }
   }
-  if (reserved != 0) s_.ledger->release(give_back).ignore_error();  // drift only: healed on restart
+  if (reserved != 0)
+    s_.capacity.release(give_back).ignore_error();  // drift only: healed on restart
 }
 
 // The files layout evicts the least recently used pages this process knows of, and learns
@@ -350,7 +351,7 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
 Status PageFiles::reserve(uint64_t need) {
   catch_up();  // not a victim to choose: another store removed it
   std::vector<PageIndex::Page> victims;
-  Store::Impl::Evictor e;
+  StoreCapacity::Evictor e;
   e.choose = [&](uint64_t short_by) {
     victims.clear();
     uint64_t freeing = 0;
@@ -386,7 +387,8 @@ Status PageFiles::reserve(uint64_t need) {
       }
       // kNotFound: another process removed it and gave its bytes back. Gone either way, and
       // out of the index (pop_oldest), unless the removal failed.
-      if (st.ok() || st.code() == StatusCode::kNotFound) s_.evictions.add({&victim.hash, 1});
+      if (st.ok() || st.code() == StatusCode::kNotFound)
+        s_.capacity.evictions().add({&victim.hash, 1});
       // The other stores' indexes drop it (at once: one that indexes it again after a read
       // misses it, and then puts it, keeps it).
       if (st.ok() && gone_) gone_->append({&victim.hash, 1});
@@ -399,7 +401,7 @@ Status PageFiles::reserve(uint64_t need) {
     return s_.index.pages() != 0;
   };
   e.none_left = "there is nothing left to evict";
-  return s_.reserve_capacity(need, e);
+  return s_.capacity.reserve(need, e);
 }
 
 Status PageFiles::scan_index(bool as_recent) {

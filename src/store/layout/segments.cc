@@ -443,7 +443,7 @@ Status FileSegments::forget(const Hash128& key_hash, size_t base) {
       seg->active[slot].reset();
     }
   }
-  settle_segments(0, grown);  // an entry or two, charged after the fact
+  s_.capacity.settle(0, grown);  // an entry or two, charged after the fact
   return st;
 }
 
@@ -497,7 +497,7 @@ Status SegmentLayout::clear() {
   s_.index.clear();
   // The files' bytes as listed; one being appended to meanwhile drifts (healed at a lone
   // open).
-  if (s_.ledger) s_.ledger->release(freed).ignore_error();
+  s_.capacity.release(freed).ignore_error();
   return result;
 }
 

@@ -134,8 +134,6 @@ class SegmentLayout : public Layout {
   CopyForward read_for_copy_forward(std::span<const uint32_t> victims);
   // Writes them again (after their segments are gone); returns how many were written.
   size_t copy_forward(CopyForward& cf);
-  // Settles a window charged `reserved` that grew this store's files by `grown`.
-  void settle_segments(uint64_t reserved, uint64_t grown);
   // The bytes of every segment file of the namespace (what the ledger charges at a lone open).
   Result<uint64_t> segment_file_bytes();
   // After a lone open: others' segments not sealed belong to writers that are gone.

@@ -51,7 +51,7 @@ size_t SegmentLayout::forget_gone_segments() {
   }
   const std::vector<Hash128> erased =
       s_.index.erase_segments([&](uint32_t id) { return id < gone.size() && gone[id]; });
-  s_.evictions.add(erased);
+  s_.capacity.evictions().add(erased);
   return erased.size();
 }
 
@@ -66,21 +66,6 @@ Result<uint64_t> SegmentLayout::segment_file_bytes() {
     if (st.code() != StatusCode::kNotFound) KVTIER_RETURN_IF_ERROR(st);
   }
   return bytes;
-}
-
-void SegmentLayout::settle_segments(uint64_t reserved, uint64_t grown) {
-  if (!s_.ledger || reserved == grown) return;
-  // Drift only, either way: healed at the next lone open.
-  if (grown < reserved) {
-    s_.ledger->release(reserved - grown).ignore_error();
-  } else {
-    s_.ledger
-        ->update([extra = grown - reserved](uint64_t& used) {
-          used += extra;
-          return ok_status();
-        })
-        .ignore_error();
-  }
 }
 
 // Copy-forward. Segments are reclaimed whole, in the order they were written; alone, that
@@ -237,11 +222,11 @@ size_t SegmentLayout::copy_forward(CopyForward& cf) {
   return written;
 }
 
-// The protocol is reserve_capacity()'s (store_write.cc). The victims are whole reclaimable
-// segments from the clock's hand, removed with the ledger's lock released (their pages this
-// store used recently copied forward first, above); the usage is lowered by what this store
-// removed, so it never reads below what is on storage. Two stores choosing the same segment
-// both try; the one whose remove succeeds gives the bytes back.
+// The protocol is StoreCapacity::reserve()'s (capacity/store_capacity.cc). The victims are
+// whole reclaimable segments from the clock's hand, removed with the ledger's lock released
+// (their pages this store used recently copied forward first, above); the usage is lowered
+// by what this store removed, so it never reads below what is on storage. Two stores
+// choosing the same segment both try; the one whose remove succeeds gives the bytes back.
 //
 // A reader never loses a record under it: a get window opens the segment before it reads,
 // and an unlinked file stays readable through descriptors already open; a window that opens
@@ -251,7 +236,7 @@ Status SegmentLayout::reserve_segments(uint64_t need, bool copy_forward_pages) {
   // the clock per call: readers that touch every segment cannot stall a writer.
   std::optional<size_t> chances_left;
   std::vector<uint32_t> victims;
-  Store::Impl::Evictor e;
+  StoreCapacity::Evictor e;
   e.choose = [&](uint64_t short_by) {
     victims.clear();
     uint64_t freeing = 0;
@@ -337,7 +322,7 @@ Status SegmentLayout::reserve_segments(uint64_t need, bool copy_forward_pages) {
       // The copies are charged as any write (a window of their own, which makes its room
       // without copying forward again), so the room the removals made goes back first.
       if (*freed != freed_before) {
-        Status released = s_.ledger->release(*freed - freed_before);
+        Status released = s_.capacity.release(*freed - freed_before);
         *freed = freed_before;
         if (!released.ok()) return released;
       }
@@ -353,7 +338,7 @@ Status SegmentLayout::reserve_segments(uint64_t need, bool copy_forward_pages) {
     return !seg->clock.empty();
   };
   e.none_left = "no sealed segment is left to reclaim";
-  return s_.reserve_capacity(need, e);
+  return s_.capacity.reserve(need, e);
 }
 
 }  // namespace kvtier

@@ -191,7 +191,7 @@ void SegmentLayout::put_window_segments(std::span<const std::string_view> keys,
   // a window starts at most one per lane and base plus 2 x its bytes / segment_bytes). What
   // it did not add is given back once its entries are written.
   uint64_t reserved = 0;
-  if (s_.ledger) {
+  if (s_.capacity.bounded()) {
     uint64_t records = 0;
     for (const auto& w : work) {
       records += w.stored_bytes + segment::kEntryBytes +
@@ -410,7 +410,7 @@ void SegmentLayout::put_window_segments(std::span<const std::string_view> keys,
       if (copies) retire_segment(*copies, &grown);
     }
   }
-  settle_segments(reserved, grown);
+  s_.capacity.settle(reserved, grown);
   for (const auto& w : work) {
     if (!out[w.page].ok()) continue;
     if (relocating) {

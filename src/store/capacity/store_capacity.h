@@ -1,0 +1,94 @@
+// What one store may hold, and what it gives up for a new page: the namespace's shared ledger
+// (ledger.h) against the store's limits, the admission policy (admission.h), and the journal
+// of the pages it evicted (eviction_journal.h). reserve() is the protocol every layout
+// shares; a layout says what it would evict (Evictor).
+//
+// A store without capacity_bytes or min_free_bytes is unbounded: nothing is charged, reserve()
+// is never asked, and every page is admitted.
+//
+// Thread-safety: safe for concurrent use (the ledger and the journal keep their own locks).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "capacity/admission.h"
+#include "capacity/eviction_journal.h"
+#include "capacity/ledger.h"
+#include "kvtier/core/status.h"
+
+namespace kvtier {
+
+class StoreCapacity {
+ public:
+  struct Limits {
+    uint64_t capacity_bytes = 0;  // 0: none
+    uint64_t min_free_bytes = 0;  // left free on the filesystem of `dir` (0: none)
+  };
+
+  // What a layout evicts to make room.
+  struct Evictor {
+    // Under the ledger's lock: chooses victims worth at least `short_by` bytes (fewer if it
+    // knows of no more); false when it chose none.
+    std::function<bool(uint64_t short_by)> choose;
+    // With the lock released: removes what choose() chose, adding the bytes removed to
+    // `*freed` (given back to the ledger even when some removal failed, which it returns).
+    std::function<Status(uint64_t* freed)> evict;
+    // Learns what other processes wrote since this store last looked: true when that gave
+    // choose() anything to choose from.
+    std::function<Result<bool>()> relearn;
+    std::string_view none_left;  // how a refusal says that nothing is left to evict
+  };
+
+  // Joins the ledger of the namespace directory `dir` when `limits` bound the store; alone
+  // there (no other store of the namespace open), the usage starts from `charged()`, what
+  // the layout holds on storage.
+  Status open(const std::string& dir, Limits limits,
+              const std::function<Result<uint64_t>()>& charged);
+  // Admission `mode`: "adaptive" (empty: the default) or "always". Adaptive needs a
+  // capacity_bytes; without one every page is taken, and describe_admission() says why.
+  Status choose_admission(std::string_view mode);
+
+  bool bounded() const { return ledger_ != nullptr; }
+  // Opened with no other store of the namespace open (Ledger::reset_on_open).
+  bool opened_alone() const { return ledger_ && ledger_->reset_on_open(); }
+  // The bytes charged now, shared by the namespace's stores.
+  Result<uint64_t> used() const;
+
+  // Charges `need` bytes, evicting what `evictor` chooses until they fit. kResourceExhausted
+  // when they cannot (larger than the capacity, or nothing is left to evict after relearning
+  // what others wrote).
+  Status reserve(uint64_t need, const Evictor& evictor);
+  // Gives back `bytes` charged before (evicted, removed, or reserved and not written).
+  Status release(uint64_t bytes);
+  // A window charged `reserved` that grew storage by `used`: the difference is settled
+  // either way. Drift only when this fails: healed at the next lone open.
+  void settle(uint64_t reserved, uint64_t used);
+  // The last reservation had to evict (or could not fit), or left the usage within 1/16 of
+  // the limit: a new page now costs an old one.
+  bool full() const { return full_.load(std::memory_order_relaxed); }
+
+  // The admission policy when adaptive, else null (every page is taken).
+  AdmissionPolicy* admission() const { return admission_.get(); }
+  std::string describe_admission() const;
+
+  EvictionJournal& evictions() { return evictions_; }
+
+ private:
+  // The limit given the usage now (min_free_bytes leaves room on the filesystem of dir_).
+  uint64_t limit(uint64_t used) const;
+
+  std::string dir_;
+  Limits limits_;
+  std::unique_ptr<Ledger> ledger_;
+  std::unique_ptr<AdmissionPolicy> admission_;
+  std::string admission_summary_;
+  std::atomic<bool> full_{false};
+  EvictionJournal evictions_;
+};
+
+}  // namespace kvtier
