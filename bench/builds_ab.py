@@ -7,14 +7,23 @@ Prints per shape and build the median write and read GB/s, and B / A of the medi
 
   bench/builds_ab.py --a OLD/build/bin/kvtier --b build/bin/kvtier
       [--shapes 64K:segments,8M:files] [--rounds 8] [--mib 512] [--dir DIR]
+      [--sglang llama-ps16:segments,mla-ps16:files]
 
 A shape is PAGE_BYTES:LAYOUT (K and M suffixes). Build the other revision in a directory of
-its own (git worktree add /tmp/old REV; cmake --preset release there).
+its own (git worktree add /tmp/old REV; cmake --preset release there, and build its
+kvtier_python_package for --sglang).
+
+--sglang SHAPE:LAYOUT,... measures the same two builds through SGLang's own calls: each round
+runs bench/sglang_vs_bench.py (--reps 1: one warm-up round, one counted) once per build, in
+alternating order, with the build's Python package (<build>/python beside <build>/bin) and
+its kvtier; the table gives the adapter's medians. SHAPE is one of sglang_vs_bench.py's.
 """
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 
 from layouts_ab import UNITS, bench  # one `kvtier bench` run: (write GB/s, read GB/s)
@@ -32,6 +41,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--mib", type=int, default=512)
     ap.add_argument("--dir", default="/var/tmp/kvtier-builds-ab")
+    ap.add_argument("--sglang", default="", help="SHAPE:LAYOUT,... through SGLang's calls")
     args = ap.parse_args()
     builds = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
     for name, path in builds.items():
@@ -40,7 +50,7 @@ def main():
     print(f"A = {builds['A']}\nB = {builds['B']}\n")
     print("| page | layout | A write | B write | B/A write | A read | B read | B/A read |")
     print("|---|---|---|---|---|---|---|---|")
-    for shape in args.shapes.split(","):
+    for shape in filter(None, args.shapes.split(",")):
         size, _, layout = shape.partition(":")
         page = page_bytes(size)
         got = {name: [] for name in builds}
@@ -56,6 +66,33 @@ def main():
         rd = {n: statistics.median(y for _, y in v) for n, v in got.items()}
         print(f"| {size} | {layout} | {w['A']:.2f} | {w['B']:.2f} | {w['B'] / w['A']:.2f} | "
               f"{rd['A']:.2f} | {rd['B']:.2f} | {rd['B'] / rd['A']:.2f} |")
+    for shape in filter(None, args.sglang.split(",")):
+        name, _, layout = shape.partition(":")
+        got = {n: [] for n in builds}
+        for r in range(args.rounds):
+            for n in (["A", "B"] if r % 2 == 0 else ["B", "A"]):
+                got[n].append(through_sglang(builds[n], name, layout or "files", args))
+            print(f"  sglang {name} {layout} round {r + 1}: " + "  ".join(
+                f"{n} w {got[n][-1][0]:.2f} r {got[n][-1][1]:.2f}" for n in builds),
+                file=sys.stderr)
+        w = {n: statistics.median(x for x, _ in v) for n, v in got.items()}
+        rd = {n: statistics.median(y for _, y in v) for n, v in got.items()}
+        print(f"| SGLang {name} | {layout} | {w['A']:.2f} | {w['B']:.2f} | "
+              f"{w['B'] / w['A']:.2f} | {rd['A']:.2f} | {rd['B']:.2f} | {rd['B'] / rd['A']:.2f} |")
+
+
+def through_sglang(kvtier, shape, layout, args):
+    """One sglang_vs_bench.py run on `kvtier`'s build: the adapter's (write GB/s, read GB/s)."""
+    build = os.path.dirname(os.path.dirname(kvtier))
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run(
+        [sys.executable, os.path.join(here, "sglang_vs_bench.py"), "--shapes", shape,
+         "--layouts", layout, "--reps", "1", "--mib", str(args.mib), "--json",
+         "--kvtier", kvtier, "--dir", os.path.join(args.dir, "sglang")],
+        env=env, check=True, capture_output=True, text=True).stdout
+    row = json.loads(out.strip().splitlines()[-1])[0]
+    return row["write"]["adapter"], row["read"]["adapter"]
 
 
 if __name__ == "__main__":

@@ -23,16 +23,6 @@ std::string_view direct_io_name(DirectIo mode) {
   return "?";
 }
 
-std::string_view store_layout_name(StoreLayout layout) {
-  return layout == StoreLayout::kSegments ? "segments" : "files";
-}
-
-Result<StoreLayout> parse_store_layout(std::string_view text) {
-  if (text == "files") return StoreLayout::kFiles;
-  if (text == "segments") return StoreLayout::kSegments;
-  return invalid_argument_error(fmt::format("layout '{}' (use files or segments)", text));
-}
-
 Result<DirectIo> parse_direct_io(std::string_view text) {
   if (text == "off") return DirectIo::kOff;
   if (text == "auto") return DirectIo::kAuto;

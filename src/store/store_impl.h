@@ -287,12 +287,6 @@ struct Store::Impl : std::enable_shared_from_this<Store::Impl> {
   // Walks base `b`'s namespace directory (see walk_namespace): `fn(dir, pages)` gets the
   // pages of each fan-out directory; a base without the directory has none.
   Status for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn);
-  struct AutoLayout {
-    StoreLayout layout;
-    std::string reason;
-  };
-  // layout=auto on this store's location and namespace (store_open.cc).
-  Result<AutoLayout> choose_layout();
 
   // How old a look at storage may be and still answer a lookup (config.refresh_ms).
   uint64_t lookup_max_age_ns() const { return config.refresh_ms.value_or(0) * 1'000'000; }

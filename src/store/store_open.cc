@@ -15,23 +15,6 @@
 namespace kvtier {
 namespace {
 
-Status check_segments_config(const StoreConfig& config) {
-  if (config.location.storage_class == StorageClass::kMemory) {
-    return unsupported_error(fmt::format(
-        "{}: the segment layout needs a FILE or object store; memory keeps one object per page",
-        config.location.uri()));
-  }
-  if (config.segment_lanes > 64) {
-    return invalid_argument_error(
-        fmt::format("segment_lanes {} is more than 64", config.segment_lanes));
-  }
-  if (config.segment_bytes < (uint64_t{1} << 20)) {
-    return invalid_argument_error(fmt::format(
-        "segment_bytes {} is below the smallest segment (1 MiB)", config.segment_bytes));
-  }
-  return ok_status();
-}
-
 // segment_lanes of a FILE or object store's URI (StoreLocation::store_params): used where
 // the config does not set it.
 Status resolve_segment_lanes(StoreConfig& cfg) {
@@ -96,40 +79,6 @@ Status resolve_guard_params(StoreConfig& cfg) {
 
 }  // namespace
 
-// What layout=auto resolves to. A namespace that already holds page files keeps the files
-// layout (its pages stay readable); one that holds segments keeps segments; an empty one gets
-// segments when its pages are below kAutoSegmentsBelow (kAutoObjectSegmentsBelow on an
-// object store; fixed by the namespace, or the caller's page_bytes when its pieces differ in
-// size), files otherwise.
-Result<Store::Impl::AutoLayout> Store::Impl::choose_layout() {
-  if (config.location.storage_class == StorageClass::kMemory) {
-    return AutoLayout{StoreLayout::kFiles, "memory: one object per page"};
-  }
-  const bool object = config.location.storage_class == StorageClass::kObject;
-  const uint64_t below = object ? kAutoObjectSegmentsBelow : kAutoSegmentsBelow;
-  KVTIER_ASSIGN_OR_RETURN(const bool page_files, holds_pages(*this, StoreLayout::kFiles));
-  if (page_files) {
-    return AutoLayout{StoreLayout::kFiles, "the namespace already holds page files"};
-  }
-  KVTIER_ASSIGN_OR_RETURN(const bool segments, holds_pages(*this, StoreLayout::kSegments));
-  if (segments) {
-    return AutoLayout{StoreLayout::kSegments, "the namespace already holds segments"};
-  }
-  const uint64_t page = config.ns.piece_bytes != 0
-                            ? config.ns.piece_bytes * config.ns.pieces_per_page
-                            : config.page_bytes;
-  if (page == 0) {
-    return AutoLayout{StoreLayout::kFiles, "page size unknown (pieces of unequal sizes)"};
-  }
-  const std::string_view where = object ? " on an object store" : "";
-  if (page < below) {
-    return AutoLayout{StoreLayout::kSegments,
-                      fmt::format("pages of {} B, below {} MiB{}", page, below >> 20, where)};
-  }
-  return AutoLayout{StoreLayout::kFiles,
-                    fmt::format("pages of {} B, {} MiB or more{}", page, below >> 20, where)};
-}
-
 Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   KVTIER_RETURN_IF_ERROR(config.ns.validate());
   if (config.location.bases.empty()) {
@@ -143,16 +92,9 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
         "bound their size with the bucket's own lifecycle rules",
         config.location.uri()));
   }
-  const std::string_view layout_name =
-      config.layout.empty() ? std::string_view(config.location.layout) : config.layout;
-  const bool auto_layout = layout_name == "auto";
-  StoreLayout layout = StoreLayout::kFiles;
-  if (!auto_layout) {
-    KVTIER_ASSIGN_OR_RETURN(layout, parse_store_layout(layout_name));
-    if (layout == StoreLayout::kSegments) {
-      KVTIER_RETURN_IF_ERROR(check_segments_config(config));
-    }
-  }
+  // A layout named is checked before anything is created; layout=auto is decided below, once
+  // the store can look at what the namespace holds.
+  KVTIER_ASSIGN_OR_RETURN(const std::optional<StoreLayout> named, named_layout(config));
   // Segment lanes (and a FILE store's deadline and isolation) are the store's parameters,
   // not the backend's.
   StoreConfig cfg = config;
@@ -170,17 +112,9 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   KVTIER_ASSIGN_OR_RETURN(Agent agent, Agent::create(ac));
   routing::Router router(config.location.bases, config.ns.id());
   auto impl = std::make_shared<Impl>(cfg, std::move(agent), std::move(router));
-  impl->layout_summary = std::string(store_layout_name(layout));
-  if (auto_layout) {
-    KVTIER_ASSIGN_OR_RETURN(Impl::AutoLayout chosen, impl->choose_layout());
-    if (chosen.layout == StoreLayout::kSegments) {
-      KVTIER_RETURN_IF_ERROR(check_segments_config(config));
-    }
-    layout = chosen.layout;
-    impl->layout_summary =
-        fmt::format("{} (auto: {})", store_layout_name(chosen.layout), chosen.reason);
-  }
-  impl->layout = make_layout(*impl, layout);
+  KVTIER_ASSIGN_OR_RETURN(LayoutChoice chosen, choose_layout(*impl, named));
+  impl->layout_summary = std::move(chosen.summary);
+  impl->layout = make_layout(*impl, chosen.kind);
   KVTIER_RETURN_IF_ERROR(impl->open_namespace().with_context(
       fmt::format("opening store at {}", config.location.uri())));
   KVTIER_RETURN_IF_ERROR(impl->layout->open().with_context(

@@ -85,10 +85,21 @@ class Layout {
   virtual void index_hit(const detail::PageWork<MutableBuffer>& w, uint64_t now) = 0;
 };
 
-// The layout `kind` for `store` (on its location: segments on an object store are written
+// Which layout a store opens with (choice.cc). named_layout(): the one StoreConfig::layout
+// (or the URI's) names, checked against the configuration before anything is created;
+// nullopt for "auto". choose_layout(): that one, or layout=auto's choice on the store's
+// location and namespace (a namespace keeps the layout it holds; an empty one gets segments
+// for pages below kAutoSegmentsBelow, kAutoObjectSegmentsBelow on an object store).
+// make_layout(): the layout `kind` for `store` (segments on an object store are written
 // whole), not yet open.
+struct LayoutChoice {
+  StoreLayout kind;
+  std::string summary;  // StoreStats::layout: the layout and, for auto, why
+};
+Result<std::optional<StoreLayout>> named_layout(const StoreConfig& config);
+Result<LayoutChoice> choose_layout(Store::Impl& store, std::optional<StoreLayout> named);
 std::unique_ptr<Layout> make_layout(Store::Impl& store, StoreLayout kind);
-// layout=auto: whether `store`'s namespace already holds pages laid out as `kind`.
+// Whether `store`'s namespace already holds pages laid out as `kind`.
 Result<bool> holds_pages(Store::Impl& store, StoreLayout kind);
 
 }  // namespace kvtier
