@@ -53,32 +53,29 @@ def main():
     for shape in filter(None, args.shapes.split(",")):
         size, _, layout = shape.partition(":")
         page = page_bytes(size)
-        got = {name: [] for name in builds}
-        for r in range(args.rounds):
-            for name in (["A", "B"] if r % 2 == 0 else ["B", "A"]):
-                directory = os.path.join(args.dir, name)
-                got[name].append(bench(directory, page, ["--layout", layout or "auto"],
-                                       kvtier=builds[name], total=args.mib << 20))
-            print(f"  {size} {layout} round {r + 1}: " + "  ".join(
-                f"{n} w {got[n][-1][0]:.2f} r {got[n][-1][1]:.2f}" for n in builds),
-                file=sys.stderr)
-        w = {n: statistics.median(x for x, _ in v) for n, v in got.items()}
-        rd = {n: statistics.median(y for _, y in v) for n, v in got.items()}
-        print(f"| {size} | {layout} | {w['A']:.2f} | {w['B']:.2f} | {w['B'] / w['A']:.2f} | "
-              f"{rd['A']:.2f} | {rd['B']:.2f} | {rd['B'] / rd['A']:.2f} |")
+        compare(builds, args.rounds, f"{size} | {layout}",
+                lambda kvtier, name: bench(os.path.join(args.dir, name), page,
+                                           ["--layout", layout or "auto"], kvtier=kvtier,
+                                           total=args.mib << 20))
     for shape in filter(None, args.sglang.split(",")):
         name, _, layout = shape.partition(":")
-        got = {n: [] for n in builds}
-        for r in range(args.rounds):
-            for n in (["A", "B"] if r % 2 == 0 else ["B", "A"]):
-                got[n].append(through_sglang(builds[n], name, layout or "files", args))
-            print(f"  sglang {name} {layout} round {r + 1}: " + "  ".join(
-                f"{n} w {got[n][-1][0]:.2f} r {got[n][-1][1]:.2f}" for n in builds),
-                file=sys.stderr)
-        w = {n: statistics.median(x for x, _ in v) for n, v in got.items()}
-        rd = {n: statistics.median(y for _, y in v) for n, v in got.items()}
-        print(f"| SGLang {name} | {layout} | {w['A']:.2f} | {w['B']:.2f} | "
-              f"{w['B'] / w['A']:.2f} | {rd['A']:.2f} | {rd['B']:.2f} | {rd['B'] / rd['A']:.2f} |")
+        compare(builds, args.rounds, f"SGLang {name} | {layout}",
+                lambda kvtier, _: through_sglang(kvtier, name, layout or "files", args))
+
+
+def compare(builds, rounds, label, run):
+    """`rounds` rounds of run(kvtier, build name) -> (write GB/s, read GB/s) on each build, A
+    first in even rounds and B first in odd ones; prints the row of medians and B / A."""
+    got = {n: [] for n in builds}
+    for r in range(rounds):
+        for n in (["A", "B"] if r % 2 == 0 else ["B", "A"]):
+            got[n].append(run(builds[n], n))
+        print(f"  {label} round {r + 1}: " + "  ".join(
+            f"{n} w {got[n][-1][0]:.2f} r {got[n][-1][1]:.2f}" for n in builds), file=sys.stderr)
+    w = {n: statistics.median(x for x, _ in v) for n, v in got.items()}
+    rd = {n: statistics.median(y for _, y in v) for n, v in got.items()}
+    print(f"| {label} | {w['A']:.2f} | {w['B']:.2f} | {w['B'] / w['A']:.2f} | "
+          f"{rd['A']:.2f} | {rd['B']:.2f} | {rd['B'] / rd['A']:.2f} |")
 
 
 def through_sglang(kvtier, shape, layout, args):

@@ -15,7 +15,7 @@ include(CMakePackageConfigHelpers)
 set(kvtier_layers kvtier_core kvtier_transfer kvtier_backend_file kvtier_backend_posix
     kvtier_backend_dram kvtier_backend_fault kvtier_backends kvtier_store_format
     kvtier_store_naming kvtier_store_capacity kvtier_store_guard kvtier_store_inspect
-    kvtier_store)
+    kvtier_store_window kvtier_store_layout kvtier_store)
 foreach(optional kvtier_backend_uring kvtier_backend_s3)
   if(TARGET ${optional})
     list(APPEND kvtier_layers ${optional})

@@ -82,10 +82,4 @@ Status Store::Impl::open_namespace() {
   return ok_status();
 }
 
-Status Store::Impl::for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn) {
-  Status st = walk_namespace(agent, router.namespace_dir(b), with_details, fn);
-  // A base whose namespace directory is gone holds no pages.
-  return st.code() == StatusCode::kNotFound ? ok_status() : st;
-}
-
 }  // namespace kvtier

@@ -200,6 +200,7 @@ Status Store::Impl::start_guard() {
   guard_deadline = gc.deadline;
   guard = std::make_unique<guard::Guard>(std::move(gc), std::move(ops),
                                          std::weak_ptr<void>(shared_from_this()));
+  health = guard.get();
   return ok_status();
 }
 

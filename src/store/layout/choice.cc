@@ -5,7 +5,7 @@
 #include "layout/layout.h"
 #include "layout/page_files.h"
 #include "layout/segments.h"
-#include "store_impl.h"
+#include "window/store_core.h"
 
 namespace kvtier {
 namespace {
@@ -32,7 +32,7 @@ Status check_segments_config(const StoreConfig& config) {
 // segments when its pages are below kAutoSegmentsBelow (kAutoObjectSegmentsBelow on an
 // object store; fixed by the namespace, or the caller's page_bytes when its pieces differ in
 // size), files otherwise.
-Result<LayoutChoice> auto_layout(Store::Impl& store) {
+Result<LayoutChoice> auto_layout(StoreCore& store) {
   const StoreConfig& config = store.config;
   if (config.location.storage_class == StorageClass::kMemory) {
     return LayoutChoice{StoreLayout::kFiles, "memory: one object per page"};
@@ -83,7 +83,7 @@ Result<std::optional<StoreLayout>> named_layout(const StoreConfig& config) {
   return std::optional<StoreLayout>(layout);
 }
 
-Result<LayoutChoice> choose_layout(Store::Impl& store, std::optional<StoreLayout> named) {
+Result<LayoutChoice> choose_layout(StoreCore& store, std::optional<StoreLayout> named) {
   if (named) return LayoutChoice{*named, std::string(store_layout_name(*named))};
   KVTIER_ASSIGN_OR_RETURN(LayoutChoice chosen, auto_layout(store));
   if (chosen.kind == StoreLayout::kSegments) {
@@ -93,7 +93,7 @@ Result<LayoutChoice> choose_layout(Store::Impl& store, std::optional<StoreLayout
   return chosen;
 }
 
-std::unique_ptr<Layout> make_layout(Store::Impl& store, StoreLayout kind) {
+std::unique_ptr<Layout> make_layout(StoreCore& store, StoreLayout kind) {
   if (kind == StoreLayout::kFiles) return std::make_unique<PageFiles>(store);
   if (store.config.location.storage_class == StorageClass::kObject) {
     return std::make_unique<ObjectSegments>(store);
@@ -101,7 +101,7 @@ std::unique_ptr<Layout> make_layout(Store::Impl& store, StoreLayout kind) {
   return std::make_unique<FileSegments>(store);
 }
 
-Result<bool> holds_pages(Store::Impl& store, StoreLayout kind) {
+Result<bool> holds_pages(StoreCore& store, StoreLayout kind) {
   return kind == StoreLayout::kFiles ? PageFiles::holds_pages(store)
                                      : SegmentLayout::holds_pages(store);
 }

@@ -7,8 +7,9 @@
 //   ObjectSegments  the same on an object store: each segment written whole (segments.h)
 //
 // A layout owns its state and its locks (the segment table, lanes and clock are the segment
-// layouts'); what every layout shares (the agent, the router, the page index, the ledger, the
-// counters) stays the facade's, and a layout reaches it through the store it belongs to.
+// layouts'); what every layout shares (the agent, the router, the page index, the store's
+// capacity, the counters) and the steps every window takes are its store's StoreCore
+// (window/store_core.h), which a layout holds. It sees nothing of the facade.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +23,11 @@
 #include "kvtier/core/status.h"
 #include "kvtier/store/store.h"
 #include "naming/routing.h"
-#include "page_work.h"
+#include "window/page_work.h"
 
 namespace kvtier {
+
+struct StoreCore;  // window/store_core.h
 
 class Layout {
  public:
@@ -52,7 +55,7 @@ class Layout {
   virtual Result<bool> look_up(const routing::Route& route) = 0;
   virtual size_t look_up_from(std::span<const std::string_view> keys, size_t n) = 0;
 
-  // Changes. put_window(): one window of a put batch (store_window.h's run_batch), `out`
+  // Changes. put_window(): one window of a put batch (StoreCore::run_batch), `out`
   // per page. remove(): the page, wherever it lies, out of the index too (not indexed nor on
   // storage: kNotFound). clear(): every page of the namespace goes, out of the index, its
   // bytes given back to the ledger, counted as cleared.
@@ -97,9 +100,9 @@ struct LayoutChoice {
   std::string summary;  // StoreStats::layout: the layout and, for auto, why
 };
 Result<std::optional<StoreLayout>> named_layout(const StoreConfig& config);
-Result<LayoutChoice> choose_layout(Store::Impl& store, std::optional<StoreLayout> named);
-std::unique_ptr<Layout> make_layout(Store::Impl& store, StoreLayout kind);
+Result<LayoutChoice> choose_layout(StoreCore& store, std::optional<StoreLayout> named);
+std::unique_ptr<Layout> make_layout(StoreCore& store, StoreLayout kind);
 // Whether `store`'s namespace already holds pages laid out as `kind`.
-Result<bool> holds_pages(Store::Impl& store, StoreLayout kind);
+Result<bool> holds_pages(StoreCore& store, StoreLayout kind);
 
 }  // namespace kvtier

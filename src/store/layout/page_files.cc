@@ -11,7 +11,7 @@
 
 #include "capacity/page_index.h"
 #include "naming/namespace_walk.h"
-#include "store_impl.h"
+#include "window/store_core.h"
 
 namespace kvtier {
 namespace {
@@ -24,7 +24,7 @@ constexpr uint64_t kGoneSlots = 65536;
 
 }  // namespace
 
-Result<bool> PageFiles::holds_pages(Store::Impl& s) {
+Result<bool> PageFiles::holds_pages(StoreCore& s) {
   // The first page file found ends the walk (a sentinel status, never returned).
   bool page_files = false;
   for (size_t b = 0; b < s.router.base_count() && !page_files; ++b) {

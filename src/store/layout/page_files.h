@@ -20,9 +20,9 @@ namespace kvtier {
 
 class PageFiles final : public Layout {
  public:
-  explicit PageFiles(Store::Impl& store) : s_(store) {}
+  explicit PageFiles(StoreCore& store) : s_(store) {}
   // layout=auto: whether `store`'s namespace holds page files.
-  static Result<bool> holds_pages(Store::Impl& store);
+  static Result<bool> holds_pages(StoreCore& store);
 
   StoreLayout kind() const override { return StoreLayout::kFiles; }
   Status open() override;
@@ -53,7 +53,7 @@ class PageFiles final : public Layout {
   // The bytes `need` fit the capacity: least recently used pages are evicted until they do.
   Status reserve(uint64_t need);
 
-  Store::Impl& s_;
+  StoreCore& s_;
   // With a capacity, on a filesystem that can map them (capacity/): which pages other stores
   // of the namespace on this host read (eviction spares them once), and the pages those
   // stores evicted or removed (each store drops them from its index before it answers a

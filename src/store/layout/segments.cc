@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "naming/object_io.h"
-#include "store_impl.h"
+#include "window/store_core.h"
 
 namespace kvtier {
 namespace {
@@ -117,7 +117,7 @@ Status SegmentLayout::list_summaries(size_t b,
   return list_summaries_of(s_, b, fn, with_sizes);
 }
 
-Status SegmentLayout::list_summaries_of(Store::Impl& s, size_t b,
+Status SegmentLayout::list_summaries_of(StoreCore& s, size_t b,
                                         const std::function<void(const std::string&, uint64_t)>& fn,
                                         bool with_sizes) {
   Status st = s.agent.list(
@@ -130,7 +130,7 @@ Status SegmentLayout::list_summaries_of(Store::Impl& s, size_t b,
   return st.code() == StatusCode::kNotFound ? ok_status() : st;
 }
 
-Result<bool> SegmentLayout::holds_pages(Store::Impl& s) {
+Result<bool> SegmentLayout::holds_pages(StoreCore& s) {
   bool segments = false;
   for (size_t b = 0; b < s.router.base_count() && !segments; ++b) {
     KVTIER_RETURN_IF_ERROR(

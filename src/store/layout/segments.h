@@ -34,9 +34,9 @@ namespace kvtier {
 
 class SegmentLayout : public Layout {
  public:
-  explicit SegmentLayout(Store::Impl& store) : s_(store) {}
+  explicit SegmentLayout(StoreCore& store) : s_(store) {}
   // layout=auto: whether `store`'s namespace holds segments.
-  static Result<bool> holds_pages(Store::Impl& store);
+  static Result<bool> holds_pages(StoreCore& store);
 
   StoreLayout kind() const override { return StoreLayout::kSegments; }
   Status open() override;
@@ -161,13 +161,13 @@ class SegmentLayout : public Layout {
                                 const std::function<void(const segment::Entry&)>& fn);
   // Lists base `b`'s segment directory: fn(name, size) for each summary (size 0 unless
   // `with_sizes`).
-  static Status list_summaries_of(Store::Impl& s, size_t b,
+  static Status list_summaries_of(StoreCore& s, size_t b,
                                   const std::function<void(const std::string&, uint64_t)>& fn,
                                   bool with_sizes = false);
   Status list_summaries(size_t b, const std::function<void(const std::string&, uint64_t)>& fn,
                         bool with_sizes = false);
 
-  Store::Impl& s_;
+  StoreCore& s_;
   std::unique_ptr<Segments> seg;
 };
 

@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "layout/segments.h"
-#include "store_impl.h"
+#include "window/store_core.h"
 
 namespace kvtier {
 

@@ -11,7 +11,7 @@
 
 #include "layout/segments.h"
 #include "naming/object_io.h"
-#include "store_impl.h"
+#include "window/store_core.h"
 
 namespace kvtier {
 namespace {

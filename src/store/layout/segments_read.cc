@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "layout/segments.h"
-#include "store_impl.h"
+#include "window/store_core.h"
 
 namespace kvtier {
 

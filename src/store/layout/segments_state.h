@@ -85,7 +85,7 @@ struct Segments {
   std::vector<SegmentFile> files KVTIER_GUARDED_BY(mu);  // index = the store's segment number
   std::unordered_map<std::string, uint32_t> by_name KVTIER_GUARDED_BY(mu);
   // The segment each lane appends to, per base: index base * lanes + lane; then the one
-  // copies forward go to, per base (Store::Impl::copy_slot).
+  // copies forward go to, per base (SegmentLayout::copy_slot).
   std::vector<std::optional<uint32_t>> active KVTIER_GUARDED_BY(mu);
   size_t lanes = 1;
   // Writes a window's lanes side by side (lanes - 1 threads and the caller), started by the

@@ -1,7 +1,7 @@
 // A window of a batch on its way through the store: each valid page as it is planned, opened
-// and moved (PageWork), and what a get window's steps leave for the next (ReadWindow). The
-// facade plans and runs windows (store_window.h, store_read.cc); a layout (layout/layout.h)
-// fills in where each page lies.
+// and moved (PageWork), and what a get window's steps leave for the next (ReadWindow). Windows
+// are planned and run by StoreCore (store_core.h, plan.h) and read by the facade
+// (store_read.cc); a layout (layout/layout.h) fills in where each page lies.
 #pragma once
 
 #include <atomic>
@@ -18,7 +18,7 @@
 #include "kvtier/core/status.h"
 #include "kvtier/transfer/agent.h"
 #include "naming/routing.h"
-#include "pools.h"
+#include "window/pools.h"
 
 namespace kvtier::detail {
 

@@ -1,17 +1,17 @@
-// What every layout's put window shares (layout/): the admission of new pages (asking
-// capacity/'s policy) and the encoding of a page's header.
+// The steps every layout's windows share (store_core.h): the admission of new pages (asking
+// capacity/'s policy), the encoding of a page's header, and the walk of a base's namespace.
+#include "window/store_core.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "store_impl.h"
-
 namespace kvtier {
 
-void Store::Impl::encode_put_header(PageWork<ConstBuffer>& w, std::string_view key,
-                                    uint64_t created_ns,
-                                    std::span<std::byte, page::kHeaderBytes> block) const {
+void StoreCore::encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_view key,
+                                  uint64_t created_ns,
+                                  std::span<std::byte, page::kHeaderBytes> block) const {
   uint64_t checksum;
   if (w.io == PageIo::kStaged) {
     const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
@@ -39,11 +39,11 @@ void Store::Impl::encode_put_header(PageWork<ConstBuffer>& w, std::string_view k
   page::encode(h, block);
 }
 
-void Store::Impl::admit(std::vector<PageWork<ConstBuffer>>& work, std::span<Status> out) {
+void StoreCore::admit(std::vector<detail::PageWork<ConstBuffer>>& work, std::span<Status> out) {
   AdmissionPolicy* const admission = capacity.admission();
   if (admission == nullptr || work.empty()) return;
   const bool full = capacity.full();
-  const size_t declines = std::erase_if(work, [&](const PageWork<ConstBuffer>& w) {
+  const size_t declines = std::erase_if(work, [&](const detail::PageWork<ConstBuffer>& w) {
     if (index.contains(w.route.key_hash)) return false;  // held: written again as always
     if (admission->admit(w.route.key_hash, object_bytes(w.payload), full)) {
       if (full) bump(counters.admitted_pages);
@@ -55,7 +55,7 @@ void Store::Impl::admit(std::vector<PageWork<ConstBuffer>>& work, std::span<Stat
   bump(counters.declined_pages, declines);
 }
 
-void Store::Impl::note_lookup(std::span<const std::string_view> keys) {
+void StoreCore::note_lookup(std::span<const std::string_view> keys) {
   AdmissionPolicy* const admission = capacity.admission();
   if (admission == nullptr) return;
   std::vector<Hash128> hashes;
@@ -65,6 +65,12 @@ void Store::Impl::note_lookup(std::span<const std::string_view> keys) {
     hashes.push_back(hash128(key));
   }
   admission->on_lookup(hashes);
+}
+
+Status StoreCore::for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn) {
+  Status st = walk_namespace(agent, router.namespace_dir(b), with_details, fn);
+  // A base whose namespace directory is gone holds no pages.
+  return st.code() == StatusCode::kNotFound ? ok_status() : st;
 }
 
 }  // namespace kvtier

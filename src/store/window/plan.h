@@ -1,7 +1,7 @@
-// A batch's windows, as both layouts' put and get paths run them (Store::Impl's templates,
-// declared in store_impl.h): the batch's shape checked, each page's key and memory validated,
+// A batch's windows, as every layout's put and get paths run them (StoreCore's templates,
+// declared in store_core.h): the batch's shape checked, each page's key and memory validated,
 // routed and its I/O chosen (plan), and the batch run in windows that each hold their
-// open-object permits (run_batch). Included at the end of store_impl.h only.
+// open-object permits (run_batch). Included at the end of store_core.h only.
 #pragma once
 
 #include <fmt/format.h>
@@ -12,13 +12,13 @@
 #include <string_view>
 #include <vector>
 
-#include "store_impl.h"
+#include "window/store_core.h"
 
 namespace kvtier {
 
 template <typename Buffer>
-Status Store::Impl::validate_page(std::string_view key, std::span<const Buffer> pieces,
-                                  uint64_t* payload) const {
+Status StoreCore::validate_page(std::string_view key, std::span<const Buffer> pieces,
+                                uint64_t* payload) const {
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
   const NamespaceSpec& ns = config.ns;
   if (ns.piece_bytes != 0 && pieces.size() != ns.pieces_per_page) {
@@ -48,8 +48,8 @@ Status Store::Impl::validate_page(std::string_view key, std::span<const Buffer> 
 }
 
 template <typename Buffer>
-Status Store::Impl::check_shape(std::span<const std::string_view> keys,
-                                std::span<const Buffer> pieces, size_t* per_page) {
+Status StoreCore::check_shape(std::span<const std::string_view> keys,
+                              std::span<const Buffer> pieces, size_t* per_page) {
   if (keys.empty()) {
     if (!pieces.empty()) {
       return invalid_argument_error(fmt::format("{} pieces for 0 keys", pieces.size()));
@@ -67,15 +67,15 @@ Status Store::Impl::check_shape(std::span<const std::string_view> keys,
 }
 
 template <typename Buffer>
-Status Store::Impl::counted_shape(std::span<const std::string_view> keys,
-                                  std::span<const Buffer> pieces, size_t* per_page) {
+Status StoreCore::counted_shape(std::span<const std::string_view> keys,
+                                std::span<const Buffer> pieces, size_t* per_page) {
   Status st = check_shape(keys, pieces, per_page);
   if (!st.ok()) bump(counters.invalid_requests);
   return st;
 }
 
 template <typename Buffer>
-void Store::Impl::choose_io(PageWork<Buffer>& w) {
+void StoreCore::choose_io(detail::PageWork<Buffer>& w) {
   w.io = PageIo::kBuffered;
   if (config.direct_io == DirectIo::kOff) return;
   const std::optional<DirectIoAlignment>& a = dio[w.route.base];
@@ -100,10 +100,10 @@ void Store::Impl::choose_io(PageWork<Buffer>& w) {
 }
 
 template <typename Buffer>
-std::vector<Store::Impl::PageWork<Buffer>> Store::Impl::plan(std::span<const std::string_view> keys,
-                                                             std::span<const Buffer> pieces,
-                                                             size_t k, std::span<Status> out) {
-  std::vector<PageWork<Buffer>> work;
+std::vector<detail::PageWork<Buffer>> StoreCore::plan(std::span<const std::string_view> keys,
+                                                      std::span<const Buffer> pieces, size_t k,
+                                                      std::span<Status> out) {
+  std::vector<detail::PageWork<Buffer>> work;
   work.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto page_pieces = pieces.subspan(i * k, k);
@@ -114,7 +114,7 @@ std::vector<Store::Impl::PageWork<Buffer>> Store::Impl::plan(std::span<const std
       out[i] = std::move(st);
       continue;
     }
-    PageWork<Buffer>& w = work.emplace_back();
+    detail::PageWork<Buffer>& w = work.emplace_back();
     w.page = i;
     w.route = router.route(keys[i]);
     w.payload = payload;
@@ -125,8 +125,9 @@ std::vector<Store::Impl::PageWork<Buffer>> Store::Impl::plan(std::span<const std
 }
 
 template <typename Buffer, typename Window>
-BatchResult Store::Impl::run_batch(std::span<const std::string_view> keys,
-                                   std::span<const Buffer> pieces, Window window) {
+BatchResult StoreCore::run_batch(std::span<const std::string_view> keys,
+                                 std::span<const Buffer> pieces, Window window,
+                                 bool touch_earlier) {
   BatchResult out;
   size_t k = 0;
   out.status = counted_shape(keys, pieces, &k);
@@ -145,7 +146,7 @@ BatchResult Store::Impl::run_batch(std::span<const std::string_view> keys,
   // prefix's first page is the last evicted; across windows that leaves a later window's
   // pages the more recent. The earlier windows' pages are touched again, last to first, so
   // the batch's first page is its most recently used however long the batch.
-  if (layout->orders_batches()) {
+  if (touch_earlier) {
     const uint64_t now = wall_ns();
     for (size_t i = last_window; i-- > 0;) {
       if (out.pages[i].ok()) index.touch(hash128(keys[i]), now);

@@ -1,4 +1,4 @@
-#include "pools.h"
+#include "window/pools.h"
 
 #include <sys/resource.h>
 

@@ -1,0 +1,158 @@
+// What every layout's windows run on (docs/architecture.md, "The store's rooms"): the parts
+// of a store that every layout shares (the agent, the router, the page index, the store's
+// capacity, the counters, the header and staging pools) and the steps every window takes:
+// its pages validated, routed and their I/O chosen (plan), admitted, their headers encoded;
+// a batch cut into windows that hold their open-object permits (run_batch).
+//
+// Store::Impl (the facade) is a StoreCore with the rest: the layout, the guard, submitted
+// batches, the clear generation. A layout (layout/) holds the StoreCore of its store and
+// nothing of the facade. Nothing here is installed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "capacity/page_index.h"
+#include "capacity/store_capacity.h"
+#include "format/page_format.h"
+#include "guard/guard.h"
+#include "kvtier/core/aligned_buffer.h"
+#include "kvtier/store/store.h"
+#include "kvtier/transfer/agent.h"
+#include "naming/namespace_walk.h"
+#include "naming/routing.h"
+#include "window/counters.h"
+#include "window/page_work.h"
+#include "window/pools.h"
+
+namespace kvtier {
+
+using detail::BatchTimer;
+using detail::bump;
+using detail::Counters;
+using detail::PageIo;
+using guard::PageDone;
+using page::kBlockBytes;
+using page::kHeaderBytes;
+using page::object_bytes;
+using pools::HeaderPool;
+using pools::ObjectBudget;
+using pools::StagingPool;
+
+struct StoreCore {
+  StoreCore(StoreConfig cfg, Agent a, routing::Router r)
+      : config(std::move(cfg)),
+        agent(std::move(a)),
+        router(std::move(r)),
+        ns_id(config.ns.id()),
+        headers(agent),
+        staging(agent, config.staging_bytes),
+        budget(config.max_open_objects != 0 ? config.max_open_objects
+                                            : ObjectBudget::default_capacity()),
+        dio(router.base_count()) {}
+  StoreCore(const StoreCore&) = delete;
+  StoreCore& operator=(const StoreCore&) = delete;
+
+  StoreConfig config;
+  Agent agent;
+  routing::Router router;
+  Hash128 ns_id;
+  HeaderPool headers;  // after agent: its registrations go first
+  StagingPool staging;
+  ObjectBudget budget;
+  Counters counters;
+  // The namespace's pages as this process knows them (capacity/page_index.h), and what the
+  // store may hold and gives up for a new page (capacity/store_capacity.h: the shared ledger,
+  // admission, the evictions it keeps).
+  PageIndex index;
+  StoreCapacity capacity;
+  // kBlockBytes of zeros, registered: the source of every object's tail padding.
+  AlignedBuffer zeros;
+  Registration zeros_registration;
+  // Per base directory: its direct I/O alignment, when direct I/O is on and possible there.
+  std::vector<std::optional<DirectIoAlignment>> dio;
+  // The guard (guard/guard.h) when a base is isolated, else null: owned by the facade, which
+  // lets it go before anything here.
+  guard::Guard* health = nullptr;
+
+  // Whether base `b` serves now (a base that is not isolated always does).
+  bool serving(size_t b) const { return health == nullptr || health->healthy(b); }
+  // How old a look at storage may be and still answer a lookup (config.refresh_ms).
+  uint64_t lookup_max_age_ns() const { return config.refresh_ms.value_or(0) * 1'000'000; }
+
+  // Checks one page's key and memory. Page-level caller errors come back here.
+  template <typename Buffer>
+  Status validate_page(std::string_view key, std::span<const Buffer> pieces,
+                       uint64_t* payload) const;
+  template <typename Buffer>
+  Status check_shape(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
+                     size_t* per_page);
+  // check_shape(), a failure counted as a caller error.
+  template <typename Buffer>
+  Status counted_shape(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
+                       size_t* per_page);
+  // Picks buffered, direct or staged I/O for a page (see DirectIo).
+  template <typename Buffer>
+  void choose_io(detail::PageWork<Buffer>& w);
+  // Validates every page of a window: invalid pages get their status in `out`, valid ones
+  // come back routed, with their I/O mode chosen.
+  template <typename Buffer>
+  std::vector<detail::PageWork<Buffer>> plan(std::span<const std::string_view> keys,
+                                             std::span<const Buffer> pieces, size_t k,
+                                             std::span<Status> out);
+  // Runs a batch in windows of at most budget.capacity() pages, each holding its permits:
+  // window(keys, pieces, pieces per page, statuses) for each. `touch_earlier`: the earlier
+  // windows' pages are touched again in the index so the batch's first page is its most
+  // recently used (where the index's order decides eviction).
+  template <typename Buffer, typename Window>
+  BatchResult run_batch(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
+                        Window window, bool touch_earlier);
+
+  // Admission (capacity/admission.h), in every layout's put window once its pages are
+  // planned: the pages the store does not hold are asked about; declined ones leave `work`,
+  // unwritten, with OK in `out`. Caller errors never get here (plan() reports them).
+  void admit(std::vector<detail::PageWork<ConstBuffer>>& work, std::span<Status> out);
+  // The engine asked for `keys` (exists calls): the admission policy's shadows learn it.
+  void note_lookup(std::span<const std::string_view> keys);
+  // Encodes the header of a page being written into `block`: its payload checksum comes from
+  // the caller's memory or, for a staged page, from the staging copy made here first (the
+  // payload padded with zeros to the object's size).
+  void encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_view key,
+                         uint64_t created_ns, std::span<std::byte, page::kHeaderBytes> block) const;
+
+  // The first failure among a page's descriptors, or OK.
+  template <typename Buffer>
+  static Status page_result(const Transfer& xfer, const detail::PageWork<Buffer>& w) {
+    const auto results = xfer.results();
+    for (size_t d = w.first_desc; d < w.first_desc + w.desc_count; ++d) {
+      if (!results[d].ok()) return results[d];
+    }
+    return ok_status();
+  }
+  template <typename Buffer>
+  void count_io(const detail::PageWork<Buffer>& w) {
+    if (w.io == PageIo::kDirect) bump(counters.direct_pages);
+    if (w.io == PageIo::kStaged) bump(counters.staged_pages);
+  }
+  // Failed pages by status code, for stats() (misses are not failures).
+  void count_error(const Status& st) {
+    if (!st.ok() && st.code() != StatusCode::kNotFound) {
+      bump(counters.errors_by_code[static_cast<size_t>(st.code()) % 16]);
+    }
+  }
+  void count_errors(const BatchResult& r) {
+    for (const Status& st : r.pages) count_error(st);
+  }
+
+  // Walks base `b`'s namespace directory (see walk_namespace): `fn(dir, pages)` gets the
+  // pages of each fan-out directory; a base without the directory has none.
+  Status for_each_fanout(size_t b, bool with_details, const FanoutPagesFn& fn);
+};
+
+}  // namespace kvtier
+
+#include "window/plan.h"  // the templates declared above
