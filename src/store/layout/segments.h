@@ -69,7 +69,8 @@ class SegmentLayout : public Layout {
   // Applies what other writers appended since the last look (new segments, new entries), on
   // the bases `want` names (all when empty) that are serving (a base not answering is left
   // alone: its pages are misses anyway), except those where a look began after this call did,
-  // or at most max_age_ns before it (lookups pass lookup_max_age_ns(): s_.config.refresh_ms).
+  // or at most max_age_ns before it (lookups pass StoreCore::lookup_max_age_ns(), from
+  // config.refresh_ms).
   void segments_refresh(const std::vector<bool>& want = {}, uint64_t max_age_ns = 0);
   // Appends records and their summary entries to this store's segments.
   // `relocating`: the pages are copies of records being reclaimed (copy_forward), last read
