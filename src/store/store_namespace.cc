@@ -10,6 +10,7 @@
 #include "naming/clear_generation.h"
 #include "naming/namespace_walk.h"
 #include "naming/object_io.h"
+#include "naming/store_root.h"
 #include "store_impl.h"
 
 namespace kvtier {
@@ -44,6 +45,13 @@ Status Store::Impl::open_namespace() {
   for (size_t b = 0; b < router.base_count(); ++b) {
     const std::string temp_dir = router.temp_dir(b);
     KVTIER_RETURN_IF_ERROR(agent.make_dirs(temp_dir));
+    if (agent.storage_class() == StorageClass::kFile) {
+      // Directories someone else made in the store's place are refused; an older tree's
+      // modes are narrowed to the store's sharing.
+      KVTIER_ASSIGN_OR_RETURN(const Sharing sharing, store_root::sharing_of(config.location));
+      KVTIER_RETURN_IF_ERROR(store_root::check_tree(
+          {routing::Router::root_dir(router.base(b)), router.namespace_dir(b), temp_dir}, sharing));
+    }
     const std::string path = router.manifest_path(b);
     Result<ObjectInfo> existing = agent.stat(path);
     if (existing.status().code() == StatusCode::kNotFound) {

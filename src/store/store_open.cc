@@ -10,6 +10,7 @@
 
 #include "kvtier/backends/builtin.h"
 #include "kvtier/store/store.h"
+#include "naming/store_root.h"
 #include "store_impl.h"
 
 namespace kvtier {
@@ -110,7 +111,13 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   ac.registry = &builtin_backends();
   ac.decorate = config.decorate;
   KVTIER_ASSIGN_OR_RETURN(Agent agent, Agent::create(ac));
-  routing::Router router(config.location.bases, config.ns.id());
+  // A FILE store's paths are built on its bases' real paths, checked before anything is put
+  // there (naming/store_root.h); keys are spread by the names the location gives them.
+  std::vector<std::string> bases = config.location.bases;
+  if (agent.storage_class() == StorageClass::kFile) {
+    KVTIER_ASSIGN_OR_RETURN(bases, store_root::prepare(agent, cfg.location));
+  }
+  routing::Router router(std::move(bases), config.ns.id(), config.location.bases);
   auto impl = std::make_shared<Impl>(cfg, std::move(agent), std::move(router));
   KVTIER_ASSIGN_OR_RETURN(LayoutChoice chosen, choose_layout(*impl, named));
   impl->layout_summary = std::move(chosen.summary);

@@ -14,7 +14,8 @@
 // layout ("auto" by default, "files" or "segments"), and on file:// `deadline_ms`,
 // `probe_interval_ms`, `isolate`, `segment_lanes`, `admission` and `refresh_ms` (on s3://
 // `segment_lanes` and `refresh_ms`) go to the store (StoreLocation::store_params); every other
-// parameter goes to the backend (io_threads, max_io_bytes, endpoint, region, ...), which rejects a
+// parameter goes to the backend (io_threads, max_io_bytes, endpoint, region, `share` of the FILE
+// backends: private or group, see kvtier/core/file_access.h, ...), which rejects a
 // name it does not know and a value it cannot parse when the store opens (kInvalidArgument naming
 // the parameter; see BackendRegistry). uri() prints
 // parameters that hold secrets (names with "secret", "token" or "password") as REDACTED.

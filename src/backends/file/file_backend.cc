@@ -18,6 +18,7 @@
 #include "kvtier/core/checksum.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/dir.h"
+#include "kvtier/core/file_access.h"
 
 namespace kvtier::file {
 namespace {
@@ -87,7 +88,8 @@ Result<DirectIoAlignment> dio_alignment_of(int fd, std::string_view path) {
 }
 
 Status sync_dir(const std::string& dir) {
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_file(dir.c_str(), O_RDONLY | O_DIRECTORY));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
+                          open_no_symlinks(kCwdFd, dir.c_str(), O_RDONLY | O_DIRECTORY));
   if (::fsync(fd.get()) != 0) return errno_status(errno, "fsync", dir);
   return std::move(fd).close();
 }
@@ -195,7 +197,15 @@ void execute_run(IoBatch& batch, const SyncRun& run, uint64_t max_io_bytes) {
   for (uint32_t k = 0; k < count; ++k) batch.complete(first + k, st);
 }
 
-FileBackend::FileBackend(bool use_tmpfile, uint64_t inline_bytes) : inline_bytes_(inline_bytes) {
+// The directory `path` is in, opened to create, link, rename or unlink its entry without a link
+// in the way.
+Result<UniqueFd> open_parent(std::string_view path) {
+  const std::string dir = dirname_of(path);
+  return open_no_symlinks(kCwdFd, dir.c_str(), O_PATH | O_DIRECTORY);
+}
+
+FileBackend::FileBackend(bool use_tmpfile, uint64_t inline_bytes, Sharing sharing)
+    : inline_bytes_(inline_bytes), modes_(create_modes(sharing)) {
   // Linking an O_TMPFILE into place goes through /proc/self/fd.
   struct stat st;
   tmpfile_ok_.store(use_tmpfile && ::stat("/proc/self/fd", &st) == 0);
@@ -282,34 +292,27 @@ Status FileBackend::sync(BackendTarget& base) {
 // is there, and when one is gone so may be the filesystem (a network mount detached while a
 // writer was blocked in it): recreating them would put pages on whatever lies beneath.
 Status FileBackend::make_dir_in_place(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) == 0) return ok_status();
-  if (errno != EEXIST) return errno_status(errno, "mkdir", dir);
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return ok_status();
-  return errno_status(ENOTDIR, "mkdir", dir);
+  return make_dir(dir.c_str(), modes_);
 }
 
 Status FileBackend::make_dirs(std::string_view path) {
   const std::string p(path);
   if (p.empty()) return invalid_argument_error("make_dirs: empty path");
-  if (::mkdir(p.c_str(), 0755) == 0) return ok_status();
-  if (errno == EEXIST) {
-    struct stat st;
-    if (::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return ok_status();
-    return errno_status(ENOTDIR, "mkdir", p);
-  }
-  if (errno != ENOENT) return errno_status(errno, "mkdir", p);
+  Status st = make_dir(p.c_str(), modes_);
+  if (st.code() != StatusCode::kNotFound) return st;
   const std::string parent = dirname_of(p);
-  if (parent == p) return errno_status(ENOENT, "mkdir", p);
+  if (parent == p) return st;
   KVTIER_RETURN_IF_ERROR(make_dirs(parent));
-  if (::mkdir(p.c_str(), 0755) == 0 || errno == EEXIST) return ok_status();
-  return errno_status(errno, "mkdir", p);
+  return make_dir(p.c_str(), modes_);
 }
 
 Result<ObjectInfo> FileBackend::stat(std::string_view path) {
   const std::string p(path);
   struct stat st;
-  if (::stat(p.c_str(), &st) != 0) return errno_status(errno, "stat", p);
+  if (::fstatat(AT_FDCWD, p.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return errno_status(errno, "stat", p);
+  }
+  if (S_ISLNK(st.st_mode)) return symlink_refused(p);
   return ObjectInfo{p, S_ISDIR(st.st_mode), static_cast<uint64_t>(st.st_size), mtime_ns_of(st),
                     identity_of(st)};
 }
@@ -323,9 +326,11 @@ Status FileBackend::remove(std::string_view path, const ObjectIdentity* if_ident
       return not_found_error(fmt::format("'{}' was replaced; not removed", p));
     }
   }
-  if (::unlink(p.c_str()) == 0) return ok_status();
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd dir, open_parent(p));
+  const std::string name(basename_of(p));
+  if (::unlinkat(dir.get(), name.c_str(), 0) == 0) return ok_status();
   if (errno == EISDIR || errno == EPERM) {
-    if (::rmdir(p.c_str()) == 0) return ok_status();
+    if (::unlinkat(dir.get(), name.c_str(), AT_REMOVEDIR) == 0) return ok_status();
   }
   return errno_status(errno, "unlink", p);
 }
@@ -333,7 +338,7 @@ Status FileBackend::remove(std::string_view path, const ObjectIdentity* if_ident
 Status FileBackend::list(std::string_view dir, const ListOptions& options,
                          const std::function<Status(const ObjectInfo&)>& fn) {
   const std::string d(dir);
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_file(d.c_str(), O_RDONLY | O_DIRECTORY));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_no_symlinks(kCwdFd, d.c_str(), O_RDONLY | O_DIRECTORY));
   ObjectInfo info;
   return for_each_dir_entry(fd.borrow(), [&](const DirEntry& e) -> Status {
     info.name.assign(e.name);
@@ -367,8 +372,7 @@ Result<size_t> FileBackend::sweep_temporaries(std::string_view temp_dir, uint64_
     const bool owner_gone = ours && !process_alive(pid);
     const bool old = now > e.mtime_ns && (now - e.mtime_ns) / 1'000'000'000ull >= min_age_s;
     if (!(owner_gone || old) || (ours && pid == ::getpid())) return ok_status();
-    const std::string p = join_path(temp_dir, e.name);
-    if (::unlink(p.c_str()) == 0) ++removed;
+    if (remove(join_path(temp_dir, e.name), &e.identity).ok()) ++removed;
     return ok_status();
   });
   if (st.code() == StatusCode::kNotFound) return size_t{0};
@@ -407,8 +411,8 @@ Result<DirectIoAlignment> FileBackend::probe_direct_io(std::string_view dir) {
 }
 
 Result<std::unique_ptr<BackendTarget>> FileBackend::open_read(const TargetSpec& spec) {
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
-                          open_file(spec.path.c_str(), O_RDONLY | (spec.direct ? O_DIRECT : 0)));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_no_symlinks(kCwdFd, spec.path.c_str(),
+                                                        O_RDONLY | (spec.direct ? O_DIRECT : 0)));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return errno_status(errno, "fstat", spec.path);
   return adopt_read(spec, std::move(fd), st);
@@ -427,8 +431,8 @@ Result<std::unique_ptr<BackendTarget>> FileBackend::adopt_read(const TargetSpec&
 }
 
 Result<std::unique_ptr<BackendTarget>> FileBackend::open_append(const TargetSpec& spec) {
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
-                          open_file(spec.path.c_str(), O_RDWR | (spec.direct ? O_DIRECT : 0)));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_no_symlinks(kCwdFd, spec.path.c_str(),
+                                                        O_RDWR | (spec.direct ? O_DIRECT : 0)));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return errno_status(errno, "fstat", spec.path);
   if (!S_ISREG(st.st_mode)) {
@@ -476,13 +480,15 @@ Result<std::unique_ptr<BackendTarget>> FileBackend::try_create(const TargetSpec&
                                                                const std::string& temp_dir) {
   const int direct = spec.direct ? O_DIRECT : 0;
   if (tmpfile_ok_.load(std::memory_order_relaxed)) {
-    Result<UniqueFd> fd = open_file(temp_dir.c_str(), O_TMPFILE | O_RDWR | direct, 0644);
+    Result<UniqueFd> fd =
+        open_no_symlinks(kCwdFd, temp_dir.c_str(), O_TMPFILE | O_RDWR | direct, modes_.file);
     if (fd.ok()) {
       return finish_create(spec, std::move(fd).value(), temp_dir, std::string());
     }
     const StatusCode c = fd.status().code();
     if (c != StatusCode::kUnsupported && c != StatusCode::kInvalidArgument) return fd.status();
-    if (direct != 0 && open_file(temp_dir.c_str(), O_TMPFILE | O_RDWR, 0644).ok()) {
+    if (direct != 0 &&
+        open_no_symlinks(kCwdFd, temp_dir.c_str(), O_TMPFILE | O_RDWR, modes_.file).ok()) {
       return unsupported_error(fmt::format("{}: the filesystem does not support direct I/O ({})",
                                            temp_dir, fd.status().message()));
     }
@@ -491,8 +497,9 @@ Result<std::unique_ptr<BackendTarget>> FileBackend::try_create(const TargetSpec&
     tmpfile_ok_.store(false);
   }
   std::string temp_path = join_path(temp_dir, temp_name(spec.path));
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
-                          open_file(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | direct, 0644));
+  KVTIER_ASSIGN_OR_RETURN(
+      UniqueFd fd,
+      open_no_symlinks(kCwdFd, temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | direct, modes_.file));
   return finish_create(spec, std::move(fd), temp_dir, std::move(temp_path));
 }
 
@@ -504,25 +511,32 @@ Result<std::unique_ptr<BackendTarget>> FileBackend::finish_create(const TargetSp
       std::make_unique<FileTarget>(spec.path, TargetMode::kCreate, spec.size_hint, ObjectIdentity{},
                                    std::move(fd), temp_dir, std::move(temp_path));
   // On failure `t` goes, and with it the descriptor and any named temporary.
+  KVTIER_RETURN_IF_ERROR(finish_created(t->fd(), modes_.file, modes_, t->path()));
   if (spec.direct) KVTIER_RETURN_IF_ERROR(make_direct(*t));
   return std::unique_ptr<BackendTarget>(std::move(t));
 }
 
+// Both publish steps name the destination by its directory, opened without following links, so
+// that a link planted in its place is not written through.
 Status FileBackend::link_anonymous(FileTarget& t) {
   const std::string proc = fmt::format("/proc/self/fd/{}", t.fd());
-  if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, t.path().c_str(), AT_SYMLINK_FOLLOW) == 0) {
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd dir, open_parent(t.path()));
+  const std::string name(basename_of(t.path()));
+  if (::linkat(AT_FDCWD, proc.c_str(), dir.get(), name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
     t.mark_published();
     return ok_status();
   }
   if (errno != EEXIST) return errno_status(errno, "linkat", t.path());
   // Replace an existing object atomically: link under a unique name, rename over it.
   const std::string temp = join_path(t.temp_dir(), temp_name(t.path()));
-  if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, temp.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd temp_dir, open_parent(temp));
+  const std::string temp_base(basename_of(temp));
+  if (::linkat(AT_FDCWD, proc.c_str(), temp_dir.get(), temp_base.c_str(), AT_SYMLINK_FOLLOW) != 0) {
     return errno_status(errno, "linkat", temp);
   }
-  if (::rename(temp.c_str(), t.path().c_str()) != 0) {
+  if (::renameat(temp_dir.get(), temp_base.c_str(), dir.get(), name.c_str()) != 0) {
     const int err = errno;
-    (void)::unlink(temp.c_str());
+    (void)::unlinkat(temp_dir.get(), temp_base.c_str(), 0);
     return errno_status(err, "rename", t.path());
   }
   t.mark_published();
@@ -530,7 +544,9 @@ Status FileBackend::link_anonymous(FileTarget& t) {
 }
 
 Status FileBackend::rename_named(FileTarget& t) {
-  if (::rename(t.temp_path().c_str(), t.path().c_str()) != 0) {
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd dir, open_parent(t.path()));
+  const std::string name(basename_of(t.path()));
+  if (::renameat(AT_FDCWD, t.temp_path().c_str(), dir.get(), name.c_str()) != 0) {
     const int err = errno;
     // ENOENT means the destination directory is missing (the temporary is ours and there).
     return errno_status(err, "rename", t.path());

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvtier/core/file_access.h"
 #include "kvtier/core/unique_fd.h"
 #include "kvtier/transfer/backend.h"
 
@@ -82,7 +83,9 @@ class FileBackend : public Backend {
   // `use_tmpfile`: create new objects as unnamed O_TMPFILEs where the filesystem can.
   // `inline_bytes`: batches up to this size run on the caller's thread (see submit_inline);
   // 0 sends every batch to the backend's threads.
-  FileBackend(bool use_tmpfile, uint64_t inline_bytes);
+  // `sharing`: the modes of what it creates (private: 0600 files, 0700 directories; see
+  // kvtier/core/file_access.h). Every path is opened without following a symbolic link.
+  FileBackend(bool use_tmpfile, uint64_t inline_bytes, Sharing sharing);
 
   StorageClass storage_class() const override { return StorageClass::kFile; }
   Result<std::unique_ptr<BackendTarget>> open(const TargetSpec& spec) override;
@@ -92,7 +95,7 @@ class FileBackend : public Backend {
   // fdatasync of the target's descriptor (posix and uring alike: one call, no ring needed).
   Status sync(BackendTarget& target) override;
   Status make_dirs(std::string_view path) override;
-  static Status make_dir_in_place(const std::string& dir);
+  Status make_dir_in_place(const std::string& dir);
   Result<ObjectInfo> stat(std::string_view path) override;
   Status remove(std::string_view path, const ObjectIdentity* if_identity) override;
   Status list(std::string_view dir, const ListOptions& options,
@@ -152,6 +155,7 @@ class FileBackend : public Backend {
   static constexpr size_t kInlineOpens = 8;
 
   const uint64_t inline_bytes_;
+  const CreateModes modes_;
   std::atomic<bool> tmpfile_ok_{true};
   std::atomic<uint64_t> temp_seq_{0};
   std::mutex dio_mu_;

@@ -38,7 +38,7 @@ class BatchJob final : public PoolJob {
 class PosixBackend final : public file::FileBackend {
  public:
   explicit PosixBackend(const PosixBackendOptions& options)
-      : FileBackend(options.use_tmpfile, options.inline_bytes),
+      : FileBackend(options.use_tmpfile, options.inline_bytes, options.sharing),
         options_(options),
         pool_(thread_count(options.io_threads)) {}
 
@@ -89,11 +89,9 @@ std::unique_ptr<Backend> make_posix_backend(const PosixBackendOptions& options) 
 }
 
 std::vector<ParamSpec> posix_backend_params() {
-  return {{"io_threads", ParamType::kUnsigned},
-          {"max_io_bytes", ParamType::kUnsigned},
-          {"max_merge_bytes", ParamType::kUnsigned},
-          {"use_tmpfile", ParamType::kBool},
-          {"inline_bytes", ParamType::kUnsigned}};
+  return {{"io_threads", ParamType::kUnsigned},      {"max_io_bytes", ParamType::kUnsigned},
+          {"max_merge_bytes", ParamType::kUnsigned}, {"use_tmpfile", ParamType::kBool},
+          {"inline_bytes", ParamType::kUnsigned},    {"share", ParamType::kText}};
 }
 
 Result<std::unique_ptr<Backend>> create_posix_backend(const BackendParams& params) {
@@ -103,6 +101,9 @@ Result<std::unique_ptr<Backend>> create_posix_backend(const BackendParams& param
   KVTIER_ASSIGN_OR_RETURN(o.max_merge_bytes, param_u64(params, "max_merge_bytes", 1 << 20));
   KVTIER_ASSIGN_OR_RETURN(o.use_tmpfile, param_bool(params, "use_tmpfile", true));
   KVTIER_ASSIGN_OR_RETURN(o.inline_bytes, param_u64(params, "inline_bytes", o.inline_bytes));
+  if (auto it = params.find("share"); it != params.end()) {
+    KVTIER_ASSIGN_OR_RETURN(o.sharing, parse_sharing(it->second));
+  }
   return make_posix_backend(o);
 }
 

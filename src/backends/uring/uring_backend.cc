@@ -77,7 +77,7 @@ class Ring {
 class UringBackend final : public file::FileBackend {
  public:
   explicit UringBackend(const UringBackendOptions& o)
-      : FileBackend(o.use_tmpfile, o.inline_bytes), options_(o) {}
+      : FileBackend(o.use_tmpfile, o.inline_bytes, o.sharing), options_(o) {}
 
   ~UringBackend() override {
     rings_.clear();  // each drains its ring and joins its thread
@@ -172,7 +172,7 @@ class UringBackend final : public file::FileBackend {
     }
     std::shared_ptr<OpenJob> job;
     if (!opens.empty()) {
-      job = std::make_shared<OpenJob>(std::move(opens));
+      job = std::make_shared<OpenJob>(std::move(opens), options_.sharing);
       enqueue(job);
       job->wait();
     }
@@ -190,9 +190,13 @@ class UringBackend final : public file::FileBackend {
         } else {
           out.push_back(adopt_created(s, std::move(fd), temp_dir_for(s)));
         }
-      } else if (s.mode == TargetMode::kRead) {
+      } else if (job->error(u) == ELOOP) {
+        out.push_back(symlink_refused(s.mode == TargetMode::kRead ? s.path : temp_dir_for(s)));
+      } else if (s.mode == TargetMode::kRead && job->error(u) != ENOSYS &&
+                 job->error(u) != EINVAL) {
         out.push_back(errno_status(job->error(u), "open", s.path));
       } else {
+        // Creates, and kernels whose rings have no OPENAT2, take the synchronous path.
         out.push_back(FileBackend::open(s));
       }
     }
@@ -427,7 +431,8 @@ Result<std::unique_ptr<Backend>> make_uring_backend(const UringBackendOptions& o
 std::vector<ParamSpec> uring_backend_params() {
   return {{"rings", ParamType::kUnsigned},     {"queue_depth", ParamType::kUnsigned},
           {"fixed_buffers", ParamType::kBool}, {"max_io_bytes", ParamType::kUnsigned},
-          {"use_tmpfile", ParamType::kBool},   {"inline_bytes", ParamType::kUnsigned}};
+          {"use_tmpfile", ParamType::kBool},   {"inline_bytes", ParamType::kUnsigned},
+          {"share", ParamType::kText}};
 }
 
 Result<std::unique_ptr<Backend>> create_uring_backend(const BackendParams& params) {
@@ -438,6 +443,9 @@ Result<std::unique_ptr<Backend>> create_uring_backend(const BackendParams& param
   KVTIER_ASSIGN_OR_RETURN(o.max_io_bytes, param_u64(params, "max_io_bytes", 0));
   KVTIER_ASSIGN_OR_RETURN(o.use_tmpfile, param_bool(params, "use_tmpfile", true));
   KVTIER_ASSIGN_OR_RETURN(o.inline_bytes, param_u64(params, "inline_bytes", o.inline_bytes));
+  if (auto it = params.find("share"); it != params.end()) {
+    KVTIER_ASSIGN_OR_RETURN(o.sharing, parse_sharing(it->second));
+  }
   if (rings > 64) return invalid_argument_error(fmt::format("rings={} (at most 64)", rings));
   if (depth == 0 || depth > 4096) {
     return invalid_argument_error(fmt::format("queue_depth={} (1 to 4096)", depth));

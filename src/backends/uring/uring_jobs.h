@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <linux/openat2.h>
 
 #include <algorithm>
 #include <atomic>
@@ -158,8 +159,9 @@ class OpenJob final : public Job {
     bool stat = false;  // fstat what was opened (objects to read: their size and identity)
   };
 
-  explicit OpenJob(std::vector<Open> opens)
+  OpenJob(std::vector<Open> opens, Sharing sharing)
       : Job(opens.size()),
+        mode_(create_modes(sharing).file),
         opens_(std::move(opens)),
         fds_(opens_.size()),
         errors_(opens_.size()),
@@ -168,9 +170,15 @@ class OpenJob final : public Job {
   bool start(size_t) override { return true; }
   uint64_t bytes(size_t) const override { return 0; }
 
+  // OPENAT2 refusing symbolic links in any component, as FileBackend opens (file_access.h).
+  // A created file's mode is exact only after FileBackend finishes it (share=group).
   void prep(size_t unit, io_uring_sqe* sqe) override {
-    io_uring_prep_openat(sqe, AT_FDCWD, opens_[unit].path.c_str(), opens_[unit].flags | O_CLOEXEC,
-                         0644);
+    open_how& how = hows_[unit];
+    how = open_how{};
+    how.flags = static_cast<uint64_t>(opens_[unit].flags | O_CLOEXEC);
+    how.mode = (opens_[unit].flags & O_TMPFILE) == O_TMPFILE ? mode_ : 0;
+    how.resolve = RESOLVE_NO_SYMLINKS;
+    io_uring_prep_openat2(sqe, AT_FDCWD, opens_[unit].path.c_str(), &how);
   }
 
   bool complete(size_t unit, int res) override {
@@ -207,7 +215,9 @@ class OpenJob final : public Job {
   }
 
  private:
+  const mode_t mode_;
   const std::vector<Open> opens_;
+  std::vector<open_how> hows_ = std::vector<open_how>(opens_.size());
   std::vector<UniqueFd> fds_;
   std::vector<int> errors_;
   std::vector<struct stat> stats_;

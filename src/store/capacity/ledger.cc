@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kvtier/core/file_access.h"
 #include "naming/routing.h"
 
 namespace kvtier {
@@ -43,10 +44,9 @@ bool on_fuse_filesystem(const std::string& path) {
 Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& dir, uint64_t scanned_bytes) {
   const std::string usage_path = dir + "/" + std::string(routing::kUsageFile);
   const std::string members_path = dir + "/" + std::string(routing::kMembersFile);
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd usage, open_file(usage_path.c_str(), O_RDWR | O_CREAT, 0644));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd usage, open_own_file(usage_path, O_RDWR));
   KVTIER_RETURN_IF_ERROR(bypass_page_cache_on_fuse(usage.get(), usage_path));
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd members,
-                          open_file(members_path.c_str(), O_RDWR | O_CREAT, 0644));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd members, open_own_file(members_path, O_RDWR));
   std::unique_ptr<Ledger> l(new Ledger(std::move(usage), std::move(members)));
   // Alone? Then this process's scan is the truth. Either way, join as a member.
   if (::flock(l->members_.get(), LOCK_EX | LOCK_NB) == 0) {

@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include "capacity/ledger.h"
+#include "kvtier/core/file_access.h"
 #include "kvtier/core/unique_fd.h"
 
 namespace kvtier {
@@ -25,7 +26,7 @@ static_assert(sizeof(Header) == SharedFile::kHeaderBytes);
 
 Result<std::unique_ptr<SharedFile>> SharedFile::open(const std::string& path, uint64_t magic,
                                                      uint64_t count, size_t element_bytes) {
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_file(path.c_str(), O_RDWR | O_CREAT, 0644));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd fd, open_own_file(path, O_RDWR));
   {
     KVTIER_ASSIGN_OR_RETURN(FileLock lock, FileLock::exclusive(fd.get(), path));
     Header h{};

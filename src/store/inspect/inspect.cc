@@ -21,6 +21,7 @@
 #include "naming/namespace_walk.h"
 #include "naming/object_io.h"
 #include "naming/routing.h"
+#include "naming/store_root.h"
 
 namespace kvtier {
 namespace {
@@ -135,7 +136,10 @@ Status walk_segments(Agent& agent, NamespaceSummary& ns, std::vector<PageEntry>*
 Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<PageEntry>* pages,
             const ListProgress* progress = nullptr) {
   uint64_t found_pages = 0;
-  for (const std::string& base : loc.bases) {
+  for (const std::string& given : loc.bases) {
+    // As a store opens it: no symbolic link in the paths built on it (naming/store_root.h).
+    const std::string base =
+        loc.storage_class == StorageClass::kFile ? store_root::opened_as(given) : given;
     if (loc.storage_class == StorageClass::kFile) {
       Result<ObjectInfo> b = agent.stat(base);
       if (!b.ok()) return b.status();
@@ -448,8 +452,11 @@ Result<RemovalReport> clear_namespace(const StoreLocation& location, std::string
   }
   KVTIER_ASSIGN_OR_RETURN(RemovalReport report, remove_pages(location, pages, progress));
   // The generation lives under the first base, as the store's router puts it.
-  const std::string ns_dir =
-      fmt::format("{}/{}/{}", location.bases.front(), routing::kRootDir, namespace_id);
+  const std::string& first = location.bases.front();
+  const std::string ns_dir = fmt::format(
+      "{}/{}/{}",
+      location.storage_class == StorageClass::kFile ? store_root::opened_as(first) : first,
+      routing::kRootDir, namespace_id);
   KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
   Status published =
       clear_generation::publish(agent, fmt::format("{}/{}", ns_dir, routing::kGenerationFile),

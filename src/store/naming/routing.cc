@@ -40,11 +40,13 @@ bool is_page_name(std::string_view name) {
   return name.size() == 32 && is_hex(name);
 }
 
-Router::Router(std::vector<std::string> bases, Hash128 namespace_id) : bases_(std::move(bases)) {
+Router::Router(std::vector<std::string> bases, Hash128 namespace_id,
+               const std::vector<std::string>& routed_as)
+    : bases_(std::move(bases)) {
   const std::string ns = namespace_id.hex();
-  for (const std::string& b : bases_) {
-    ns_dirs_.push_back(join(join(b, kRootDir), ns));
-    base_seeds_.push_back(checksum64(b));
+  for (size_t i = 0; i < bases_.size(); ++i) {
+    ns_dirs_.push_back(join(join(bases_[i], kRootDir), ns));
+    base_seeds_.push_back(checksum64(routed_as.empty() ? bases_[i] : routed_as.at(i)));
   }
 }
 
@@ -73,6 +75,10 @@ Route Router::route(std::string_view key) const {
 std::string Router::page_path(size_t base, const Hash128& key_hash) const {
   const std::string hex = key_hash.hex();
   return fmt::format("{}/{}/{}", ns_dirs_[base], std::string_view(hex).substr(0, 2), hex);
+}
+
+std::string Router::root_dir(std::string_view base) {
+  return join(base, kRootDir);
 }
 
 std::string Router::temp_dir(size_t i) const {

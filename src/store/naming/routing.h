@@ -50,8 +50,11 @@ struct Route {
 
 class Router {
  public:
-  // `bases` are absolute, normalized directory paths (see uri.h).
-  Router(std::vector<std::string> bases, Hash128 namespace_id);
+  // `bases` are absolute, normalized directory paths (see uri.h): the paths built on. Keys
+  // are spread over them by the names in `routed_as` (the bases as the location names them,
+  // which a store resolves to real paths before it opens them; empty: `bases`).
+  Router(std::vector<std::string> bases, Hash128 namespace_id,
+         const std::vector<std::string>& routed_as = {});
 
   Route route(std::string_view key) const;
   std::string page_path(size_t base, const Hash128& key_hash) const;
@@ -59,6 +62,8 @@ class Router {
   size_t base_count() const { return bases_.size(); }
   const std::string& base(size_t i) const { return bases_[i]; }
   const std::string& namespace_dir(size_t i) const { return ns_dirs_[i]; }
+  // <base>/kvtier, where every namespace's directory is.
+  static std::string root_dir(std::string_view base);
   std::string temp_dir(size_t i) const;
   std::string manifest_path(size_t i) const;
   // The clear generation object (base 0 only: one per namespace).

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kvtier/core/file_access.h"
 #include "kvtier/core/status.h"
 #include "kvtier/transfer/backend.h"
 
@@ -36,12 +37,15 @@ struct PosixBackendOptions {
   // Batches of at most this many bytes (and opens of up to 8 objects) run on the
   // caller's thread instead of the pool; 0: never.
   uint64_t inline_bytes = 4 << 20;
+  // Who may reach what it creates: private (0600 files, 0700 directories) or group
+  // (kvtier/core/file_access.h). The `share` parameter.
+  Sharing sharing = Sharing::kPrivate;
 };
 
 std::unique_ptr<Backend> make_posix_backend(const PosixBackendOptions& options = {});
 
 // Factory for the registry. Parameters: io_threads, max_io_bytes, max_merge_bytes,
-// use_tmpfile, inline_bytes.
+// use_tmpfile, inline_bytes, share.
 Result<std::unique_ptr<Backend>> create_posix_backend(const BackendParams& params);
 // The parameters create_posix_backend() reads.
 std::vector<ParamSpec> posix_backend_params();

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kvtier/core/file_access.h"
 #include "kvtier/core/status.h"
 #include "kvtier/transfer/backend.h"
 
@@ -47,6 +48,9 @@ struct UringBackendOptions {
   // Batches of at most this many bytes (and opens of up to 8 objects) run on the
   // caller's thread with preadv/pwritev instead of the rings; 0: never.
   uint64_t inline_bytes = 4 << 20;
+  // Who may reach what it creates: private (0600 files, 0700 directories) or group
+  // (kvtier/core/file_access.h). The `share` parameter.
+  Sharing sharing = Sharing::kPrivate;
 };
 
 // kUnavailable with the reason when io_uring cannot be set up here (old kernel, seccomp,
@@ -54,7 +58,7 @@ struct UringBackendOptions {
 Result<std::unique_ptr<Backend>> make_uring_backend(const UringBackendOptions& options = {});
 
 // Factory for the registry. Parameters: rings, queue_depth, fixed_buffers, max_io_bytes,
-// use_tmpfile, inline_bytes.
+// use_tmpfile, inline_bytes, share.
 Result<std::unique_ptr<Backend>> create_uring_backend(const BackendParams& params);
 // The parameters create_uring_backend() reads.
 std::vector<ParamSpec> uring_backend_params();
