@@ -40,7 +40,9 @@ bool in_our_groups(gid_t gid) {
   return false;
 }
 
-std::string mode_text(mode_t m) { return fmt::format("{:04o}", m & 07777); }
+std::string mode_text(mode_t m) {
+  return fmt::format("{:04o}", m & 07777);
+}
 
 }  // namespace
 
@@ -51,7 +53,9 @@ Result<Sharing> parse_sharing(std::string_view value) {
       fmt::format("share={} (use private, the default, or group)", value));
 }
 
-std::string_view sharing_name(Sharing s) { return s == Sharing::kGroup ? "group" : "private"; }
+std::string_view sharing_name(Sharing s) {
+  return s == Sharing::kGroup ? "group" : "private";
+}
 
 CreateModes create_modes(Sharing s) {
   if (s == Sharing::kGroup) return CreateModes{0660, 02770, true};
@@ -91,9 +95,9 @@ Result<UniqueFd> open_own_file(const std::string& path, int flags) {
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) return errno_status(errno, "stat", dir);
-  const CreateModes modes = create_modes((st.st_mode & S_ISGID) != 0 && (st.st_mode & S_IWGRP) != 0
-                                             ? Sharing::kGroup
-                                             : Sharing::kPrivate);
+  const CreateModes modes =
+      create_modes((st.st_mode & S_ISGID) != 0 && (st.st_mode & S_IWGRP) != 0 ? Sharing::kGroup
+                                                                              : Sharing::kPrivate);
   KVTIER_ASSIGN_OR_RETURN(UniqueFd fd,
                           open_no_symlinks(kCwdFd, path.c_str(), flags | O_CREAT, modes.file));
   if (modes.exact) {

@@ -146,8 +146,7 @@ TEST_P(StoreAccess, ARootAnotherUserOwnsIsRefused) {
   Result<std::unique_ptr<Store>> s = Store::open(config_for(uri()));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kPermissionDenied) << s.status().to_string();
-  EXPECT_NE(s.status().message().find("another user"), std::string::npos)
-      << s.status().to_string();
+  EXPECT_NE(s.status().message().find("another user"), std::string::npos) << s.status().to_string();
   // One of this process's groups, with share=group, is a cluster's shared root.
   ASSERT_EQ(::chown(root.c_str(), 65534, ::getegid()), 0);
   ASSERT_EQ(::chmod(root.c_str(), 02770), 0);
