@@ -6,6 +6,8 @@
 #include <bit>
 #include <cstring>
 
+#include "format/header_fields.h"
+#include "format/sealed_page.h"
 #include "kvtier/store/namespace.h"
 
 namespace kvtier::page {
@@ -13,45 +15,9 @@ namespace kvtier::page {
 // Headers carry the version that namespace ids are derived from.
 static_assert(kVersion == kPageFormatVersion);
 
+using namespace fields;
+
 namespace {
-
-constexpr size_t kOffVersion = 8;
-constexpr size_t kOffHeaderSize = 10;
-constexpr size_t kOffFlags = 12;
-constexpr size_t kOffNamespace = 16;
-constexpr size_t kOffKeyHash = 32;
-constexpr size_t kOffPayloadBytes = 48;
-constexpr size_t kOffPayloadChecksum = 56;
-constexpr size_t kOffKeyBytes = 64;
-constexpr size_t kOffPieceCount = 68;
-constexpr size_t kOffPieceBytes = 72;
-constexpr size_t kOffCreated = 80;
-constexpr size_t kOffChunkBytes = 88;
-constexpr size_t kOffHeaderChecksum = 120;
-constexpr size_t kOffKey = 128;
-static_assert(kOffKey + kMaxKeyBytes <= kHeaderBytes);
-
-// Little-endian stores/loads (x86 and arm64 are little-endian; memcpy keeps it alignment-safe).
-static_assert(std::endian::native == std::endian::little, "big-endian hosts need byte swaps");
-
-template <typename T>
-void put(std::byte* block, size_t off, T v) {
-  std::memcpy(block + off, &v, sizeof(T));
-}
-template <typename T>
-T get(const std::byte* block, size_t off) {
-  T v;
-  std::memcpy(&v, block + off, sizeof(T));
-  return v;
-}
-
-void put_hash(std::byte* block, size_t off, const Hash128& h) {
-  put(block, off, h.high);
-  put(block, off + 8, h.low);
-}
-Hash128 get_hash(const std::byte* block, size_t off) {
-  return Hash128{get<uint64_t>(block, off), get<uint64_t>(block, off + 8)};
-}
 
 // XXH3-64 of bytes 0..119 followed by the key, hashed from one stack copy (a streaming state
 // would cost an allocation per page).
@@ -95,6 +61,12 @@ Result<Header> decode(std::span<const std::byte, kHeaderBytes> in) {
   const auto version = get<uint16_t>(b, kOffVersion);
   if (version != kVersion) {
     return corrupt_error(fmt::format("format version {} (this build reads {})", version, kVersion));
+  }
+  if (const auto flags = get<uint32_t>(b, kOffFlags); flags != 0) {
+    // A sealed page's key and payload are ciphertext: only a reader with its key opens it
+    // (sealed_page.h).
+    return corrupt_error(flags == kFlagSealed ? "a sealed page, and this store has no key"
+                                              : fmt::format("unknown flags {:#x}", flags));
   }
   const auto key_bytes = get<uint32_t>(b, kOffKeyBytes);
   if (key_bytes == 0 || key_bytes > kMaxKeyBytes) {
