@@ -53,4 +53,8 @@ inline Hash128 get_hash(const std::byte* block, size_t off) {
   return Hash128{get<uint64_t>(block, off), get<uint64_t>(block, off + 8)};
 }
 
+// A header's bytes 0..119 but its checksum, zeros from 92 on: the fields every page has.
+void encode_fixed(const Header& h, uint32_t flags, uint64_t payload_checksum, uint32_t chunk_bytes,
+                  std::byte* block) noexcept;
+
 }  // namespace kvtier::page::fields

@@ -35,22 +35,31 @@ uint64_t combine_chunk_checksums(std::span<const uint64_t> chunk_checksums) noex
   return checksum64(chunk_checksums.data(), chunk_checksums.size_bytes());
 }
 
-void encode(const Header& h, std::span<std::byte, kHeaderBytes> out) noexcept {
-  std::byte* b = out.data();
+namespace fields {
+
+void encode_fixed(const Header& h, uint32_t flags, uint64_t payload_checksum, uint32_t chunk_bytes,
+                  std::byte* b) noexcept {
   std::memset(b, 0, kHeaderBytes);
   std::memcpy(b, kMagic, sizeof(kMagic));
   put<uint16_t>(b, kOffVersion, kVersion);
   put<uint16_t>(b, kOffHeaderSize, static_cast<uint16_t>(h.header_bytes));
-  put<uint32_t>(b, kOffFlags, 0);
+  put<uint32_t>(b, kOffFlags, flags);
   put_hash(b, kOffNamespace, h.namespace_id);
   put_hash(b, kOffKeyHash, h.key_hash);
   put<uint64_t>(b, kOffPayloadBytes, h.payload_bytes);
-  put<uint64_t>(b, kOffPayloadChecksum, h.payload_checksum);
+  put<uint64_t>(b, kOffPayloadChecksum, payload_checksum);
   put<uint32_t>(b, kOffKeyBytes, static_cast<uint32_t>(h.key.size()));
   put<uint32_t>(b, kOffPieceCount, h.piece_count);
   put<uint64_t>(b, kOffPieceBytes, h.piece_bytes);
   put<uint64_t>(b, kOffCreated, h.created_ns);
-  put<uint32_t>(b, kOffChunkBytes, kChecksumChunkBytes);
+  put<uint32_t>(b, kOffChunkBytes, chunk_bytes);
+}
+
+}  // namespace fields
+
+void encode(const Header& h, std::span<std::byte, kHeaderBytes> out) noexcept {
+  std::byte* b = out.data();
+  encode_fixed(h, 0, h.payload_checksum, kChecksumChunkBytes, b);
   std::memcpy(b + kOffKey, h.key.data(), h.key.size());
   put<uint64_t>(b, kOffHeaderChecksum, header_checksum(b, h.key.size()));
 }

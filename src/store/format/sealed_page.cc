@@ -41,20 +41,7 @@ Parts<Byte> parts(Byte* block, size_t key_bytes, size_t chunks) {
 SealedSlots encode_sealed(const Header& h, uint32_t key_id, uint64_t page_number,
                           std::span<std::byte, kHeaderBytes> out) noexcept {
   std::byte* b = out.data();
-  std::memset(b, 0, kHeaderBytes);
-  std::memcpy(b, kMagic, sizeof(kMagic));
-  put<uint16_t>(b, kOffVersion, kVersion);
-  put<uint16_t>(b, kOffHeaderSize, static_cast<uint16_t>(h.header_bytes));
-  put<uint32_t>(b, kOffFlags, kFlagSealed);
-  put_hash(b, kOffNamespace, h.namespace_id);
-  put_hash(b, kOffKeyHash, h.key_hash);
-  put<uint64_t>(b, kOffPayloadBytes, h.payload_bytes);
-  put<uint64_t>(b, kOffPayloadChecksum, 0);
-  put<uint32_t>(b, kOffKeyBytes, static_cast<uint32_t>(h.key.size()));
-  put<uint32_t>(b, kOffPieceCount, h.piece_count);
-  put<uint64_t>(b, kOffPieceBytes, h.piece_bytes);
-  put<uint64_t>(b, kOffCreated, h.created_ns);
-  put<uint32_t>(b, kOffChunkBytes, sealed_chunk_bytes(h.payload_bytes));
+  encode_fixed(h, kFlagSealed, 0, sealed_chunk_bytes(h.payload_bytes), b);
   put<uint32_t>(b, kOffKeyId, key_id);
   put<uint64_t>(b, kOffPageNumber, page_number);
   const Parts<std::byte> p = parts(b, h.key.size(), sealed_chunk_count(h.payload_bytes));
