@@ -118,7 +118,8 @@ std::vector<bool> Store::indexed(std::span<const std::string_view> keys, ExistsC
   if (call == ExistsCall::kLookup) impl_->note_lookup(keys);
   std::vector<bool> out(keys.size(), false);
   for (size_t i = 0; i < keys.size(); ++i) {
-    out[i] = routing::validate_key(keys[i]).ok() && impl_->index.contains(hash128(keys[i]));
+    out[i] = routing::validate_key(keys[i]).ok() &&
+             impl_->index.contains(impl_->router.key_hash(keys[i]));
   }
   return out;
 }
@@ -154,7 +155,7 @@ size_t Store::Impl::batch_exists_here(std::span<const std::string_view> keys) {
       bump(counters.exists_queries, n + 1);
       return n;  // a bad key ends the prefix
     }
-    if (!index.contains(hash128(keys[n]))) break;  // the route's key_hash
+    if (!index.contains(router.key_hash(keys[n]))) break;  // the route's key_hash
   }
   return layout->look_up_from(keys, n);
 }

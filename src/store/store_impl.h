@@ -64,8 +64,8 @@ struct TicketState {
 }  // namespace detail
 
 struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
-  Impl(StoreConfig cfg, Agent a, routing::Router r)
-      : StoreCore(std::move(cfg), std::move(a), std::move(r)),
+  Impl(StoreConfig cfg, Agent a, routing::Router r, std::unique_ptr<PageSealing> seal)
+      : StoreCore(std::move(cfg), std::move(a), std::move(r), std::move(seal)),
         generation(agent, router.generation_path(), router.temp_dir(0)) {}
 
   ~Impl() {
@@ -199,6 +199,14 @@ struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
   Status verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
                      std::span<const std::byte, kHeaderBytes> block,
                      std::span<const uint64_t> chunk_checksums) const;
+  // verify_page for a sealed store: the sealed header, then the payload opened in place.
+  Status verify_sealed_page(const PageWork<MutableBuffer>& w, std::string_view key,
+                            std::span<const std::byte, kHeaderBytes> block) const;
+  // A page of this key whose header differs from the caller's buffers: kInvalidArgument when
+  // the page is intact as stored (the caller asked with the wrong sizes), else OK.
+  Status caller_mistake(const page::Header& h, const PageWork<MutableBuffer>& w) const;
+  // A staged read's payload, checked, into the caller's pieces.
+  static void copy_from_staging(const PageWork<MutableBuffer>& w);
   // Each read page's status: the batch's error, else its descriptors', else its verdict.
   void collect_read_results(ReadWindow& rw, std::span<Status> out);
   // Counts hits, misses, corrupt and failed pages, and drops the corrupt ones.

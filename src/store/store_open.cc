@@ -117,8 +117,12 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   if (agent.storage_class() == StorageClass::kFile) {
     KVTIER_ASSIGN_OR_RETURN(bases, store_root::prepare(agent, cfg.location));
   }
-  routing::Router router(std::move(bases), config.ns.id(), config.location.bases);
-  auto impl = std::make_shared<Impl>(cfg, std::move(agent), std::move(router));
+  // A sealed store names its pages by keyed hashes (window/sealing.h).
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<PageSealing> sealing, PageSealing::open(cfg));
+  routing::KeyNamer namer;
+  if (sealing) namer = [s = sealing.get()](std::string_view key) { return s->name(key); };
+  routing::Router router(std::move(bases), config.ns.id(), config.location.bases, std::move(namer));
+  auto impl = std::make_shared<Impl>(cfg, std::move(agent), std::move(router), std::move(sealing));
   KVTIER_ASSIGN_OR_RETURN(LayoutChoice chosen, choose_layout(*impl, named));
   impl->layout_summary = std::move(chosen.summary);
   impl->layout = make_layout(*impl, chosen.kind);
@@ -192,6 +196,7 @@ Status Store::Impl::start_guard() {
     }
     return st;
   };
+  ops.key_hash = [p](std::string_view key) { return p->router.key_hash(key); };
   ops.indexed = [p](const Hash128& h) { return p->index.contains(h); };
   ops.base_of = [p](const Hash128& h) { return p->router.pick_base(h); };
   ops.staging = [p](uint64_t bytes, std::byte** data) -> std::shared_ptr<void> {

@@ -150,7 +150,8 @@ void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st)
   const auto& w = *rw.reading[ref.page];
   if (!st.ok()) {
     rw.failed[ref.page].store(true, std::memory_order_relaxed);
-  } else if (ref.chunk != ReadWindow::kNoChunk && config.verify_payload) {
+  } else if (ref.chunk != ReadWindow::kNoChunk && config.verify_payload && !sealing) {
+    // (A sealed page's tags check its chunks once it is whole: verify_sealed_page.)
     const size_t g = rw.first_chunk[ref.page] + ref.chunk;
     if (rw.chunk_pending[g].fetch_sub(1, std::memory_order_acq_rel) == 1) {
       if (w.io == PageIo::kStaged) {
@@ -174,26 +175,15 @@ void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st)
 Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
                                 std::span<const std::byte, kHeaderBytes> block,
                                 std::span<const uint64_t> chunk_checksums) const {
+  if (sealing) return verify_sealed_page(w, key, block);
   Result<page::Header> h = page::decode(block);
   if (!h.ok()) return h.status();
   const page::Expectation expect{ns_id, key, w.payload, static_cast<uint32_t>(w.pieces.size()),
                                  page::uniform_piece_bytes(w.pieces)};
   Status st = page::check(*h, expect);
   if (!st.ok()) {
-    const uint64_t expected = layout->stored_bytes(*h);
-    if (h->namespace_id == ns_id && h->key == key && w.stored_bytes == expected &&
-        h->header_bytes == w.header_bytes) {
-      // An intact page of this key, asked for with buffers of another size or layout: the
-      // caller's mistake, not damage. Not data, not dropped.
-      auto pieces = [](uint64_t bytes, uint64_t count, uint64_t piece_bytes) {
-        return piece_bytes != 0
-                   ? fmt::format("{} bytes in {} pieces of {}", bytes, count, piece_bytes)
-                   : fmt::format("{} bytes in {} pieces of unequal sizes", bytes, count);
-      };
-      return invalid_argument_error(
-          fmt::format("stored page is {}; the buffers hold {}",
-                      pieces(h->payload_bytes, h->piece_count, h->piece_bytes),
-                      pieces(w.payload, w.pieces.size(), page::uniform_piece_bytes(w.pieces))));
+    if (h->namespace_id == ns_id && h->key == key) {
+      KVTIER_RETURN_IF_ERROR(caller_mistake(*h, w));
     }
     return st;
   }
@@ -201,15 +191,56 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
   // stopped at the header (header_only), and then no chunk was read.
   const auto sums = config.verify_payload ? std::optional(chunk_checksums) : std::nullopt;
   KVTIER_RETURN_IF_ERROR(layout->verify_stored(*h, w, sums));
-  if (w.io == PageIo::kStaged) {
-    // Verified in the staging buffer: only now does it reach the caller's memory.
-    const std::byte* src = w.staging.data();
-    for (const MutableBuffer& p : w.pieces) {
-      std::memcpy(p.data, src, p.size);
-      src += p.size;
-    }
-  }
+  if (w.io == PageIo::kStaged) copy_from_staging(w);  // verified: only now the caller's
   return ok_status();
+}
+
+Status Store::Impl::verify_sealed_page(const PageWork<MutableBuffer>& w, std::string_view key,
+                                       std::span<const std::byte, kHeaderBytes> block) const {
+  page::SealedView view;
+  Result<page::Header> h = page::decode_sealed(block, view);
+  if (!h.ok()) return h.status();
+  // The keyed name stands for the key (which is sealed): the page's own bytes are bound to
+  // the key, so a header that names it falsely does not open below.
+  if (h->namespace_id != ns_id) {
+    return corrupt_error(
+        fmt::format("namespace {} (expected {})", h->namespace_id.hex(), ns_id.hex()));
+  }
+  if (h->key_hash != w.route.key_hash) return corrupt_error("page holds another key");
+  if (h->payload_bytes != w.payload || h->piece_count != w.pieces.size() ||
+      h->piece_bytes != page::uniform_piece_bytes(w.pieces)) {
+    KVTIER_RETURN_IF_ERROR(caller_mistake(*h, w));
+    return corrupt_error(fmt::format("layout {} bytes in {} pieces (expected {} in {})",
+                                     h->payload_bytes, h->piece_count, w.payload, w.pieces.size()));
+  }
+  KVTIER_RETURN_IF_ERROR(layout->verify_stored(*h, w, std::nullopt));
+  if (w.io == PageIo::kStaged) copy_from_staging(w);
+  // Opened in the caller's memory, where the read put it; wiped there if any tag differs.
+  return sealing->open(view, key, w.payload, w.pieces);
+}
+
+void Store::Impl::copy_from_staging(const PageWork<MutableBuffer>& w) {
+  const std::byte* src = w.staging.data();
+  for (const MutableBuffer& p : w.pieces) {
+    std::memcpy(p.data, src, p.size);
+    src += p.size;
+  }
+}
+
+Status Store::Impl::caller_mistake(const page::Header& h, const PageWork<MutableBuffer>& w) const {
+  if (w.stored_bytes != layout->stored_bytes(h) || h.header_bytes != w.header_bytes) {
+    return ok_status();
+  }
+  // An intact page of this key, asked for with buffers of another size or layout: the
+  // caller's mistake, not damage. Not data, not dropped.
+  auto pieces = [](uint64_t bytes, uint64_t count, uint64_t piece_bytes) {
+    return piece_bytes != 0 ? fmt::format("{} bytes in {} pieces of {}", bytes, count, piece_bytes)
+                            : fmt::format("{} bytes in {} pieces of unequal sizes", bytes, count);
+  };
+  return invalid_argument_error(
+      fmt::format("stored page is {}; the buffers hold {}",
+                  pieces(h.payload_bytes, h.piece_count, h.piece_bytes),
+                  pieces(w.payload, w.pieces.size(), page::uniform_piece_bytes(w.pieces))));
 }
 
 void Store::Impl::collect_read_results(ReadWindow& rw, std::span<Status> out) {
@@ -219,6 +250,11 @@ void Store::Impl::collect_read_results(ReadWindow& rw, std::span<Status> out) {
     st = rw.batch_error;
     if (st.ok()) st = page_result(*rw.xfer, w);
     if (st.ok()) st = std::move(rw.verdicts[r]);
+    if (!st.ok() && sealing && !w.header_only) {
+      // A sealed store's miss gives no bytes: what the read left in the caller's memory
+      // (ciphertext, or a foreign page's bytes) is wiped.
+      for (const MutableBuffer& p : w.pieces) std::memset(p.data, 0, p.size);
+    }
     if (st.code() == StatusCode::kCorrupt) {
       st = st.with_context(layout->where(w));
     }

@@ -139,8 +139,19 @@ struct StoreConfig {
   // summaries once the entries are appended (docs/format.md, "With fsync").
   bool fsync = false;
   DirectIo direct_io = DirectIo::kOff;
-  // Most memory held in staging buffers for direct I/O (kOn).
+  // Most memory held in staging buffers for direct I/O (kOn) and for sealing pages (a sealed
+  // put seals each page into staging; a batch's windows are cut to fit it).
   uint64_t staging_bytes = uint64_t{256} << 20;
+  // Sealed pages (docs/security.md): a key file (`<key id> <64 hex digits>` per line, the
+  // first current; owner-only) seals every page with AES-256-GCM under the tenant's keys and
+  // names it by a keyed hash, so the storage sees neither its bytes nor its key. Empty: the
+  // file named by $KVTIER_KEY_FILE when that is set, else pages in the clear. Never a URI
+  // parameter: `key=` and `key_file=` in a URI are refused.
+  std::string key_file;
+  // Whose keys seal and open pages: 1-64 of [A-Za-z0-9._-]. Empty: the URI's tenant=, else
+  // "default". Tenants of one key file and store see misses for each other's pages. Needs a
+  // key file.
+  std::string tenant;
   // Remove corrupt pages when a read finds them.
   bool drop_corrupt = true;
   // Check every read page's payload checksum. Turning this off leaves only the header checks

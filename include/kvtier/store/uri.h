@@ -13,7 +13,9 @@
 // Query parameters: `backend` picks the backend ("auto" by default), `layout` the FILE
 // layout ("auto" by default, "files" or "segments"), and on file:// `deadline_ms`,
 // `probe_interval_ms`, `isolate`, `segment_lanes`, `admission` and `refresh_ms` (on s3://
-// `segment_lanes` and `refresh_ms`) go to the store (StoreLocation::store_params); every other
+// `segment_lanes` and `refresh_ms`), and `tenant` on any, go to the store
+// (StoreLocation::store_params; `key=` and `key_file=` are refused: key material never comes
+// from a URI, see StoreConfig::key_file); every other
 // parameter goes to the backend (io_threads, max_io_bytes, endpoint, region, `share` of the FILE
 // backends: private or group, see kvtier/core/file_access.h, ...), which rejects a
 // name it does not know and a value it cannot parse when the store opens (kInvalidArgument naming

@@ -264,7 +264,7 @@ BatchResult Guard::run_pages(std::span<const std::string_view> keys, std::span<c
       out.pages[i] = std::move(st);  // counted by validate
       continue;
     }
-    const size_t b = ops_.base_of(hash128(keys[i]));
+    const size_t b = ops_.base_of(ops_.key_hash(keys[i]));
     if (!healthy(b)) {
       unhealthy_refusals_.fetch_add(1, std::memory_order_relaxed);
       fail(i, unavailable_error(fmt::format("location {} is not answering; page not {}",
@@ -410,7 +410,7 @@ size_t Guard::batch_exists(std::span<const std::string_view> keys) {
   size_t m = 0;
   for (; m < keys.size(); ++m) {
     if (!routing::validate_key(keys[m]).ok()) break;
-    const size_t b = ops_.base_of(hash128(keys[m]));
+    const size_t b = ops_.base_of(ops_.key_hash(keys[m]));
     if (!healthy(b)) {
       unhealthy_refusals_.fetch_add(1, std::memory_order_relaxed);
       break;
@@ -421,12 +421,12 @@ size_t Guard::batch_exists(std::span<const std::string_view> keys) {
   if (run_exists(job)) return job->exists_found;
   // What the index knows, without storage.
   size_t n = 0;
-  while (n < m && ops_.indexed(hash128(prefix[n]))) ++n;
+  while (n < m && ops_.indexed(ops_.key_hash(prefix[n]))) ++n;
   return n;
 }
 
 Result<bool> Guard::exists(std::string_view key) {
-  const size_t b = ops_.base_of(hash128(key));
+  const size_t b = ops_.base_of(ops_.key_hash(key));
   if (!healthy(b)) {
     unhealthy_refusals_.fetch_add(1, std::memory_order_relaxed);
     return unavailable_error(fmt::format(
@@ -435,7 +435,7 @@ Result<bool> Guard::exists(std::string_view key) {
   auto job = exists_job({&key, 1});
   job->exists_one.emplace(false);
   if (run_exists(job)) return std::move(*job->exists_one);
-  if (ops_.indexed(hash128(key))) return true;
+  if (ops_.indexed(ops_.key_hash(key))) return true;
   return deadline_exceeded_error(
       fmt::format("location {} did not answer within the deadline of {} ms", config_.base_names[b],
                   config_.deadline.count()));

@@ -82,6 +82,8 @@ class Guard {
     std::function<Result<bool>(std::string_view)> exists;
     // Checks a page's key and memory (the caller's, before any staging): OK with its payload.
     std::function<Status(std::string_view, std::span<const ConstBuffer>, uint64_t*)> validate;
+    // A key's hash (routing::Router::key_hash), whether the index holds it, and its base.
+    std::function<Hash128(std::string_view)> key_hash;
     std::function<bool(const Hash128&)> indexed;
     std::function<size_t(const Hash128&)> base_of;
     // Registered staging of at least `bytes` (4096-aligned), or empty.

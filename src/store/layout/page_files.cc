@@ -227,7 +227,7 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
     spec.mode = TargetMode::kCreate;
     spec.size_hint = object_bytes(w.payload);
     spec.temp_dir = s_.router.temp_dir(w.route.base);
-    spec.direct = w.io != PageIo::kBuffered;
+    spec.direct = opens_direct(w.io);
     specs.push_back(std::move(spec));
   }
   std::vector<Result<Target>> opened = s_.agent.open_targets(specs);
@@ -269,14 +269,18 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
         continue;
       }
       w.target = std::move(opened[next]).value();
-      s_.encode_put_header(w, keys[w.page], created, lease->block(next));
+      if (Status st = s_.encode_put_header(w, keys[w.page], created, lease->block(next));
+          !st.ok()) {
+        out[w.page] = std::move(st);  // its target is dropped unpublished
+        continue;
+      }
       const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
 
       c.pages.push_back(next);
       w.first_desc = mem.size();
       mem.push_back(MemDesc{lease->block(next).data(), kHeaderBytes});
       sto.push_back(StorageDesc{&w.target, 0, kHeaderBytes});
-      if (w.io == PageIo::kStaged) {
+      if (through_staging(w.io)) {
         mem.push_back(MemDesc{w.staging.data(), padded});
         sto.push_back(StorageDesc{&w.target, kHeaderBytes, padded});
       } else {
@@ -444,7 +448,7 @@ void PageFiles::open_for_read(detail::ReadWindow& rw, std::span<Status> out, boo
   for (const auto& w : rw.work) {
     TargetSpec spec;
     spec.path = w.route.path;
-    spec.direct = w.io != PageIo::kBuffered;
+    spec.direct = opens_direct(w.io);
     if (trust_size) spec.expected_size = object_bytes(w.payload);
     specs.push_back(std::move(spec));
   }

@@ -131,7 +131,7 @@ void SegmentLayout::put_window_whole(std::span<const std::string_view> keys,
   if (work.empty()) return;
   const uint64_t created = wall_ns();
   for (auto& w : work) {
-    w.header_bytes = page::compact_header_bytes(keys[w.page].size());
+    w.header_bytes = s_.compact_header_bytes(keys[w.page].size(), w.payload);
     w.stored_bytes = page::record_bytes(w.header_bytes, w.payload);
   }
   // The window's segments: each base's pages, in order, cut into about `lanes` segments of
@@ -229,12 +229,15 @@ void SegmentLayout::put_window_whole(std::span<const std::string_view> keys,
     for (const size_t i : segs[s].pages) {
       auto& w = work[i];
       w.io_target = t;
-      s_.encode_put_header(w, keys[w.page], created, lease->block(i));
+      // A page that cannot be sealed keeps its segment from being published.
+      if (Status st = s_.encode_put_header(w, keys[w.page], created, lease->block(i)); !st.ok()) {
+        seg_error[s] = std::move(st);
+      }
       w.first_desc = mem.size();
       mem.push_back(MemDesc{lease->block(i).data(), w.header_bytes});
       sto.push_back(StorageDesc{t, w.at, w.header_bytes});
       const uint64_t body = w.stored_bytes - w.header_bytes;
-      if (w.io == PageIo::kStaged) {
+      if (through_staging(w.io)) {
         mem.push_back(MemDesc{w.staging.data(), body});
         sto.push_back(StorageDesc{t, w.at + w.header_bytes, body});
       } else {

@@ -33,7 +33,7 @@ size_t SegmentLayout::look_up_from(std::span<const std::string_view> keys, size_
   bump(s_.counters.index_stats);
   for (; n < keys.size(); ++n) {
     if (!routing::validate_key(keys[n]).ok()) break;
-    if (!s_.index.contains(hash128(keys[n]))) break;  // the route's key_hash
+    if (!s_.index.contains(s_.router.key_hash(keys[n]))) break;  // the route's key_hash
   }
   bump(s_.counters.exists_queries, std::min(n + 1, keys.size()));
   return n;

@@ -155,7 +155,7 @@ void SegmentLayout::put_window_segments(std::span<const std::string_view> keys,
   for (auto& w : work) {
     const bool aligned = s_.config.direct_io != DirectIo::kOff && s_.dio[w.route.base].has_value();
     w.header_bytes = aligned ? static_cast<uint32_t>(kHeaderBytes)
-                             : page::compact_header_bytes(keys[w.page].size());
+                             : s_.compact_header_bytes(keys[w.page].size(), w.payload);
     w.stored_bytes = page::record_bytes(w.header_bytes, w.payload);
   }
   // The window goes out in runs of about kWriteChunkBytes, dealt to the lanes in turn: each
@@ -238,7 +238,7 @@ void SegmentLayout::put_window_segments(std::span<const std::string_view> keys,
     for (const size_t i : by_base[b]) {
       auto& w = work[i];
       const size_t slot = relocating ? copy_slot(b) : b * seg->lanes + chunk_of[i] % lanes;
-      const bool direct = w.io != PageIo::kBuffered;
+      const bool direct = opens_direct(w.io);
       Status st;
       for (int attempt = 0; attempt < 2; ++attempt) {
         st = ok_status();
@@ -312,7 +312,7 @@ void SegmentLayout::put_window_segments(std::span<const std::string_view> keys,
     c.mem.push_back(MemDesc{lease->block(i).data(), w.header_bytes});
     c.sto.push_back(StorageDesc{w.io_target, w.at, w.header_bytes});
     const uint64_t body = w.stored_bytes - w.header_bytes;  // payload and padding
-    if (w.io == PageIo::kStaged) {
+    if (through_staging(w.io)) {
       c.mem.push_back(MemDesc{w.staging.data(), body});
       c.sto.push_back(StorageDesc{w.io_target, w.at + w.header_bytes, body});
     } else {
@@ -336,8 +336,11 @@ void SegmentLayout::put_window_segments(std::span<const std::string_view> keys,
     for (size_t ci = lane; ci < chunks.size(); ci += lanes) {
       Chunk& c = chunks[ci];
       if (c.pages.empty()) continue;
-      for (size_t i : c.pages)
-        s_.encode_put_header(work[i], keys[work[i].page], created, lease->block(i));
+      for (size_t i : c.pages) {
+        Status st = s_.encode_put_header(work[i], keys[work[i].page], created, lease->block(i));
+        if (!st.ok() && c.error.ok()) c.error = std::move(st);
+      }
+      if (!c.error.ok()) continue;  // nothing of the run is written or listed
       c.xfer = s_.agent.make_request(TransferOp::kWrite, c.mem, c.sto);
       c.error = c.xfer.ok() ? c.xfer->post() : c.xfer.status();
       if (c.error.ok()) c.xfer->wait();

@@ -41,8 +41,8 @@ bool is_page_name(std::string_view name) {
 }
 
 Router::Router(std::vector<std::string> bases, Hash128 namespace_id,
-               const std::vector<std::string>& routed_as)
-    : bases_(std::move(bases)) {
+               const std::vector<std::string>& routed_as, KeyNamer namer)
+    : bases_(std::move(bases)), namer_(std::move(namer)) {
   const std::string ns = namespace_id.hex();
   for (size_t i = 0; i < bases_.size(); ++i) {
     ns_dirs_.push_back(join(join(bases_[i], kRootDir), ns));
@@ -66,7 +66,7 @@ size_t Router::pick_base(const Hash128& key_hash) const {
 
 Route Router::route(std::string_view key) const {
   Route r;
-  r.key_hash = hash128(key);
+  r.key_hash = key_hash(key);
   r.base = pick_base(r.key_hash);
   r.path = page_path(r.base, r.key_hash);
   return r;

@@ -2,12 +2,14 @@
 //
 //   <base>/kvtier/<namespace id, 32 hex>/<first 2 hex of the key hash>/<key hash, 32 hex>
 //
-// where the key hash is XXH3-128 of the key. With several base directories, a key's base is
-// chosen by rendezvous hashing over the base paths: stable across restarts, and adding a base
-// moves only the keys that land on it.
+// where the key hash is XXH3-128 of the key, or in a sealed store the key's keyed name
+// (seal/tenant.h: HMAC-SHA256 under the tenant's naming key), which the router is given. With
+// several base directories, a key's base is chosen by rendezvous hashing over the base paths:
+// stable across restarts, and adding a base moves only the keys that land on it.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,15 +50,20 @@ struct Route {
   std::string path;
 };
 
+// What a page key is called on storage: XXH3-128 of the key when empty.
+using KeyNamer = std::function<Hash128(std::string_view key)>;
+
 class Router {
  public:
   // `bases` are absolute, normalized directory paths (see uri.h): the paths built on. Keys
   // are spread over them by the names in `routed_as` (the bases as the location names them,
   // which a store resolves to real paths before it opens them; empty: `bases`).
   Router(std::vector<std::string> bases, Hash128 namespace_id,
-         const std::vector<std::string>& routed_as = {});
+         const std::vector<std::string>& routed_as = {}, KeyNamer namer = {});
 
   Route route(std::string_view key) const;
+  // The key's hash: its name on storage and in the page index.
+  Hash128 key_hash(std::string_view key) const { return namer_ ? namer_(key) : hash128(key); }
   std::string page_path(size_t base, const Hash128& key_hash) const;
 
   size_t base_count() const { return bases_.size(); }
@@ -75,6 +82,7 @@ class Router {
   std::vector<std::string> bases_;
   std::vector<std::string> ns_dirs_;
   std::vector<uint64_t> base_seeds_;
+  KeyNamer namer_;
 };
 
 }  // namespace kvtier::routing

@@ -158,9 +158,20 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
             fmt::format("layout '{}' (use files, segments or auto)", value));
       }
       loc.layout = std::move(value);
+    } else if (name == "key" || name == "key_file" || name == "master_key") {
+      // Never echo the value: it may be the key itself.
+      return invalid_argument_error(
+          fmt::format("'{}=' in a URI: key material never comes from a URI (which reaches logs and "
+                      "command lines); name the key file with --key-file, StoreConfig::key_file or "
+                      "KVTIER_KEY_FILE",
+                      name));
     } else {
       loc.params[name] = std::move(value);
     }
+  }
+  // The tenant (sealed stores, StoreConfig::tenant) is the store's, whatever the scheme.
+  if (auto it = loc.params.find("tenant"); it != loc.params.end()) {
+    loc.store_params.insert(loc.params.extract(it));
   }
 
   if (scheme == "file") {

@@ -145,7 +145,7 @@ const Salt& Sealer::salt() const noexcept {
   return key_->salt;
 }
 
-Result<uint64_t> Sealer::next_page() noexcept {
+Result<uint64_t> Sealer::next_page() const noexcept {
   uint64_t n = next_page_->load(std::memory_order_relaxed);
   do {
     if (n == UINT64_MAX) {
@@ -209,27 +209,46 @@ Result<std::shared_ptr<const SessionKey>> Opener::session(uint32_t key_id, const
 Status Opener::open_chunk(uint32_t key_id, const Salt& salt, uint64_t page, uint32_t chunk,
                           uint32_t chunks, std::span<const std::byte> bound,
                           std::span<std::byte> data, const Tag& tag) const {
-  if (data.size() > INT_MAX) return invalid_argument_error("a sealed chunk is larger than 2 GiB");
+  const std::span<std::byte> one[] = {data};
+  return open_chunk(key_id, salt, page, chunk, chunks, bound, one, tag);
+}
+
+Status Opener::open_chunk(uint32_t key_id, const Salt& salt, uint64_t page, uint32_t chunk,
+                          uint32_t chunks, std::span<const std::byte> bound,
+                          std::span<const std::span<std::byte>> data, const Tag& tag) const {
+  const auto wipe = [&] {
+    for (const std::span<std::byte> f : data) OPENSSL_cleanse(f.data(), f.size());
+  };
+  for (const std::span<std::byte> f : data) {
+    if (f.size() > INT_MAX) {
+      wipe();
+      return invalid_argument_error("a sealed chunk is larger than 2 GiB");
+    }
+  }
   Result<std::shared_ptr<const SessionKey>> key = session(key_id, salt);
   if (!key.ok()) {
-    OPENSSL_cleanse(data.data(), data.size());
+    wipe();
     return std::move(key).status();
   }
   EVP_CIPHER_CTX* ctx = cipher_cache().get(**key, /*encrypt=*/false);
   if (ctx == nullptr || !begin_chunk(ctx, page, chunk, chunks, bound)) {
-    OPENSSL_cleanse(data.data(), data.size());
+    wipe();
     return internal_error("AES-256-GCM failed to start a chunk");
   }
   int n = 0;
-  bool opened = data.empty() || EVP_DecryptUpdate(ctx, u8(data.data()), &n, u8(data.data()),
-                                                  static_cast<int>(data.size())) == 1;
+  bool opened = true;
+  for (const std::span<std::byte> f : data) {
+    if (f.empty()) continue;
+    opened = opened && EVP_DecryptUpdate(ctx, u8(f.data()), &n, u8(f.data()),
+                                         static_cast<int>(f.size())) == 1;
+  }
   opened = opened && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes,
                                          const_cast<unsigned char*>(u8(tag.data()))) == 1;
   unsigned char tail[16];
   opened = opened && EVP_DecryptFinal_ex(ctx, tail, &n) == 1;
   if (!opened) {
     // What the cipher wrote is not the page: the caller must not see it.
-    OPENSSL_cleanse(data.data(), data.size());
+    wipe();
     return corrupt_error("chunk " + std::to_string(chunk) +
                          " of a sealed page does not open under its key: its bytes, its "
                          "place or its key differ from what was sealed");

@@ -56,7 +56,7 @@ class Sealer {
   uint32_t key_id() const noexcept;
   const Salt& salt() const noexcept;
   // A page number this sealer has never given out. kResourceExhausted after 2^64 - 1.
-  Result<uint64_t> next_page() noexcept;
+  Result<uint64_t> next_page() const noexcept;
 
   // Seals chunk `chunk` (of `chunks`) of page `page`: the bytes of `in`, fragments in order,
   // into `out` (exactly as many bytes; it may be one of the fragments' own memory only if it
@@ -84,6 +84,10 @@ class Opener {
   Status open_chunk(uint32_t key_id, const Salt& salt, uint64_t page, uint32_t chunk,
                     uint32_t chunks, std::span<const std::byte> bound, std::span<std::byte> data,
                     const Tag& tag) const;
+  // The same for a chunk that lies in several fragments of memory, in order (a page's pieces).
+  Status open_chunk(uint32_t key_id, const Salt& salt, uint64_t page, uint32_t chunk,
+                    uint32_t chunks, std::span<const std::byte> bound,
+                    std::span<const std::span<std::byte>> data, const Tag& tag) const;
 
  private:
   Result<std::shared_ptr<const SessionKey>> session(uint32_t key_id, const Salt& salt) const;

@@ -24,10 +24,21 @@ namespace kvtier::detail {
 
 // How one page moves between memory and storage.
 enum class PageIo : uint8_t {
-  kBuffered,  // through the page cache
-  kDirect,    // direct I/O in place (memory and size aligned)
-  kStaged,    // direct I/O through an aligned staging buffer
+  kBuffered,        // through the page cache
+  kDirect,          // direct I/O in place (memory and size aligned)
+  kStaged,          // direct I/O through an aligned staging buffer
+  kStagedBuffered,  // buffered I/O from a staging buffer (a sealed store's puts: the page is
+                    // sealed into it)
 };
+
+// Whether a page's payload moves through its staging buffer.
+inline bool through_staging(PageIo io) {
+  return io == PageIo::kStaged || io == PageIo::kStagedBuffered;
+}
+// Whether a page's object is opened for direct I/O.
+inline bool opens_direct(PageIo io) {
+  return io == PageIo::kDirect || io == PageIo::kStaged;
+}
 
 // One valid page of a window, and what is opened for it.
 template <typename Buffer>
@@ -45,7 +56,7 @@ struct PageWork {
   uint64_t stored_bytes = 0;
   bool header_only = false;  // reads: the object's size does not fit the buffers
   PageIo io = PageIo::kBuffered;
-  pools::StagingPool::Lease staging;  // kStaged
+  pools::StagingPool::Lease staging;  // through_staging(io)
   size_t first_desc = 0;
   size_t desc_count = 0;
 };

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "window/store_core.h"
@@ -120,6 +121,14 @@ std::vector<detail::PageWork<Buffer>> StoreCore::plan(std::span<const std::strin
     w.payload = payload;
     w.pieces = page_pieces;
     choose_io(w);
+    if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
+      if (sealing) {
+        if (Status sealed = stage_for_sealing(w); !sealed.ok()) {
+          out[i] = std::move(sealed);
+          work.pop_back();
+        }
+      }
+    }
   }
   return work;
 }
@@ -133,7 +142,17 @@ BatchResult StoreCore::run_batch(std::span<const std::string_view> keys,
   out.status = counted_shape(keys, pieces, &k);
   if (!out.status.ok()) return out;
   out.pages.resize(keys.size());
-  const size_t step = std::min<size_t>(budget.capacity(), 128);
+  size_t step = std::min<size_t>(budget.capacity(), 128);
+  if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
+    // A sealed put seals each page of a window into staging: the window's pages fit it (the
+    // batch's first page's size for all; at least one page).
+    if (sealing && k != 0) {
+      uint64_t payload = 0;
+      for (const Buffer& p : pieces.first(k)) payload += p.size;
+      const uint64_t fit = config.staging_bytes / std::max<uint64_t>(object_bytes(payload), 1);
+      step = std::clamp<size_t>(static_cast<size_t>(std::min<uint64_t>(fit, step)), 1, step);
+    }
+  }
   size_t last_window = 0;
   for (size_t first = 0; first < keys.size(); first += step) {
     const size_t n = std::min(step, keys.size() - first);
@@ -149,7 +168,7 @@ BatchResult StoreCore::run_batch(std::span<const std::string_view> keys,
   if (touch_earlier) {
     const uint64_t now = wall_ns();
     for (size_t i = last_window; i-- > 0;) {
-      if (out.pages[i].ok()) index.touch(hash128(keys[i]), now);
+      if (out.pages[i].ok()) index.touch(router.key_hash(keys[i]), now);
     }
   }
   return out;

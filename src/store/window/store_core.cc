@@ -9,9 +9,36 @@
 
 namespace kvtier {
 
-void StoreCore::encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_view key,
-                                  uint64_t created_ns,
-                                  std::span<std::byte, page::kHeaderBytes> block) const {
+Status StoreCore::stage_for_sealing(detail::PageWork<ConstBuffer>& w) {
+  if (w.payload > page::kMaxSealedPayloadBytes) {
+    return invalid_argument_error(fmt::format("a page of {} bytes: sealed pages hold at most {}",
+                                              w.payload, page::kMaxSealedPayloadBytes));
+  }
+  if (through_staging(w.io)) return ok_status();  // staged for direct I/O: sealed there
+  w.staging = staging.acquire(object_bytes(w.payload) - kHeaderBytes);
+  if (!w.staging) {
+    return resource_exhausted_error(
+        fmt::format("no staging memory left to seal a page of {} bytes into (staging_bytes {})",
+                    w.payload, config.staging_bytes),
+        /*retryable=*/true);
+  }
+  w.io = w.io == PageIo::kDirect ? PageIo::kStaged : PageIo::kStagedBuffered;
+  return ok_status();
+}
+
+Status StoreCore::encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_view key,
+                                    uint64_t created_ns,
+                                    std::span<std::byte, page::kHeaderBytes> block) const {
+  page::Header h;
+  h.namespace_id = ns_id;
+  h.key_hash = w.route.key_hash;
+  h.payload_bytes = w.payload;
+  h.piece_count = static_cast<uint32_t>(w.pieces.size());
+  h.piece_bytes = page::uniform_piece_bytes(w.pieces);
+  h.created_ns = created_ns;
+  h.key = key;
+  h.header_bytes = w.header_bytes;
+  if (sealing) return sealing->seal(h, w, block);
   uint64_t checksum;
   if (w.io == PageIo::kStaged) {
     const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
@@ -26,17 +53,9 @@ void StoreCore::encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_
   } else {
     checksum = page::payload_checksum(w.pieces, w.payload);
   }
-  page::Header h;
-  h.namespace_id = ns_id;
-  h.key_hash = w.route.key_hash;
-  h.payload_bytes = w.payload;
   h.payload_checksum = checksum;
-  h.piece_count = static_cast<uint32_t>(w.pieces.size());
-  h.piece_bytes = page::uniform_piece_bytes(w.pieces);
-  h.created_ns = created_ns;
-  h.key = key;
-  h.header_bytes = w.header_bytes;
   page::encode(h, block);
+  return ok_status();
 }
 
 void StoreCore::admit(std::vector<detail::PageWork<ConstBuffer>>& work, std::span<Status> out) {
@@ -62,7 +81,7 @@ void StoreCore::note_lookup(std::span<const std::string_view> keys) {
   hashes.reserve(keys.size());
   for (const std::string_view key : keys) {
     if (!routing::validate_key(key).ok()) break;
-    hashes.push_back(hash128(key));
+    hashes.push_back(router.key_hash(key));
   }
   admission->on_lookup(hashes);
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,6 +29,7 @@
 #include "window/counters.h"
 #include "window/page_work.h"
 #include "window/pools.h"
+#include "window/sealing.h"
 
 namespace kvtier {
 
@@ -44,8 +46,9 @@ using pools::ObjectBudget;
 using pools::StagingPool;
 
 struct StoreCore {
-  StoreCore(StoreConfig cfg, Agent a, routing::Router r)
+  StoreCore(StoreConfig cfg, Agent a, routing::Router r, std::unique_ptr<PageSealing> seal)
       : config(std::move(cfg)),
+        sealing(std::move(seal)),
         agent(std::move(a)),
         router(std::move(r)),
         ns_id(config.ns.id()),
@@ -58,6 +61,8 @@ struct StoreCore {
   StoreCore& operator=(const StoreCore&) = delete;
 
   StoreConfig config;
+  // A sealed store's keys (window/sealing.h), else null. The router names pages by them.
+  std::unique_ptr<const PageSealing> sealing;
   Agent agent;
   routing::Router router;
   Hash128 ns_id;
@@ -120,9 +125,20 @@ struct StoreCore {
   void note_lookup(std::span<const std::string_view> keys);
   // Encodes the header of a page being written into `block`: its payload checksum comes from
   // the caller's memory or, for a staged page, from the staging copy made here first (the
-  // payload padded with zeros to the object's size).
-  void encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_view key,
-                         uint64_t created_ns, std::span<std::byte, page::kHeaderBytes> block) const;
+  // payload padded with zeros to the object's size). A sealed store seals the page into its
+  // staging instead (window/sealing.h); that fails only when the sealing session has no page
+  // number left.
+  Status encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_view key,
+                           uint64_t created_ns,
+                           std::span<std::byte, page::kHeaderBytes> block) const;
+  // A segment record's compact header size for a key and payload (sealed ones hold more).
+  uint32_t compact_header_bytes(size_t key_bytes, uint64_t payload_bytes) const {
+    return sealing ? PageSealing::compact_header_bytes(key_bytes, payload_bytes)
+                   : page::compact_header_bytes(key_bytes);
+  }
+  // A sealed store's put: page `w` gets a staging buffer to be sealed into (the I/O chosen
+  // stays direct where it was). kResourceExhausted (retryable) when staging is at its limit.
+  Status stage_for_sealing(detail::PageWork<ConstBuffer>& w);
 
   // The first failure among a page's descriptors, or OK.
   template <typename Buffer>

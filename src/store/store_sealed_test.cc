@@ -1,0 +1,421 @@
+// Sealed stores (docs/security.md): pages come back byte-exact under their tenant's key, and
+// as misses with no bytes given under any other key, tenant, name or place; nothing of a
+// page's bytes, its key or the key material is stored in the clear. Both FILE layouts.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <cctype>
+#include <filesystem>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "format/sealed_page.h"
+#include "kvtier/store/store.h"
+#include "seal/key_file.h"
+#include "seal/tenant.h"
+#include "store_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using testing::PagePool;
+
+constexpr const char* kKeyA2 = "a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0";
+constexpr const char* kKeyA1 = "1f2e3d4c5b6a79880f1e2d3c4b5a69780102030405060708090a0b0c0d0e0f10";
+constexpr const char* kKeyB = "0badc0de0badc0de0badc0de0badc0de0badc0de0badc0de0badc0de0badc0de";
+constexpr size_t kPage = 70272;       // DeepSeek-V3, page size 1: one chunk
+constexpr size_t kBigPiece = 300000;  // two pieces of it: chunks straddle pieces
+
+class SealedStoreBase {
+ protected:
+  explicit SealedStoreBase(std::string layout) : layout_(std::move(layout)) {}
+  void write_key_files() {
+    keys_a_ = write_keys("a", std::string("2 ") + kKeyA2 + "\n1 " + kKeyA1 + "\n");
+    keys_b_ = write_keys("b", std::string("2 ") + kKeyB + "\n");
+  }
+
+  std::string write_keys(const std::string& name, const std::string& text) {
+    const std::string path = keys_dir_.file(name);
+    testing::write_file(path, text);
+    EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
+    return path;
+  }
+
+  std::string uri(std::string_view extra = "") const {
+    return dir_.file("s") + "?backend=posix&layout=" + layout_ + std::string(extra);
+  }
+
+  Result<std::unique_ptr<Store>> try_open(const std::string& key_file, const std::string& tenant,
+                                          std::string_view extra = "",
+                                          DirectIo direct = DirectIo::kOff) {
+    StoreConfig cfg;
+    KVTIER_ASSIGN_OR_RETURN(cfg.location, parse_store_uri(uri(extra)));
+    cfg.ns = testing::test_namespace();
+    cfg.key_file = key_file;
+    cfg.tenant = tenant;
+    cfg.direct_io = direct;
+    return Store::open(cfg);
+  }
+  std::unique_ptr<Store> open(const std::string& key_file, const std::string& tenant = "",
+                              DirectIo direct = DirectIo::kOff) {
+    Result<std::unique_ptr<Store>> s = try_open(key_file, tenant, "", direct);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+  // The name `key` has on storage under `key_file`'s current key for `tenant`.
+  static Hash128 name_of(const std::string& key_file, const std::string& tenant,
+                         std::string_view key) {
+    seal::KeyFile f = std::move(seal::KeyFile::load(key_file)).value();
+    seal::Tenant t = std::move(seal::Tenant::derive(f, tenant)).value();
+    return seal::keyed_name(t.current(), key);
+  }
+  // A page file's path (files layout).
+  std::string page_file(const Store& store, const Hash128& name) const {
+    const std::string hex = name.hex();
+    return store.namespace_dirs()[0] + "/" + hex.substr(0, 2) + "/" + hex;
+  }
+
+  // Every regular file under the store's directory.
+  std::vector<std::string> stored_files() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir_.file("s"))) {
+      if (e.is_regular_file()) out.push_back(e.path().string());
+    }
+    return out;
+  }
+
+  std::string layout_;
+  testing::TempDir dir_;
+  testing::TempDir keys_dir_;
+  std::string keys_a_;
+  std::string keys_b_;
+};
+
+// Both layouts.
+class SealedStore : public SealedStoreBase, public ::testing::TestWithParam<std::string> {
+ protected:
+  SealedStore() : SealedStoreBase(GetParam()) {}
+  void SetUp() override { write_key_files(); }
+};
+// One layout's own cases.
+class SealedPageFiles : public SealedStoreBase, public ::testing::Test {
+ protected:
+  SealedPageFiles() : SealedStoreBase("files") {}
+  void SetUp() override { write_key_files(); }
+};
+class SealedSegments : public SealedStoreBase, public ::testing::Test {
+ protected:
+  SealedSegments() : SealedStoreBase("segments") {}
+  void SetUp() override { write_key_files(); }
+};
+
+// Reads `key` (one piece of `bytes`) into a slot poisoned with 0x5A; returns the status and
+// whether the slot still holds only the poison or zeros (no byte given).
+struct Miss {
+  Status status;
+  bool nothing_given = true;
+};
+Miss read_poisoned(Store& store, PagePool& pool, size_t slot, std::string_view key, size_t bytes) {
+  std::memset(pool.slot(slot), 0x5A, bytes);
+  Miss m;
+  m.status = store.get(key, pool.slot(slot), bytes);
+  for (size_t i = 0; i < bytes; ++i) {
+    const auto b = static_cast<unsigned char>(pool.slot(slot)[i]);
+    if (b != 0x5A && b != 0) {
+      m.nothing_given = false;
+      break;
+    }
+  }
+  return m;
+}
+
+TEST_P(SealedStore, PagesComeBackByteExact) {
+  for (const DirectIo direct : {DirectIo::kOff, DirectIo::kOn}) {
+    if (direct == DirectIo::kOn && layout_ == "segments") continue;  // compact records
+    std::unique_ptr<Store> store = open(keys_a_, "alpha", direct);
+    ASSERT_NE(store, nullptr);
+    PagePool pool(*store, 8, 2 * kBigPiece);
+    pool.fill(0, kPage, 1);
+    KVTIER_ASSERT_OK(store->put("small", pool.slot(0), kPage));
+    // A page of two pieces whose 256 KiB chunks straddle them.
+    pool.fill(1, kBigPiece, 2);
+    pool.fill(2, kBigPiece, 3);
+    const std::vector<std::string_view> key = {"straddle"};
+    const std::vector<ConstBuffer> in = {pool.in(1, kBigPiece), pool.in(2, kBigPiece)};
+    ASSERT_TRUE(store->batch_put(key, in).all_ok());
+
+    KVTIER_ASSERT_OK(store->get("small", pool.slot(3), kPage));
+    EXPECT_TRUE(pool.holds(3, kPage, 1));
+    const std::vector<MutableBuffer> out = {pool.out(4, kBigPiece), pool.out(5, kBigPiece)};
+    ASSERT_TRUE(store->batch_get(key, out).all_ok());
+    EXPECT_TRUE(pool.holds(4, kBigPiece, 2));
+    EXPECT_TRUE(pool.holds(5, kBigPiece, 3));
+    EXPECT_TRUE(*store->exists("small"));
+    EXPECT_EQ(store->stats().get_hits, 2u);
+    EXPECT_EQ(store->stats().get_corrupt, 0u);
+
+    // Another store of the tenant (a restart) finds and opens them.
+    store.reset();
+    store = open(keys_a_, "alpha", direct);
+    ASSERT_NE(store, nullptr);
+    PagePool again(*store, 1, kPage);
+    KVTIER_ASSERT_OK(store->get("small", again.slot(0), kPage));
+    EXPECT_TRUE(again.holds(0, kPage, 1));
+    store->clear().ignore_error();
+  }
+}
+
+TEST_P(SealedStore, AnotherKeyOrTenantGetsMissesAndNoBytes) {
+  std::unique_ptr<Store> alpha = open(keys_a_, "alpha");
+  ASSERT_NE(alpha, nullptr);
+  PagePool pool(*alpha, 2, kPage);
+  pool.fill(0, kPage, 7);
+  KVTIER_ASSERT_OK(alpha->put("shared-prefix", pool.slot(0), kPage));
+
+  std::unique_ptr<Store> beta = open(keys_a_, "beta");    // same key file
+  std::unique_ptr<Store> other = open(keys_b_, "alpha");  // another key file
+  std::unique_ptr<Store> plain = open("", "");            // no key at all
+  ASSERT_TRUE(beta && other && plain);
+  for (Store* s : {beta.get(), other.get(), plain.get()}) {
+    PagePool p(*s, 1, kPage);
+    const Miss m = read_poisoned(*s, p, 0, "shared-prefix", kPage);
+    EXPECT_EQ(m.status.code(), StatusCode::kNotFound) << m.status.to_string();
+    EXPECT_TRUE(m.nothing_given);
+    EXPECT_FALSE(*s->exists("shared-prefix"));
+  }
+  // Beta writes the same page key: each tenant reads its own bytes.
+  PagePool bp(*beta, 2, kPage);
+  bp.fill(0, kPage, 8);
+  KVTIER_ASSERT_OK(beta->put("shared-prefix", bp.slot(0), kPage));
+  KVTIER_ASSERT_OK(alpha->get("shared-prefix", pool.slot(1), kPage));
+  EXPECT_TRUE(pool.holds(1, kPage, 7));
+  KVTIER_ASSERT_OK(beta->get("shared-prefix", bp.slot(1), kPage));
+  EXPECT_TRUE(bp.holds(1, kPage, 8));
+}
+
+TEST_F(SealedPageFiles, APageMovedToAnotherNameOrTenantIsAMissWithNoBytes) {
+  std::unique_ptr<Store> alpha = open(keys_a_, "alpha");
+  std::unique_ptr<Store> beta = open(keys_a_, "beta");
+  ASSERT_TRUE(alpha && beta);
+  PagePool pool(*alpha, 3, kPage);
+  pool.fill(0, kPage, 1);
+  pool.fill(1, kPage, 2);
+  KVTIER_ASSERT_OK(alpha->put("one", pool.slot(0), kPage));
+  KVTIER_ASSERT_OK(alpha->put("two", pool.slot(1), kPage));
+  const std::string one = page_file(*alpha, name_of(keys_a_, "alpha", "one"));
+  const std::string two = page_file(*alpha, name_of(keys_a_, "alpha", "two"));
+  ASSERT_TRUE(std::filesystem::exists(one) && std::filesystem::exists(two));
+
+  // "one" copied over "two": the bytes are alpha's, sealed under alpha's key, but bound to
+  // another page key.
+  std::filesystem::copy_file(one, two, std::filesystem::copy_options::overwrite_existing);
+  Miss m = read_poisoned(*alpha, pool, 2, "two", kPage);
+  EXPECT_EQ(m.status.code(), StatusCode::kCorrupt) << m.status.to_string();
+  EXPECT_TRUE(m.nothing_given);
+
+  // Alpha's "one" copied to where beta keeps its "one".
+  const std::string beta_one = page_file(*beta, name_of(keys_a_, "beta", "one"));
+  std::filesystem::create_directories(std::filesystem::path(beta_one).parent_path());
+  std::filesystem::copy_file(one, beta_one);
+  PagePool bp(*beta, 1, kPage);
+  m = read_poisoned(*beta, bp, 0, "one", kPage);
+  EXPECT_EQ(m.status.code(), StatusCode::kCorrupt) << m.status.to_string();
+  EXPECT_TRUE(m.nothing_given);
+
+  // A store in the clear given alpha's sealed file under its own name for "one".
+  std::unique_ptr<Store> plain = open("", "");
+  ASSERT_NE(plain, nullptr);
+  const std::string plain_one = testing::page_file(*plain, "one");
+  std::filesystem::create_directories(std::filesystem::path(plain_one).parent_path());
+  std::filesystem::copy_file(one, plain_one);
+  PagePool pp(*plain, 1, kPage);
+  m = read_poisoned(*plain, pp, 0, "one", kPage);
+  EXPECT_EQ(m.status.code(), StatusCode::kCorrupt) << m.status.to_string();
+  EXPECT_NE(m.status.message().find("sealed"), std::string_view::npos);
+  // And alpha given a page in the clear under its name for "one".
+  PagePool plain_pool(*plain, 1, kPage);
+  plain_pool.fill(0, kPage, 5);
+  KVTIER_ASSERT_OK(plain->put("clear", plain_pool.slot(0), kPage));
+  std::filesystem::copy_file(testing::page_file(*plain, "clear"), one,
+                             std::filesystem::copy_options::overwrite_existing);
+  m = read_poisoned(*alpha, pool, 2, "one", kPage);
+  EXPECT_EQ(m.status.code(), StatusCode::kCorrupt) << m.status.to_string();
+  EXPECT_TRUE(m.nothing_given);
+}
+
+TEST_F(SealedPageFiles, EveryByteOfASealedPageIsChecked) {
+  std::unique_ptr<Store> store = open(keys_a_, "alpha");
+  ASSERT_NE(store, nullptr);
+  constexpr size_t kSmall = 4096;
+  PagePool pool(*store, 2, kSmall);
+  pool.fill(0, kSmall, 9);
+  KVTIER_ASSERT_OK(store->put("sample", pool.slot(0), kSmall));
+  const std::string file = page_file(*store, name_of(keys_a_, "alpha", "sample"));
+  const std::string good = testing::read_file(file);
+  ASSERT_EQ(good.size(), 2 * page::kHeaderBytes);
+  // The header's fields, sealed key, tags and salt (the rest of the block is padding), then
+  // every payload byte.
+  const size_t header_used = 128 + page::sealed_area_bytes(std::string("sample").size(), kSmall);
+  std::vector<size_t> positions;
+  for (size_t i = 0; i < header_used; ++i) positions.push_back(i);
+  for (size_t i = 0; i < kSmall; ++i) positions.push_back(page::kHeaderBytes + i);
+  for (const size_t i : positions) {
+    std::string bad = good;
+    bad[i] ^= 0x01;
+    testing::write_file(file, bad);
+    const Miss m = read_poisoned(*store, pool, 1, "sample", kSmall);
+    ASSERT_FALSE(m.status.ok()) << "byte " << i;
+    EXPECT_TRUE(m.nothing_given) << "byte " << i;
+  }
+  testing::write_file(file, good);
+  KVTIER_ASSERT_OK(store->get("sample", pool.slot(1), kSmall));
+  EXPECT_TRUE(pool.holds(1, kSmall, 9));
+}
+
+TEST_F(SealedSegments, ARecordMovedIsAMiss) {
+  std::unique_ptr<Store> store = open(keys_a_, "alpha");
+  ASSERT_NE(store, nullptr);
+  PagePool pool(*store, 3, kPage);
+  pool.fill(0, kPage, 1);
+  pool.fill(1, kPage, 2);
+  const std::vector<std::string_view> keys = {"first", "second"};
+  const std::vector<ConstBuffer> in = {pool.in(0, kPage), pool.in(1, kPage)};
+  ASSERT_TRUE(store->batch_put(keys, in).all_ok());
+  // The two records lie back to back in one segment: swap them.
+  std::string seg_path;
+  for (const std::string& f : stored_files()) {
+    if (f.size() > 4 && f.compare(f.size() - 4, 4, ".seg") == 0) seg_path = f;
+  }
+  ASSERT_FALSE(seg_path.empty());
+  std::string seg = testing::read_file(seg_path);
+  std::vector<size_t> at;
+  for (size_t p = seg.find("KVTPAGE1"); p != std::string::npos; p = seg.find("KVTPAGE1", p + 1)) {
+    at.push_back(p);
+  }
+  ASSERT_EQ(at.size(), 2u);
+  const size_t len = at[1] - at[0];
+  std::string swapped = seg;
+  swapped.replace(at[0], len, seg.substr(at[1], len));
+  swapped.replace(at[1], len, seg.substr(at[0], len));
+  testing::write_file(seg_path, swapped);
+  for (const std::string_view key : keys) {
+    const Miss m = read_poisoned(*store, pool, 2, key, kPage);
+    EXPECT_FALSE(m.status.ok()) << key;
+    EXPECT_TRUE(m.nothing_given) << key;
+  }
+}
+
+TEST_P(SealedStore, NothingOfThePagesTheirKeysOrTheKeyIsStoredInTheClear) {
+  std::unique_ptr<Store> store = open(keys_a_, "alpha");
+  ASSERT_NE(store, nullptr);
+  constexpr size_t kPages = 6;
+  PagePool pool(*store, kPages, kPage);
+  std::vector<std::string> keys;
+  std::vector<std::string_view> views;
+  std::vector<ConstBuffer> in;
+  for (size_t i = 0; i < kPages; ++i) {
+    keys.push_back("prompt-prefix-" + std::to_string(i) + "-of-a-secret-conversation");
+    pool.fill(i, kPage, 100 + i);
+    in.push_back(pool.in(i, kPage));
+  }
+  for (const std::string& k : keys) views.push_back(k);
+  ASSERT_TRUE(store->batch_put(views, in).all_ok());
+
+  // Every 64-byte window of every page's plaintext, by its hash.
+  std::unordered_set<uint64_t> windows;
+  for (size_t i = 0; i < kPages; ++i) {
+    for (size_t off = 0; off + 64 <= kPage; ++off) {
+      windows.insert(XXH3_64bits(pool.slot(i) + off, 64));
+    }
+  }
+  // The key material as raw bytes, hex (both cases) and base64.
+  std::vector<std::string> secrets = {kKeyA2, kKeyA1};
+  for (const char* hex : {kKeyA2, kKeyA1}) {
+    std::string raw;
+    for (size_t i = 0; i < 64; i += 2)
+      raw.push_back(static_cast<char>(std::stoi(std::string(hex + i, 2), nullptr, 16)));
+    secrets.push_back(raw.substr(0, 16));
+    std::string upper = hex;
+    for (char& c : upper) c = static_cast<char>(std::toupper(c));
+    secrets.push_back(upper.substr(0, 24));
+    static constexpr char kB64[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string b64;
+    for (size_t i = 0; i + 2 < raw.size(); i += 3) {
+      const uint32_t v = (uint8_t(raw[i]) << 16) | (uint8_t(raw[i + 1]) << 8) | uint8_t(raw[i + 2]);
+      for (int s = 18; s >= 0; s -= 6) b64.push_back(kB64[(v >> s) & 63]);
+    }
+    secrets.push_back(b64.substr(0, 20));
+  }
+  const std::vector<std::string> files = stored_files();
+  ASSERT_FALSE(files.empty());
+  size_t scanned = 0;
+  for (const std::string& f : files) {
+    const std::string bytes = testing::read_file(f);
+    scanned += bytes.size();
+    for (size_t off = 0; off + 64 <= bytes.size(); ++off) {
+      ASSERT_EQ(windows.count(XXH3_64bits(bytes.data() + off, 64)), 0u)
+          << f << " holds 64 bytes of a page at " << off;
+    }
+    for (const std::string& k : keys) {
+      EXPECT_EQ(bytes.find(k.substr(0, 20)), std::string::npos) << f << " names a page key";
+    }
+    for (const std::string& s : secrets) {
+      EXPECT_EQ(bytes.find(s), std::string::npos) << f << " holds key material";
+    }
+  }
+  EXPECT_GE(scanned, kPages * kPage);
+}
+
+TEST_P(SealedStore, KeysNeverComeFromAUriOrAFileOthersMayRead) {
+  for (const std::string_view q : {"&key=00ff", "&key_file=/tmp/k", "&master_key=x"}) {
+    Result<StoreLocation> loc = parse_store_uri(uri(q));
+    ASSERT_FALSE(loc.ok()) << q;
+    EXPECT_EQ(loc.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(loc.status().message().find("00ff"), std::string_view::npos);
+  }
+  ASSERT_EQ(::chmod(keys_b_.c_str(), 0644), 0);
+  Result<std::unique_ptr<Store>> s = try_open(keys_b_, "");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.status().message().find(std::string(kKeyB).substr(0, 12)), std::string_view::npos);
+  // A tenant needs a key; the URI's tenant= names one.
+  s = try_open("", "alpha");
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status().to_string();
+  s = try_open("", "", "&tenant=alpha");
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status().to_string();
+  s = try_open(keys_a_, "", "&tenant=alpha");
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  PagePool pool(**s, 2, kPage);
+  pool.fill(0, kPage, 3);
+  KVTIER_ASSERT_OK((*s)->put("k", pool.slot(0), kPage));
+  std::unique_ptr<Store> alpha = open(keys_a_, "alpha");
+  ASSERT_NE(alpha, nullptr);
+  PagePool ap(*alpha, 1, kPage);
+  KVTIER_ASSERT_OK(alpha->get("k", ap.slot(0), kPage));
+  EXPECT_TRUE(ap.holds(0, kPage, 3));
+}
+
+TEST_P(SealedStore, TheEnvironmentNamesTheKeyFile) {
+  std::unique_ptr<Store> alpha = open(keys_a_, "alpha");
+  ASSERT_NE(alpha, nullptr);
+  PagePool pool(*alpha, 2, kPage);
+  pool.fill(0, kPage, 4);
+  KVTIER_ASSERT_OK(alpha->put("env", pool.slot(0), kPage));
+  ASSERT_EQ(::setenv(seal::kKeyFileVariable, keys_a_.c_str(), 1), 0);
+  Result<std::unique_ptr<Store>> s = try_open("", "alpha");
+  ASSERT_EQ(::unsetenv(seal::kKeyFileVariable), 0);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  PagePool p(**s, 1, kPage);
+  KVTIER_ASSERT_OK((*s)->get("env", p.slot(0), kPage));
+  EXPECT_TRUE(p.holds(0, kPage, 4));
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, SealedStore, ::testing::Values("files", "segments"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,129 @@
+#include "window/sealing.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace kvtier {
+namespace {
+
+// What each payload chunk is bound to: the header's fixed bytes, then the page key.
+struct Bound {
+  std::array<std::byte, page::kSealBoundBytes + page::kMaxKeyBytes> bytes;
+  size_t size = 0;
+  Bound(std::span<const std::byte> fixed, std::string_view key) {
+    std::memcpy(bytes.data(), fixed.data(), fixed.size());
+    std::memcpy(bytes.data() + fixed.size(), key.data(), key.size());
+    size = fixed.size() + key.size();
+  }
+  std::span<const std::byte> span() const { return {bytes.data(), size}; }
+};
+
+seal::Tag& tag_at(std::span<std::byte> tags, size_t i) {
+  return *reinterpret_cast<seal::Tag*>(tags.data() + i * seal::kTagBytes);
+}
+const seal::Tag& tag_at(std::span<const std::byte> tags, size_t i) {
+  return *reinterpret_cast<const seal::Tag*>(tags.data() + i * seal::kTagBytes);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PageSealing>> PageSealing::open(const StoreConfig& cfg) {
+  std::string tenant = cfg.tenant;
+  if (tenant.empty()) {
+    if (auto it = cfg.location.store_params.find("tenant"); it != cfg.location.store_params.end()) {
+      tenant = it->second;
+    }
+  }
+  Result<seal::KeyFile> keys =
+      cfg.key_file.empty() ? seal::KeyFile::from_environment() : seal::KeyFile::load(cfg.key_file);
+  const char* named = std::getenv(seal::kKeyFileVariable);
+  if (cfg.key_file.empty() && (named == nullptr || *named == '\0')) {
+    if (!tenant.empty()) {
+      return invalid_argument_error(fmt::format(
+          "tenant '{}' needs a key file (StoreConfig::key_file, --key-file or {}): a tenant's "
+          "pages are sealed under its own keys",
+          tenant, seal::kKeyFileVariable));
+    }
+    return std::unique_ptr<PageSealing>();
+  }
+  if (!keys.ok()) return std::move(keys).status();
+  std::unique_ptr<PageSealing> s(new PageSealing());
+  s->keys_ = std::move(keys).value();
+  KVTIER_ASSIGN_OR_RETURN(
+      s->tenant_, seal::Tenant::derive(s->keys_, tenant.empty() ? seal::kDefaultTenant : tenant));
+  KVTIER_ASSIGN_OR_RETURN(s->sealer_, seal::Sealer::start(s->tenant_.current()));
+  s->opener_ = std::make_unique<seal::Opener>(s->tenant_);
+  return s;
+}
+
+Status PageSealing::seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
+                         std::span<std::byte, page::kHeaderBytes> block) const {
+  if (h.payload_bytes > page::kMaxSealedPayloadBytes) {
+    return invalid_argument_error(
+        fmt::format("a sealed page holds at most {} bytes", page::kMaxSealedPayloadBytes));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const uint64_t number, sealer_.next_page());
+  const page::SealedSlots slots = page::encode_sealed(h, sealer_.key_id(), number, block);
+  std::memcpy(slots.salt.data(), sealer_.salt().data(), seal::kSaltBytes);
+  const size_t chunks = page::sealed_chunk_count(h.payload_bytes);
+  const auto chunk_count = static_cast<uint32_t>(chunks);
+  // The key first, bound to the fixed fields alone (so `kvtier verify` can open it).
+  const std::span<const std::byte> key_in[] = {
+      {reinterpret_cast<const std::byte*>(h.key.data()), h.key.size()}};
+  KVTIER_RETURN_IF_ERROR(sealer_.seal_chunk(number, page::kKeyChunk, chunk_count, slots.bound,
+                                            key_in, slots.sealed_key,
+                                            *reinterpret_cast<seal::Tag*>(slots.key_tag.data())));
+  const Bound bound(slots.bound, h.key);
+  const uint64_t chunk_bytes = page::sealed_chunk_bytes(h.payload_bytes);
+  std::vector<std::span<const std::byte>> in;
+  for (size_t c = 0; c < chunks; ++c) {
+    const uint64_t from = c * chunk_bytes;
+    const uint64_t to = std::min<uint64_t>(h.payload_bytes, from + chunk_bytes);
+    in.clear();
+    page::for_each_part(w.pieces, from, to,
+                        [&](const std::byte* d, uint64_t n) { in.emplace_back(d, n); });
+    KVTIER_RETURN_IF_ERROR(sealer_.seal_chunk(
+        number, static_cast<uint32_t>(c), chunk_count, bound.span(), in,
+        std::span<std::byte>(w.staging.data() + from, to - from), tag_at(slots.chunk_tags, c)));
+  }
+  const uint64_t padded = page::object_bytes(h.payload_bytes) - page::kHeaderBytes;
+  std::memset(w.staging.data() + h.payload_bytes, 0, padded - h.payload_bytes);
+  page::finish_sealed(block);
+  return ok_status();
+}
+
+Status PageSealing::open(const page::SealedView& view, std::string_view key, uint64_t payload_bytes,
+                         std::span<const MutableBuffer> pieces) const {
+  const auto wipe = [&] {
+    for (const MutableBuffer& p : pieces) std::memset(p.data, 0, p.size);
+  };
+  seal::Salt salt;
+  std::memcpy(salt.data(), view.salt.data(), salt.size());
+  const Bound bound(view.bound, key);
+  const size_t chunks = page::sealed_chunk_count(payload_bytes);
+  const uint64_t chunk_bytes = view.chunk_bytes;
+  std::vector<std::span<std::byte>> data;
+  for (size_t c = 0; c < chunks; ++c) {
+    const uint64_t from = c * chunk_bytes;
+    const uint64_t to = std::min<uint64_t>(payload_bytes, from + chunk_bytes);
+    data.clear();
+    page::for_each_part(pieces, from, to, [&](const std::byte* d, uint64_t n) {
+      data.emplace_back(const_cast<std::byte*>(d), n);
+    });
+    Status st = opener_->open_chunk(view.key_id, salt, view.page_number, static_cast<uint32_t>(c),
+                                    static_cast<uint32_t>(chunks), bound.span(), data,
+                                    tag_at(view.chunk_tags, c));
+    if (!st.ok()) {
+      // The chunks opened before it are this page's bytes, but not all of them: none stay.
+      wipe();
+      return st;
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,69 @@
+// A sealed store's pages on their way (docs/security.md): the keys a store opened with, and
+// the two steps that differ from a store in the clear. A put seals each page from the
+// caller's memory into its staging buffer, the tags and the sealed key into its header block
+// (one pass over the payload: the cipher reads the caller's bytes and writes the staging
+// copy that is written out); a get opens the payload in place in the caller's memory once
+// it is read (one pass: the cipher reads and writes each byte where it landed), and wipes it
+// when any tag differs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "format/page_format.h"
+#include "format/sealed_page.h"
+#include "kvtier/core/status.h"
+#include "kvtier/store/store.h"
+#include "seal/key_file.h"
+#include "seal/page_seal.h"
+#include "seal/tenant.h"
+#include "window/page_work.h"
+
+namespace kvtier {
+
+class PageSealing {
+ public:
+  // The sealing `cfg` asks for: its key file (or $KVTIER_KEY_FILE's) and tenant (or the
+  // URI's tenant=); nullptr for a store in the clear. kInvalidArgument for a tenant without
+  // a key; the key file's own errors otherwise (seal/key_file.h).
+  static Result<std::unique_ptr<PageSealing>> open(const StoreConfig& cfg);
+
+  PageSealing(const PageSealing&) = delete;
+  PageSealing& operator=(const PageSealing&) = delete;
+
+  const std::string& tenant() const noexcept { return tenant_.name(); }
+  uint32_t key_id() const noexcept { return sealer_.key_id(); }
+  // A page key's name under the current key.
+  Hash128 name(std::string_view key) const noexcept {
+    return seal::keyed_name(tenant_.current(), key);
+  }
+  // A sealed record's header size in the segment layout's compact form.
+  static uint32_t compact_header_bytes(size_t key_bytes, uint64_t payload_bytes) {
+    return page::compact_sealed_header_bytes(key_bytes, payload_bytes);
+  }
+
+  // Seals page `w` (whose staging holds object_bytes(w.payload) - kHeaderBytes) from its
+  // pieces into its staging, zero-padded, and its header into `block`: `h` gives the fixed
+  // fields (its key_hash the keyed name, its key the page key).
+  Status seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
+              std::span<std::byte, page::kHeaderBytes> block) const;
+
+  // Opens the payload of a page whose sealed header `block` decoded as `h` and `view`, read
+  // into `pieces` as page `key`, in place. kCorrupt (every piece wiped) when a tag differs;
+  // kNotFound for a key id the key file no longer holds.
+  Status open(const page::SealedView& view, std::string_view key, uint64_t payload_bytes,
+              std::span<const MutableBuffer> pieces) const;
+
+ private:
+  PageSealing() = default;
+
+  seal::KeyFile keys_;
+  seal::Tenant tenant_;
+  seal::Sealer sealer_;
+  std::unique_ptr<seal::Opener> opener_;  // refers to tenant_
+};
+
+}  // namespace kvtier
