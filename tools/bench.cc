@@ -390,6 +390,8 @@ int run_bench(const BenchOptions& o) {
     cfg.capacity_bytes = o.capacity;
     cfg.deadline_ms = o.deadline_ms;
     cfg.isolate = o.isolate;
+    cfg.key_file = o.key_file;
+    cfg.tenant = o.tenant;
     // Every submitted batch runs at once rather than queueing behind the others.
     cfg.async_threads = std::max<size_t>(cfg.async_threads, o.threads * o.in_flight);
     Result<DirectIo> dio = parse_direct_io(o.direct_io);
@@ -487,6 +489,7 @@ int run_bench(const BenchOptions& o) {
          {"backend_description", backend_description},
          {"layout", layout},
          {"layout_choice", store_stats.layout},
+         {"sealing", store_stats.sealing},
          {"direct_io", store_stats.direct_io},
          {"direct_pages", store_stats.direct_pages},
          {"staged_pages", store_stats.staged_pages},
@@ -527,6 +530,7 @@ int run_bench(const BenchOptions& o) {
     }
     fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
     fmt::print("         {}\n  layout {}\n", backend_description, store_stats.layout);
+    if (store_stats.sealing != "off") fmt::print("  sealed {}\n", store_stats.sealing);
     if (store_stats.isolation.find(": on") != std::string::npos) {
       fmt::print("  isolated I/O  {}\n", store_stats.isolation);
     }

@@ -39,6 +39,10 @@ struct BenchOptions {
   // --deadline-ms / --isolate: StoreConfig::deadline_ms and isolate (unset/empty: the URI's)
   std::optional<uint64_t> deadline_ms;
   std::string isolate;
+  // --key-file / --tenant: StoreConfig::key_file and tenant (empty: $KVTIER_KEY_FILE, the
+  // URI's tenant=)
+  std::string key_file;
+  std::string tenant;
 };
 
 int run_bench(const BenchOptions& options);

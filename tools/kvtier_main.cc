@@ -113,6 +113,13 @@ int main(int argc, char** argv) {
                 "by their deadline: auto (network and FUSE filesystems), on or off; default: "
                 "the URI's isolate, else auto")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  b->add_option("--key-file", bench.key_file,
+                "Seal every page (AES-256-GCM) under the keys in FILE: lines of \"<key id> <64 "
+                "hex digits>\", the first current, owner-only (default: $KVTIER_KEY_FILE when "
+                "set, else pages in the clear; docs/security.md)");
+  b->add_option("--tenant", bench.tenant,
+                "Whose keys seal the pages (default: the URI's tenant=, else \"default\"); "
+                "needs a key file");
 
   InspectOptions stat;
   CLI::App* s = app.add_subcommand(

@@ -35,6 +35,7 @@ StoreStats Store::stats() const {
   s.layout = impl_->layout_summary;
   s.isolation = impl_->isolation_summary;
   s.admission = impl_->capacity.describe_admission();
+  s.sealing = impl_->sealing ? impl_->sealing->describe() : "off";
   s.health = "answering";
   if (impl_->guard) {
     guard::Guard::Snapshot g = impl_->guard->snapshot();

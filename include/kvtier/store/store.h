@@ -351,6 +351,9 @@ struct StoreStats {
   std::string health;
   // The admission policy: "always" (and why), or "adaptive: ..." with what it does now.
   std::string admission;
+  // "off", or how pages are sealed: "AES-256-GCM, tenant alpha, key id 2 (of 2 in the key
+  // file)". Never key material.
+  std::string sealing;
 #define KVTIER_STAT_FIELD(name, metric, help) LatencyHistogram name;
   KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_FIELD)
 #undef KVTIER_STAT_FIELD
@@ -373,6 +376,8 @@ struct StoreStats {
     f(StatInfo{"health", StatKind::kText, "", "Bases not answering, or \"answering\"."}, health);
     f(StatInfo{"admission", StatKind::kText, "", "Admission policy, and what it does now."},
       admission);
+    f(StatInfo{"sealing", StatKind::kText, "", "Sealed pages: cipher, tenant, key id; or off."},
+      sealing);
 #define KVTIER_STAT_VISIT(name, metric, help) \
   f(StatInfo{#name, StatKind::kHistogram, metric "_seconds", help}, name);
     KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_VISIT)

@@ -1,5 +1,7 @@
 // The seal room alone: key files, tenant keys, keyed names, and sealing chunks.
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -200,6 +202,23 @@ TEST_F(SealTest, TenantsGetTheirOwnKeysAndNames) {
   EXPECT_NE(keyed_name(a.current(), key), keyed_name(*a.find(1), key));
   EXPECT_NE(keyed_name(a.current(), key), plain);
   EXPECT_NE(keyed_name(a.current(), key), keyed_name(a.current(), key + "x"));
+
+  // Each name is HMAC-SHA256 under the naming key, whichever thread's context computed it.
+  for (const TenantKey* k : {&a.current(), a.find(1), &b.current()}) {
+    for (const std::string& page_key : {key, std::string(1000, 'q'), std::string("x")}) {
+      unsigned char mac[32];
+      unsigned int n = 0;
+      HMAC(EVP_sha256(), k->name.bytes().data(), static_cast<int>(k->name.size()),
+           reinterpret_cast<const unsigned char*>(page_key.data()), page_key.size(), mac, &n);
+      uint64_t high = 0, low = 0;
+      for (int i = 0; i < 8; ++i) high = high << 8 | mac[i];
+      for (int i = 8; i < 16; ++i) low = low << 8 | mac[i];
+      EXPECT_EQ(keyed_name(*k, page_key), (Hash128{high, low}));
+      Hash128 elsewhere;
+      std::thread([&] { elsewhere = keyed_name(*k, page_key); }).join();
+      EXPECT_EQ(elsewhere, (Hash128{high, low}));
+    }
+  }
 
   for (std::string_view bad :
        {std::string_view(""), std::string_view("a/b"), std::string_view("a b"),

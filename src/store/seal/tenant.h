@@ -30,6 +30,8 @@ inline constexpr const char* kDefaultTenant = "default";
 
 struct TenantKey {
   uint32_t key_id = 0;
+  // Unique in the process, never reused: what a thread's HMAC contexts are keyed by.
+  uint64_t serial = 0;
   Secret seal;  // kTenantKeyBytes
   Secret name;  // kTenantKeyBytes
 };
@@ -53,7 +55,9 @@ class Tenant {
 Status check_tenant_name(std::string_view tenant);
 
 // The name a page key has on storage under `key`: the first 128 bits of
-// HMAC-SHA256(name key, page key), in Hash128's words (high = bytes 0..7 big-endian).
+// HMAC-SHA256(name key, page key), in Hash128's words (high = bytes 0..7 big-endian). Each
+// thread keeps the HMAC state of a few keys set up (the key's inner and outer pads hashed
+// once), so a name costs hashing the page key.
 Hash128 keyed_name(const TenantKey& key, std::string_view page_key) noexcept;
 
 // HKDF-SHA256 of `ikm` into `out` (any length up to 255 * 32 bytes). Used for the tenant keys

@@ -60,6 +60,11 @@ Result<std::unique_ptr<PageSealing>> PageSealing::open(const StoreConfig& cfg) {
   return s;
 }
 
+std::string PageSealing::describe() const {
+  return fmt::format("AES-256-GCM, tenant {}, key id {} (of {} in the key file)", tenant_.name(),
+                     sealer_.key_id(), keys_.keys().size());
+}
+
 Status PageSealing::seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
                          std::span<std::byte, page::kHeaderBytes> block) const {
   if (h.payload_bytes > page::kMaxSealedPayloadBytes) {

@@ -36,6 +36,8 @@ class PageSealing {
 
   const std::string& tenant() const noexcept { return tenant_.name(); }
   uint32_t key_id() const noexcept { return sealer_.key_id(); }
+  // "AES-256-GCM, tenant alpha, key id 2 (of 2 in the key file)": no key material.
+  std::string describe() const;
   // A page key's name under the current key.
   Hash128 name(std::string_view key) const noexcept {
     return seal::keyed_name(tenant_.current(), key);
