@@ -8,6 +8,7 @@
 #include <cctype>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -49,8 +50,10 @@ class SealedStoreBase {
 
   Result<std::unique_ptr<Store>> try_open(const std::string& key_file, const std::string& tenant,
                                           std::string_view extra = "",
-                                          DirectIo direct = DirectIo::kOff) {
+                                          DirectIo direct = DirectIo::kOff,
+                                          uint64_t staging_bytes = 0) {
     StoreConfig cfg;
+    if (staging_bytes != 0) cfg.staging_bytes = staging_bytes;
     KVTIER_ASSIGN_OR_RETURN(cfg.location, parse_store_uri(uri(extra)));
     cfg.ns = testing::test_namespace();
     cfg.key_file = key_file;
@@ -412,6 +415,42 @@ TEST_P(SealedStore, TheEnvironmentNamesTheKeyFile) {
   PagePool p(**s, 1, kPage);
   KVTIER_ASSERT_OK((*s)->get("env", p.slot(0), kPage));
   EXPECT_TRUE(p.holds(0, kPage, 4));
+}
+
+TEST_P(SealedStore, ConcurrentPutsWaitForStagingRatherThanFail) {
+  // Room to seal three pages at once; four threads put batches of eight.
+  const uint64_t staging = 3 * align_up(page::object_bytes(kPage), uint64_t{64} << 10);
+  Result<std::unique_ptr<Store>> opened = try_open(keys_a_, "alpha", "", DirectIo::kOff, staging);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  Store& store = **opened;
+  constexpr size_t kThreads = 4, kPerThread = 8;
+  PagePool pool(store, kThreads * kPerThread * 2, kPage);
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < kThreads * kPerThread; ++i) {
+    keys.push_back("page-" + std::to_string(i));
+    pool.fill(i, kPage, 500 + i);
+  }
+  std::vector<std::thread> threads;
+  std::vector<BatchResult> results(kThreads);
+  for (size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::string_view> ks;
+      std::vector<ConstBuffer> in;
+      for (size_t i = t * kPerThread; i < (t + 1) * kPerThread; ++i) {
+        ks.push_back(keys[i]);
+        in.push_back(pool.in(i, kPage));
+      }
+      results[t] = store.batch_put(ks, in);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (size_t t = 0; t < kThreads; ++t) {
+    for (const Status& st : results[t].pages) EXPECT_TRUE(st.ok()) << st.to_string();
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    KVTIER_ASSERT_OK(store.get(keys[i], pool.slot(keys.size() + i), kPage));
+    EXPECT_TRUE(pool.holds(keys.size() + i, kPage, 500 + i)) << keys[i];
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, SealedStore, ::testing::Values("files", "segments"),

@@ -121,14 +121,9 @@ std::vector<detail::PageWork<Buffer>> StoreCore::plan(std::span<const std::strin
     w.payload = payload;
     w.pieces = page_pieces;
     choose_io(w);
-    if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
-      if (sealing) {
-        if (Status sealed = stage_for_sealing(w); !sealed.ok()) {
-          out[i] = std::move(sealed);
-          work.pop_back();
-        }
-      }
-    }
+  }
+  if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
+    if (sealing) stage_for_sealing(work, out);
   }
   return work;
 }
@@ -149,7 +144,9 @@ BatchResult StoreCore::run_batch(std::span<const std::string_view> keys,
     if (sealing && k != 0) {
       uint64_t payload = 0;
       for (const Buffer& p : pieces.first(k)) payload += p.size;
-      const uint64_t fit = config.staging_bytes / std::max<uint64_t>(object_bytes(payload), 1);
+      const uint64_t fit =
+          config.staging_bytes /
+          std::max<uint64_t>(align_up(object_bytes(payload), uint64_t{64} << 10), 1);
       step = std::clamp<size_t>(static_cast<size_t>(std::min<uint64_t>(fit, step)), 1, step);
     }
   }

@@ -1,5 +1,6 @@
 #include "window/pools.h"
 
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -73,6 +74,7 @@ StagingPool::Lease StagingPool::acquire(uint64_t bytes) {
     lease.slot_ = std::move(it->second);
     free_.erase(it);
     lease.pool_ = this;
+    ++leased_;
     return lease;
   }
   // Make room by dropping idle buffers of other sizes, largest first.
@@ -83,6 +85,7 @@ StagingPool::Lease StagingPool::acquire(uint64_t bytes) {
   }
   if (total_ + want > capacity_) return lease;
   total_ += want;  // reserved while allocating outside the lock
+  ++leased_;
   lock.unlock();
   auto slot = std::make_unique<Slot>();
   Result<AlignedBuffer> mem = AlignedBuffer::allocate(want, 4096, /*zero=*/false);
@@ -91,6 +94,7 @@ StagingPool::Lease StagingPool::acquire(uint64_t bytes) {
   if (!reg.ok()) {
     MutexLock relock(mu_);
     total_ -= want;
+    --leased_;
     return lease;
   }
   slot->memory = std::move(mem).value();
@@ -101,9 +105,39 @@ StagingPool::Lease StagingPool::acquire(uint64_t bytes) {
 }
 
 void StagingPool::release(std::unique_ptr<Slot> slot) {
-  MutexLock lock(mu_);
-  const uint64_t size = slot->memory.size();
-  free_.emplace(size, std::move(slot));
+  {
+    MutexLock lock(mu_);
+    const uint64_t size = slot->memory.size();
+    free_.emplace(size, std::move(slot));
+    --leased_;
+    ++releases_;
+  }
+  released_.notify_all();
+}
+
+Result<StagingPool::Lease> StagingPool::acquire_waiting(uint64_t bytes, size_t held) {
+  constexpr uint64_t kStep = 64 << 10;
+  if (align_up(std::max<uint64_t>(bytes, 1), kStep) > capacity_) {
+    return resource_exhausted_error(
+        fmt::format("a staging buffer of {} bytes: the staging limit is {}", bytes, capacity_));
+  }
+  for (;;) {
+    uint64_t seen;
+    {
+      MutexLock lock(mu_);
+      seen = releases_;
+    }
+    Lease lease = acquire(bytes);
+    if (lease) return lease;
+    MutexLock lock(mu_);
+    if (leased_ <= held && releases_ == seen) {
+      return resource_exhausted_error(
+          fmt::format("no staging buffer of {} bytes (limit {}, {} held by this call)", bytes,
+                      capacity_, held),
+          /*retryable=*/true);
+    }
+    lock.wait(released_, [&]() KVTIER_REQUIRES(mu_) { return releases_ != seen; });
+  }
 }
 
 // ---- ObjectBudget ----

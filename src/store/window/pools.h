@@ -95,6 +95,10 @@ class StagingPool {
   // A buffer of at least `bytes`, or an empty lease when the pool is at capacity (the caller
   // falls back to buffered I/O and counts it).
   Lease acquire(uint64_t bytes);
+  // acquire(), waiting while leases other than the caller's own `held` ones hold the memory
+  // it needs (they are given back when their writes end). kResourceExhausted when `bytes`
+  // exceeds the capacity, or nothing but the caller's own leases could be waited for.
+  Result<Lease> acquire_waiting(uint64_t bytes, size_t held);
 
  private:
   void release(std::unique_ptr<Slot> slot);
@@ -102,8 +106,11 @@ class StagingPool {
   Agent& agent_;
   const uint64_t capacity_;
   Mutex mu_;
+  std::condition_variable released_;
   std::multimap<uint64_t, std::unique_ptr<Slot>> free_ KVTIER_GUARDED_BY(mu_);
   uint64_t total_ KVTIER_GUARDED_BY(mu_) = 0;
+  size_t leased_ KVTIER_GUARDED_BY(mu_) = 0;      // leases out
+  uint64_t releases_ KVTIER_GUARDED_BY(mu_) = 0;  // leases given back, ever
 };
 
 // A counting semaphore over open objects (descriptors, on FILE backends), shared by every call

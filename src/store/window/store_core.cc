@@ -9,21 +9,31 @@
 
 namespace kvtier {
 
-Status StoreCore::stage_for_sealing(detail::PageWork<ConstBuffer>& w) {
-  if (w.payload > page::kMaxSealedPayloadBytes) {
-    return invalid_argument_error(fmt::format("a page of {} bytes: sealed pages hold at most {}",
+void StoreCore::stage_for_sealing(std::vector<detail::PageWork<ConstBuffer>>& work,
+                                  std::span<Status> out) {
+  MutexLock turn(seal_turn);
+  size_t held = 0;
+  std::erase_if(work, [&](detail::PageWork<ConstBuffer>& w) {
+    Status st;
+    if (w.payload > page::kMaxSealedPayloadBytes) {
+      st = invalid_argument_error(fmt::format("a page of {} bytes: sealed pages hold at most {}",
                                               w.payload, page::kMaxSealedPayloadBytes));
-  }
-  if (through_staging(w.io)) return ok_status();  // staged for direct I/O: sealed there
-  w.staging = staging.acquire(object_bytes(w.payload) - kHeaderBytes);
-  if (!w.staging) {
-    return resource_exhausted_error(
-        fmt::format("no staging memory left to seal a page of {} bytes into (staging_bytes {})",
-                    w.payload, config.staging_bytes),
-        /*retryable=*/true);
-  }
-  w.io = w.io == PageIo::kDirect ? PageIo::kStaged : PageIo::kStagedBuffered;
-  return ok_status();
+    } else {
+      const bool direct = opens_direct(w.io);
+      w.staging = StagingPool::Lease();  // direct I/O's own staging, if any: sealed below
+      Result<StagingPool::Lease> lease =
+          seal_staging.acquire_waiting(object_bytes(w.payload) - kHeaderBytes, held);
+      if (lease.ok()) {
+        w.staging = std::move(lease).value();
+        w.io = direct ? PageIo::kStaged : PageIo::kStagedBuffered;
+        ++held;
+        return false;
+      }
+      st = std::move(lease).status();
+    }
+    out[w.page] = std::move(st);
+    return true;
+  });
 }
 
 Status StoreCore::encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_view key,

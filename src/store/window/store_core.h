@@ -54,6 +54,7 @@ struct StoreCore {
         ns_id(config.ns.id()),
         headers(agent),
         staging(agent, config.staging_bytes),
+        seal_staging(agent, config.staging_bytes),
         budget(config.max_open_objects != 0 ? config.max_open_objects
                                             : ObjectBudget::default_capacity()),
         dio(router.base_count()) {}
@@ -68,6 +69,11 @@ struct StoreCore {
   Hash128 ns_id;
   HeaderPool headers;  // after agent: its registrations go first
   StagingPool staging;
+  // What a sealed store's puts seal pages into: a pool of its own (so that the guard's and
+  // direct I/O's staging never holds what a sealing window waits for), taken a window at a
+  // time (seal_turn: a window waits only for windows that hold all they need).
+  StagingPool seal_staging;
+  Mutex seal_turn;
   ObjectBudget budget;
   Counters counters;
   // The namespace's pages as this process knows them (capacity/page_index.h), and what the
@@ -136,9 +142,10 @@ struct StoreCore {
     return sealing ? PageSealing::compact_header_bytes(key_bytes, payload_bytes)
                    : page::compact_header_bytes(key_bytes);
   }
-  // A sealed store's put: page `w` gets a staging buffer to be sealed into (the I/O chosen
-  // stays direct where it was). kResourceExhausted (retryable) when staging is at its limit.
-  Status stage_for_sealing(detail::PageWork<ConstBuffer>& w);
+  // A sealed store's put window: each page gets a buffer of seal_staging to be sealed into
+  // (its I/O stays direct where it was), waiting while other windows hold the memory; a page
+  // that cannot have one leaves `work` with its status in `out`.
+  void stage_for_sealing(std::vector<detail::PageWork<ConstBuffer>>& work, std::span<Status> out);
 
   // The first failure among a page's descriptors, or OK.
   template <typename Buffer>
