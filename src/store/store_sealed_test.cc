@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "format/sealed_page.h"
+#include "kvtier/store/inspect.h"
 #include "kvtier/store/store.h"
 #include "seal/key_file.h"
 #include "seal/tenant.h"
@@ -452,6 +453,97 @@ TEST_P(SealedStore, ConcurrentPutsWaitForStagingRatherThanFail) {
     EXPECT_TRUE(pool.holds(keys.size() + i, kPage, 500 + i)) << keys[i];
   }
 }
+
+TEST_P(SealedStore, VerifyChecksWhatItCanWithoutTheKeyAndRepairsNothingIntact) {
+  std::unique_ptr<Store> store = open(keys_a_, "alpha");
+  ASSERT_NE(store, nullptr);
+  PagePool pool(*store, 3, kPage);
+  pool.fill(0, kPage, 1);
+  pool.fill(1, kPage, 2);
+  const std::vector<std::string_view> keys = {"v1", "v2"};
+  const std::vector<ConstBuffer> in = {pool.in(0, kPage), pool.in(1, kPage)};
+  ASSERT_TRUE(store->batch_put(keys, in).all_ok());
+  Result<StoreLocation> loc = parse_store_uri(uri());
+  ASSERT_TRUE(loc.ok());
+  Result<VerifyReport> report = verify_store(*loc);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_EQ(report->pages, 2u);
+  EXPECT_EQ(report->intact, 2u);
+  EXPECT_TRUE(report->problems.empty());
+  // A sealed header damaged where no key is needed to see it.
+  for (const std::string& f : stored_files()) {
+    std::string bytes = testing::read_file(f);
+    const size_t at = bytes.find("KVTPAGE1");
+    if (at == std::string::npos) continue;
+    bytes[at + 40] ^= 0x01;  // inside the key hash
+    testing::write_file(f, bytes);
+    break;
+  }
+  report = verify_store(*loc);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_EQ(report->intact, 1u);
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_EQ(report->problems[0].status.code(), StatusCode::kCorrupt);
+}
+
+// Client-side sealing on an object store: the server holds only what a FILE store would.
+class SealedS3 : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!testing::s3_test_server().available()) {
+      GTEST_SKIP() << testing::s3_test_server().skip_reason;
+    }
+    keys_ = keys_dir_.file("keys");
+    testing::write_file(keys_, std::string("4 ") + kKeyA2 + "\n");
+    ASSERT_EQ(::chmod(keys_.c_str(), 0600), 0);
+  }
+  std::unique_ptr<Store> open(const std::string& key_file, const std::string& tenant) {
+    StoreConfig cfg;
+    Result<StoreLocation> loc =
+        parse_store_uri(testing::s3_test_server().uri(dir_.path(), "&layout=" + GetParam()));
+    EXPECT_TRUE(loc.ok()) << loc.status().to_string();
+    if (!loc.ok()) return nullptr;
+    cfg.location = *loc;
+    cfg.ns = testing::test_namespace();
+    cfg.key_file = key_file;
+    cfg.tenant = tenant;
+    Result<std::unique_ptr<Store>> s = Store::open(cfg);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  testing::TempDir dir_;
+  testing::TempDir keys_dir_;
+  std::string keys_;
+};
+
+TEST_P(SealedS3, PagesComeBackAndOtherTenantsGetMisses) {
+  std::unique_ptr<Store> alpha = open(keys_, "alpha");
+  ASSERT_NE(alpha, nullptr);
+  PagePool pool(*alpha, 4, kPage);
+  pool.fill(0, kPage, 31);
+  pool.fill(1, kPage, 32);
+  const std::vector<std::string_view> keys = {"s3-one", "s3-two"};
+  const std::vector<ConstBuffer> in = {pool.in(0, kPage), pool.in(1, kPage)};
+  ASSERT_TRUE(alpha->batch_put(keys, in).all_ok());
+  const std::vector<MutableBuffer> out = {pool.out(2, kPage), pool.out(3, kPage)};
+  ASSERT_TRUE(alpha->batch_get(keys, out).all_ok());
+  EXPECT_TRUE(pool.holds(2, kPage, 31));
+  EXPECT_TRUE(pool.holds(3, kPage, 32));
+  EXPECT_EQ(alpha->stats().sealing.find(kKeyA2), std::string::npos);
+
+  std::unique_ptr<Store> beta = open(keys_, "beta");
+  std::unique_ptr<Store> plain = open("", "");
+  ASSERT_TRUE(beta && plain);
+  for (Store* s : {beta.get(), plain.get()}) {
+    PagePool p(*s, 1, kPage);
+    const Miss m = read_poisoned(*s, p, 0, "s3-one", kPage);
+    EXPECT_EQ(m.status.code(), StatusCode::kNotFound) << m.status.to_string();
+    EXPECT_TRUE(m.nothing_given);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, SealedS3, ::testing::Values("files", "segments"),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Layouts, SealedStore, ::testing::Values("files", "segments"),
                          [](const auto& info) { return info.param; });

@@ -125,7 +125,8 @@ struct VerifyReport {
 using VerifyProgress = std::function<bool(uint64_t done, uint64_t total)>;
 
 // Reads every page of every namespace and checks it completely (header, namespace directory,
-// file name against key hash, size, payload checksum).
+// file name against key hash, size, payload checksum). A sealed page's payload is checked by
+// its tags, which need its key: here its header, place and size are.
 Result<VerifyReport> verify_store(const StoreLocation& location,
                                   const VerifyProgress& progress = {});
 

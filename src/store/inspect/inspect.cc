@@ -12,6 +12,7 @@
 #include "capacity/ledger.h"
 #include "capacity/page_index.h"
 #include "format/page_format.h"
+#include "format/sealed_page.h"
 #include "format/segment_format.h"
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
@@ -203,13 +204,17 @@ Status check_identity(const page::Header& h, const PageEntry& p, std::string_vie
   return ok_status();
 }
 
-// Reads the header of the page starting at `at` in `t` (its first `header_bytes`).
+// Reads the header of the page starting at `at` in `t` (its first `header_bytes`), plain or
+// sealed (`*sealed` says which: a sealed page's tags need its key, which inspection has not).
 Result<page::Header> read_header(Agent& agent, Target& t, AlignedBuffer& buf, uint64_t at,
-                                 uint64_t header_bytes) {
+                                 uint64_t header_bytes, bool* sealed) {
   KVTIER_RETURN_IF_ERROR(
       object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(), at, header_bytes));
-  return page::decode(
-      std::span<const std::byte, page::kHeaderBytes>(buf.data(), page::kHeaderBytes));
+  const std::span<const std::byte, page::kHeaderBytes> block(buf.data(), page::kHeaderBytes);
+  *sealed = page::is_sealed(block);
+  if (!*sealed) return page::decode(block);
+  page::SealedView view;
+  return page::decode_sealed(block, view);
 }
 
 // The payload's chunk checksums, the payload starting at `at` in `t`: read in units of whole
@@ -242,7 +247,9 @@ Status verify_record(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
     return corrupt_error(fmt::format("record [{}, +{}) lies beyond the end of the segment ({})",
                                      p.offset, p.bytes, t.size()));
   }
-  KVTIER_ASSIGN_OR_RETURN(page::Header h, read_header(agent, t, buf, p.offset, p.header_bytes));
+  bool sealed = false;
+  KVTIER_ASSIGN_OR_RETURN(page::Header h,
+                          read_header(agent, t, buf, p.offset, p.header_bytes, &sealed));
   KVTIER_RETURN_IF_ERROR(check_identity(h, p, "its summary says"));
   if (h.header_bytes != p.header_bytes || h.payload_bytes != p.payload_bytes) {
     return corrupt_error(
@@ -250,6 +257,7 @@ Status verify_record(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
                     h.header_bytes, h.payload_bytes, p.header_bytes, p.payload_bytes));
   }
   KVTIER_RETURN_IF_ERROR(page::verify_record(h, p.bytes, std::nullopt));
+  if (sealed) return ok_status();  // its tags check the payload, with the key a get has
   KVTIER_ASSIGN_OR_RETURN(
       std::vector<uint64_t> sums,
       payload_checksums(agent, t, buf, p.offset + h.header_bytes, h.payload_bytes));
@@ -288,10 +296,13 @@ Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
   if (t.size() < page::kHeaderBytes) {
     return corrupt_error(fmt::format("{} bytes, shorter than a page header", t.size()));
   }
-  KVTIER_ASSIGN_OR_RETURN(page::Header h, read_header(agent, t, buf, 0, page::kHeaderBytes));
+  bool sealed = false;
+  KVTIER_ASSIGN_OR_RETURN(page::Header h,
+                          read_header(agent, t, buf, 0, page::kHeaderBytes, &sealed));
   KVTIER_RETURN_IF_ERROR(check_identity(h, p, "stored under"));
   // The size first: the payload is read by the header's length.
   KVTIER_RETURN_IF_ERROR(page::verify_object(h, t.size(), std::nullopt));
+  if (sealed) return ok_status();  // its tags check the payload, with the key a get has
   KVTIER_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
                           payload_checksums(agent, t, buf, page::kHeaderBytes, h.payload_bytes));
   return page::verify_object(h, t.size(), sums);
