@@ -86,8 +86,9 @@ TEST(Secret, IsZeroedLeftOutOfCoreDumpsAndMovedNotCopied) {
   const std::string flags = vm_flags_of(s->bytes().data());
   ASSERT_FALSE(flags.empty()) << "no mapping in /proc/self/smaps holds the secret";
   EXPECT_NE(flags.find(" dd"), std::string::npos) << flags;  // VM_DONTDUMP
-  // ASan's mlock is a no-op that reports success: only a build without it can tell.
-  if (s->locked() && !under_address_sanitizer()) {
+  // The sanitizers' mlock is a no-op that reports success: only a build without them can
+  // tell.
+  if (s->locked() && !under_address_sanitizer() && !testing::under_thread_sanitizer()) {
     EXPECT_NE(flags.find(" lo"), std::string::npos) << flags;  // VM_LOCKED
   }
   const std::byte* where = s->bytes().data();
