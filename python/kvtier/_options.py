@@ -99,6 +99,13 @@ class StoreSettings:
     deadline_ms: Optional[int] = None
     isolate: str = ""
     admission: str = ""
+    # Sealed pages (docs/security.md): the key file (default: $KVTIER_KEY_FILE when set) and
+    # whose keys seal them. The tenant is passed on only where a key is configured.
+    key_file: str = ""
+    tenant: str = ""
+
+    def sealed(self) -> bool:
+        return bool(self.key_file or os.environ.get("KVTIER_KEY_FILE"))
 
     def location(self) -> str:
         """The URI the store opens: the location with backend, deadline, isolation and
@@ -121,7 +128,8 @@ class StoreSettings:
             piece_bytes=piece_bytes, pieces_per_page=pieces, tp=tp, pp=pp, cp=cp, mla=mla,
             salt=salt, fsync=self.fsync, direct_io=self.direct_io,
             capacity_bytes=self.capacity_bytes, min_free_bytes=self.min_free_bytes,
-            file_layout=self.file_layout, page_bytes=page_bytes)
+            file_layout=self.file_layout, page_bytes=page_bytes, key_file=self.key_file,
+            tenant=self.tenant if self.sealed() else "")
 
 
 def _choice(value: Any, name: str, choices: tuple) -> str:
@@ -163,6 +171,8 @@ def read_settings(options: Mapping[str, Any], names: Mapping[str, str],
     settings.admission = _choice(value, key, ADMISSION)
     settings.fsync = as_bool(get("fsync", False)[1])
     settings.salt = str(get("salt", "")[1] or "")
+    settings.key_file = str(get("key_file", "")[1] or "")
+    settings.tenant = str(get("tenant", "")[1] or "")
     key, value = get("capacity_bytes", 0)
     settings.capacity_bytes = parse_bytes(value, key)
     key, value = get("min_free_bytes", 0)

@@ -107,7 +107,8 @@ LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 _SETTINGS = {"uri": "uri", "backend": "backend", "direct_io": "direct_io",
              "file_layout": "file_layout", "fsync": "fsync", "salt": "salt",
              "capacity_bytes": "capacity", "min_free_bytes": "min_free",
-             "deadline_ms": "deadline_ms", "isolate": "isolate", "admission": "admission"}
+             "deadline_ms": "deadline_ms", "isolate": "isolate", "admission": "admission",
+             "key_file": "key_file", "tenant": "tenant"}
 _ENV = {field: "KVTIER_" + key.upper() for field, key in _SETTINGS.items()}
 
 
@@ -168,7 +169,8 @@ class HiCacheKvtier(LegacyCalls, HybridCalls, _HiCacheStorage):
                     f"{self.tp_size}")
             self.split_factor = self.tp_lcm_size // self.tp_size
 
-        # Older configs name the location "directory" or "path", and the salt "tenant".
+        # Older configs name the location "directory" or "path", and the salt "tenant"
+        # (which, with a key file, also names whose keys seal the pages).
         settings = dict(options)
         for alias, key in (("directory", "uri"), ("path", "uri"), ("tenant", "salt")):
             if settings.get(key) is None and settings.get(alias) is not None:

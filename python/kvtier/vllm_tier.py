@@ -75,11 +75,11 @@ from kvtier._vllm_metrics import _COUNTERS, _GAUGES, _METRIC_PREFIX, _stats_clas
 logger = logging.getLogger(__name__)
 
 _OPTIONS = ("root", "uri", "capacity_bytes", "deadline_ms", "layout", "direct_io", "salt",
-            "fsync", "lookup_retry_ms", "admission")
+            "fsync", "lookup_retry_ms", "admission", "key_file", "tenant")
 # The store's options, by the names vLLM users give them.
 _SETTINGS = {"uri": "uri", "file_layout": "layout", "direct_io": "direct_io", "salt": "salt",
              "fsync": "fsync", "capacity_bytes": "capacity_bytes", "deadline_ms": "deadline_ms",
-             "admission": "admission"}
+             "admission": "admission", "key_file": "key_file", "tenant": "tenant"}
 
 # Evicted pages kvtier keeps for take_events between two steps (16 bytes each).
 _EVICTIONS_PENDING = 1 << 20

@@ -142,6 +142,38 @@ def test_a_forked_child_is_refused_at_once_and_the_parent_goes_on(store_dir):
             assert store.stats()["invalid_requests"] == 0
 
 
+def test_sealed_stores_keep_tenants_apart_and_the_key_out_of_sight(tmp_path, monkeypatch):
+    monkeypatch.delenv("KVTIER_KEY_FILE", raising=False)
+    key_hex = "5e" * 32
+    keys = tmp_path / "keys"
+    keys.write_text(f"3 {key_hex}\n")
+    keys.chmod(0o600)
+    where = str(tmp_path / "s")
+    with make_store(where, key_file=str(keys), tenant="alpha") as alpha, \
+            make_store(where, key_file=str(keys), tenant="beta") as beta:
+        assert "tenant alpha" in alpha.stats()["sealing"]
+        assert key_hex[:16] not in str(alpha.stats())
+        pool = np.zeros(1 << 18, dtype=np.uint8)
+        with alpha.register_memory(pool), beta.register_memory(pool):
+            pool[:65536] = pattern(65536, 7)
+            assert alpha.put("prefix", pool[:65536])
+            assert alpha.get("prefix", pool[65536:131072])
+            assert np.array_equal(pool[:65536], pool[65536:131072])
+            pool[131072:196608] = 0x5A
+            miss = beta.get("prefix", pool[131072:196608])
+            assert not miss and miss.is_miss
+            assert not beta.exists("prefix")
+            assert np.all(pool[131072:196608] == 0x5A)
+    keys.chmod(0o644)
+    with pytest.raises(kvtier.Error) as e:
+        make_store(where, key_file=str(keys), tenant="alpha")
+    assert "chmod 600" in str(e.value) and key_hex[:16] not in str(e.value)
+    with pytest.raises(kvtier.InvalidArgumentError):
+        make_store(where + "?key=" + key_hex)
+    with pytest.raises(kvtier.InvalidArgumentError):
+        make_store(where, tenant="alpha")  # a tenant needs a key
+
+
 def test_open_failures_raise_storage_errors(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

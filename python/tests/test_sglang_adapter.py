@@ -446,6 +446,27 @@ def test_options_and_environment(store_dir, monkeypatch):
     assert HiCacheKvtier(StorageConfig(), {"capacity": 1000}).capacity_bytes == 1000
 
 
+def test_sealed_pages_through_the_adapters_options(store_dir, tmp_path, monkeypatch):
+    # extra_config's key_file and tenant (or KVTIER_KEY_FILE): each tenant's pages sealed
+    # under its own keys; "tenant" also stays the salt it always was.
+    monkeypatch.delenv("KVTIER_KEY_FILE", raising=False)
+    keys = tmp_path / "keys"
+    keys.write_text("1 " + "c4" * 32 + "\n")
+    keys.chmod(0o600)
+    a = adapter(store_dir, HostPool(), key_file=str(keys), tenant="alpha")
+    assert "tenant alpha" in a._store.stats()["sealing"]
+    assert a._store.namespace["salt"] == "alpha"
+    a.close()
+    monkeypatch.setenv("KVTIER_KEY_FILE", str(keys))
+    b = adapter(store_dir, HostPool(), tenant="beta")
+    assert "tenant beta" in b._store.stats()["sealing"]
+    b.close()
+    monkeypatch.delenv("KVTIER_KEY_FILE")
+    c = adapter(store_dir, HostPool(), tenant="gamma")  # no key: a salt, pages in the clear
+    assert c._store.stats()["sealing"] == "off"
+    c.close()
+
+
 @pytest.mark.parametrize("how", ["option", "uri", "environment"])
 def test_the_segment_layout_through_one_option(store_dir, monkeypatch, how):
     options = {}

@@ -176,7 +176,8 @@ std::unique_ptr<PyStore> open_store(
     const std::string& salt, const std::string& backend, bool fsync, const std::string& direct_io,
     bool verify_payload, bool drop_corrupt, size_t max_open_objects, size_t async_threads,
     uint64_t staging_bytes, uint64_t capacity_bytes, uint64_t min_free_bytes,
-    const std::string& file_layout, uint64_t segment_bytes, uint64_t page_bytes) {
+    const std::string& file_layout, uint64_t segment_bytes, uint64_t page_bytes,
+    const std::string& key_file, const std::string& tenant) {
   StoreConfig cfg;
   Result<StoreLocation> location = parse_store_uri(uri);
   if (!location.ok()) raise_status(location.status());
@@ -208,6 +209,8 @@ std::unique_ptr<PyStore> open_store(
   cfg.layout = file_layout;
   cfg.page_bytes = page_bytes;
   if (segment_bytes != 0) cfg.segment_bytes = segment_bytes;
+  cfg.key_file = key_file;
+  cfg.tenant = tenant;
   Result<std::unique_ptr<Store>> store = [&] {
     py::gil_scoped_release unlocked;
     return Store::open(cfg);
@@ -232,14 +235,16 @@ void bind_store(py::module_& m) {
 Store(uri, *, model, dtype, layout, page_tokens, piece_bytes, pieces_per_page, tp, pp, cp, dp,
       mla, salt, backend, fsync, direct_io, verify_payload, drop_corrupt, max_open_objects,
       async_threads, staging_bytes, capacity_bytes, min_free_bytes, file_layout, segment_bytes,
-      page_bytes)
+      page_bytes, key_file, tenant)
 
 `uri` is a directory, file:///a[,/b][?backend=posix&layout=segments&...], or mem://name.
 `file_layout` ("files", "segments" or "auto"; default: the URI's, else auto) is how a FILE
 store lays pages out: a file per page, or records appended to large segment files
 (`segment_bytes` each, default 256 MiB); auto keeps what the namespace holds, else picks
 segments for pages below 4 MiB (`page_bytes` gives the page size where pieces differ in size)
-and says why in stats()["layout"]. The namespace fields
+and says why in stats()["layout"]. `key_file` (default: $KVTIER_KEY_FILE when set) seals
+every page with AES-256-GCM under `tenant`'s keys (docs/security.md); stats()["sealing"]
+says how, never the key. The namespace fields
 decide which pages are shared: stores with equal fields share pages, any difference isolates
 them. Page memory must lie inside memory registered with register_memory(). Pages are a
 buffer (numpy array, bytearray), a tensor, an (address, nbytes) tuple, or a list of those
@@ -254,7 +259,8 @@ Status values (falsy).)")
            "backend"_a = "", "fsync"_a = false, "direct_io"_a = "off", "verify_payload"_a = true,
            "drop_corrupt"_a = true, "max_open_objects"_a = 0, "async_threads"_a = 4,
            "staging_bytes"_a = uint64_t{256} << 20, "capacity_bytes"_a = 0, "min_free_bytes"_a = 0,
-           "file_layout"_a = "", "segment_bytes"_a = 0, "page_bytes"_a = 0)
+           "file_layout"_a = "", "segment_bytes"_a = 0, "page_bytes"_a = 0, "key_file"_a = "",
+           "tenant"_a = "")
       .def(
           "register_memory",
           [](PyStore& self, const py::object& obj, const py::object& nbytes) {
