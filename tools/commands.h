@@ -50,12 +50,13 @@ int run_bench(const BenchOptions& options);
 struct InspectOptions {
   std::string location;
   bool json = false;
-  bool prometheus = false;       // stat --prometheus
-  bool repair = false;           // verify --repair
-  std::string namespace_prefix;  // ls/clear --namespace
-  uint64_t to_bytes = 0;         // gc --to
-  uint64_t temp_age_s = 3600;    // gc --temp-age: temporaries older than this are abandoned
-  bool quiet = false;            // --quiet: no progress bar
+  bool prometheus = false;               // stat --prometheus
+  bool repair = false;                   // verify --repair
+  std::string namespace_prefix;          // ls/clear --namespace
+  uint64_t to_bytes = 0;                 // gc --to
+  uint64_t temp_age_s = 3600;            // gc --temp-age: temporaries older than this are abandoned
+  bool quiet = false;                    // --quiet: no progress bar
+  std::vector<uint32_t> retire_key_ids;  // gc --retire-key-id: sealed pages under these go
 };
 
 int run_stat(const InspectOptions& options);

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -258,9 +259,24 @@ int run_gc(const InspectOptions& o) {
     fmt::print(stderr, "kvtier gc: {}\n", pages.status().to_string());
     return kExitUsage;
   }
+  std::vector<PageListing> victims;
+  if (!o.retire_key_ids.empty()) {
+    // A retired key's pages first, wherever they are in the order.
+    Result<std::vector<uint32_t>> ids = sealed_key_ids(*loc, *pages);
+    if (!ids.ok()) {
+      fmt::print(stderr, "kvtier gc: {}\n", ids.status().to_string());
+      return kExitUsage;
+    }
+    std::vector<PageListing> kept;
+    for (size_t i = 0; i < pages->size(); ++i) {
+      const bool retired = std::find(o.retire_key_ids.begin(), o.retire_key_ids.end(), (*ids)[i]) !=
+                           o.retire_key_ids.end();
+      (retired ? victims : kept).push_back(std::move((*pages)[i]));
+    }
+    *pages = std::move(kept);
+  }
   uint64_t total = 0;
   for (const PageListing& p : *pages) total += p.bytes;
-  std::vector<PageListing> victims;
   for (const PageListing& p : *pages) {
     if (total <= o.to_bytes) break;
     victims.push_back(p);

@@ -161,6 +161,11 @@ int main(int argc, char** argv) {
                 "any whose writer on this host is gone; and segments no summary names older "
                 "than this")
       ->capture_default_str();
+  g->add_option("--retire-key-id", gc.retire_key_ids,
+                "Also remove every sealed page sealed under this key id (repeatable): the "
+                "pages of a key taken out of the key file (the id is in each page's header; "
+                "no key is needed); with a --to as large as the location, nothing else goes")
+      ->check(CLI::Range(uint32_t{1}, UINT32_MAX));
   g->add_flag("--json", gc.json, "Print one JSON object");
   g->add_flag("--quiet", gc.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");

@@ -486,6 +486,51 @@ TEST_P(SealedStore, VerifyChecksWhatItCanWithoutTheKeyAndRepairsNothingIntact) {
   EXPECT_EQ(report->problems[0].status.code(), StatusCode::kCorrupt);
 }
 
+TEST_P(SealedStore, GcRemovesTheRetiredKeysPagesAndNothingElse) {
+  // Pages sealed under key 2, then under key 7 (a new first line); key 2 retired.
+  const std::string keys_new =
+      write_keys("new", std::string("7 ") + kKeyB + "\n2 " + kKeyA2 + "\n");
+  std::unique_ptr<Store> old_store = open(keys_a_, "alpha");
+  ASSERT_NE(old_store, nullptr);
+  PagePool pool(*old_store, 2, kPage);
+  pool.fill(0, kPage, 1);
+  KVTIER_ASSERT_OK(old_store->put("old-1", pool.slot(0), kPage));
+  KVTIER_ASSERT_OK(old_store->put("old-2", pool.slot(0), kPage));
+  old_store.reset();
+  std::unique_ptr<Store> store = open(keys_new, "alpha");
+  ASSERT_NE(store, nullptr);
+  PagePool np(*store, 2, kPage);
+  np.fill(0, kPage, 2);
+  KVTIER_ASSERT_OK(store->put("new-1", np.slot(0), kPage));
+  store.reset();
+
+  Result<StoreLocation> loc = parse_store_uri(uri());
+  ASSERT_TRUE(loc.ok());
+  Result<std::vector<PageListing>> pages = list_pages(*loc);
+  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
+  ASSERT_EQ(pages->size(), 3u);
+  Result<std::vector<uint32_t>> ids = sealed_key_ids(*loc, *pages);
+  ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+  std::vector<PageListing> retired;
+  for (size_t i = 0; i < pages->size(); ++i) {
+    if ((*ids)[i] == 2) retired.push_back((*pages)[i]);
+  }
+  EXPECT_EQ(retired.size(), 2u);
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), 7u), 1);
+  Result<RemovalReport> removed = remove_pages(*loc, retired);
+  ASSERT_TRUE(removed.ok()) << removed.status().to_string();
+  EXPECT_EQ(removed->pages, 2u);
+
+  store = open(keys_new, "alpha");
+  ASSERT_NE(store, nullptr);
+  PagePool after(*store, 1, kPage);
+  KVTIER_ASSERT_OK(store->get("new-1", after.slot(0), kPage));
+  EXPECT_TRUE(after.holds(0, kPage, 2));
+  pages = list_pages(*loc);
+  ASSERT_TRUE(pages.ok());
+  EXPECT_EQ(pages->size(), 1u);
+}
+
 // Client-side sealing on an object store: the server holds only what a FILE store would.
 class SealedS3 : public ::testing::TestWithParam<std::string> {
  protected:

@@ -104,6 +104,12 @@ Result<RemovalReport> clear_namespace(const StoreLocation& location, std::string
 // Returns how many it removed.
 Result<uint64_t> sweep_temporaries(const StoreLocation& location, uint64_t min_age_s);
 
+// The key id each page is sealed under, read from its header (which holds the id in the
+// clear; no key is needed), in the order given: 0 for a page in the clear, one whose header
+// does not decode, or one gone meanwhile. What `kvtier gc --retire-key-id` removes by.
+Result<std::vector<uint32_t>> sealed_key_ids(const StoreLocation& location,
+                                             std::span<const PageListing> pages);
+
 struct VerifyProblem {
   std::string path;
   std::string namespace_id;

@@ -571,4 +571,30 @@ Result<VerifyReport> verify_store(const StoreLocation& location, const VerifyPro
   return report;
 }
 
+Result<std::vector<uint32_t>> sealed_key_ids(const StoreLocation& location,
+                                             std::span<const PageListing> pages) {
+  KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
+  KVTIER_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(page::kHeaderBytes));
+  KVTIER_ASSIGN_OR_RETURN(Registration reg, agent.register_memory(buf.data(), buf.size()));
+  std::vector<uint32_t> ids(pages.size(), 0);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    const PageListing& p = pages[i];
+    const bool record = !p.summary.empty();
+    const uint64_t at = record ? p.offset : 0;
+    const uint64_t header_bytes = record ? p.header_bytes : page::kHeaderBytes;
+    if (header_bytes == 0 || header_bytes > page::kHeaderBytes) continue;
+    Result<Target> t = agent.open_target(TargetSpec{p.path, TargetMode::kRead, 0, {}});
+    if (!t.ok() || at + header_bytes > t->size()) continue;
+    if (!object_io::transfer_range(agent, TransferOp::kRead, *t, buf.data(), at, header_bytes)
+             .ok()) {
+      continue;
+    }
+    const std::span<const std::byte, page::kHeaderBytes> block(buf.data(), page::kHeaderBytes);
+    if (!page::is_sealed(block)) continue;
+    page::SealedView view;
+    if (page::decode_sealed(block, view).ok()) ids[i] = view.key_id;
+  }
+  return ids;
+}
+
 }  // namespace kvtier
