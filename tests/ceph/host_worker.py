@@ -36,10 +36,10 @@ def page_bytes(key, writer):
 class HostStore:
     """A store and the registered memory its batches use."""
 
-    def __init__(self, uri, capacity_bytes, model, segment_bytes=0):
+    def __init__(self, uri, capacity_bytes, model, segment_bytes=0, key_file="", tenant=""):
         self.store = kvtier.Store(uri, model=model, dtype="uint8", layout="flat", page_tokens=1,
                                   piece_bytes=PAGE_BYTES, capacity_bytes=capacity_bytes,
-                                  segment_bytes=segment_bytes)
+                                  segment_bytes=segment_bytes, key_file=key_file, tenant=tenant)
         self.pool = np.zeros(2 * MAX_BATCH * PAGE_BYTES, dtype=np.uint8)
         self.reg = self.store.register_memory(self.pool)
         self.lock = threading.Lock()  # one batch at a time uses the pool
@@ -192,7 +192,8 @@ def main():
         try:
             if op == "open":
                 stores[req["name"]] = HostStore(req["uri"], req.get("capacity_bytes", 0),
-                                                req["model"], req.get("segment_bytes", 0))
+                                                req["model"], req.get("segment_bytes", 0),
+                                                req.get("key_file", ""), req.get("tenant", ""))
                 res = {}
             elif op == "put":
                 res = {"codes": stores[req["name"]].put(req["keys"], req["writer"])}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The multi-host tests: starts a throw-away Ceph cluster with three simulated hosts
-# (tests/ceph/cluster.sh), runs tests/ceph/test_multihost.py against it, and stops everything
-# however the tests end. Where the cluster cannot run here (cluster.sh exits 77), the tests
-# still run and skip, each saying why; any other start failure fails the run.
+# (tests/ceph/cluster.sh), runs tests/ceph/test_multihost.py and test_multihost_sealed.py
+# against it, and stops everything however the tests end. Where the cluster cannot run here
+# (cluster.sh exits 77), the tests still run and skip, each saying why; any other start
+# failure fails the run.
 #
 #   tests/ceph/run-tests.sh [PYTEST ARGS...]
 #
@@ -14,7 +15,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 
 if [[ ${KVTIER_CEPH:-1} == 0 ]]; then
   export KVTIER_CEPH_UNAVAILABLE="KVTIER_CEPH=0"
-  exec "$PYTHON" -m pytest -q -rs tests/ceph/test_multihost.py "$@"
+  exec "$PYTHON" -m pytest -q -rs tests/ceph/test_multihost.py tests/ceph/test_multihost_sealed.py "$@"
 fi
 
 state=${TMPDIR:-/tmp}/kvtier-ceph-test.$$
@@ -39,4 +40,4 @@ else
   exit 1
 fi
 rm -f "$log"
-"$PYTHON" -m pytest -q -rs --durations=5 tests/ceph/test_multihost.py "$@"
+"$PYTHON" -m pytest -q -rs --durations=5 tests/ceph/test_multihost.py tests/ceph/test_multihost_sealed.py "$@"
