@@ -26,10 +26,12 @@ THROTTLED_GBPS = 3.0
 UNITS = {"K": 1 << 10, "M": 1 << 20}
 
 
-def bench(directory, page, layout_args, kvtier=KVTIER, total=TOTAL):
-    """(write GB/s, read GB/s) of one `kvtier bench` run of `total` bytes of pages."""
-    cmd = [kvtier, "bench", "--dir", directory, "--page-bytes", str(page), "--pages",
-           str(max(1, total // page)), "--batch", "128", "--json", "--quiet"] + layout_args
+def bench(directory, page, layout_args, kvtier=KVTIER, total=TOTAL, batch=128):
+    """(write GB/s, read GB/s) of one `kvtier bench` run of `total` bytes of pages, in
+    `directory` (or at a URI: s3://..., file://...)."""
+    where = ["--uri" if "://" in directory else "--dir", directory]
+    cmd = [kvtier, "bench", *where, "--page-bytes", str(page), "--pages",
+           str(max(1, total // page)), "--batch", str(batch), "--json", "--quiet"] + layout_args
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Sealed pages against pages in the clear, side by side, with the cipher's own limit beside.
 
-For each page size and client thread count, rounds of `kvtier bench` (--json; the default
-layout for the size) run in the clear and sealed (--key-file, a throw-away key) in an order
+For each page size and client thread count, rounds of `kvtier bench` (layouts_ab.py's run:
+--json, here batches of 32; the default layout for the size) run in the clear and sealed (--key-file, a throw-away key) in an order
 that alternates by round; `openssl speed -evp aes-256-gcm -bytes <page>` (-multi <threads>)
 is the cipher's limit on this machine, measured in the same run. Prints per size, thread
 count and phase the median GB/s of each, sealed / plain, sealed / the cipher's limit, and
@@ -17,7 +17,6 @@ or out of the page cache and the cipher both need the CPU.
 """
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -25,27 +24,13 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KVTIER = os.path.join(ROOT, "build", "bin", "kvtier")
+from layouts_ab import bench
+
 UNITS = {"K": 1 << 10, "M": 1 << 20}
 
 
 def parse_size(text):
     return int(text[:-1]) * UNITS[text[-1]] if text[-1] in UNITS else int(text)
-
-
-def bench(where, page, threads, total, extra):
-    """(write GB/s, read GB/s) of one `kvtier bench` run."""
-    pages = max(threads, total // page)
-    cmd = [KVTIER, "bench", *where, "--page-bytes", str(page), "--pages", str(pages),
-           "--batch", "32", "--threads", str(threads), "--json", "--quiet"] + extra
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")
-    j = json.loads(proc.stdout)
-    if not j["verified"]:
-        sys.exit(f"kvtier bench did not verify: {j}")
-    return j["write_gbps"], j["read_gbps"]
 
 
 def cipher_gbps(page, threads):
@@ -71,7 +56,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--mib", type=int, default=256, help="MiB of pages each run writes")
     args = ap.parse_args()
-    where = ["--uri", args.uri] if args.uri else ["--dir", args.dir]
+    where = args.uri or args.dir
     if not args.uri:
         os.makedirs(args.dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as keys_dir:
@@ -92,8 +77,9 @@ def main():
                 for r in range(args.rounds):
                     order = list(variants) if r % 2 == 0 else list(variants)[::-1]
                     for name in order:
-                        got[name].append(bench(where, page, threads, args.mib << 20,
-                                               variants[name]))
+                        got[name].append(bench(where, page,
+                                               ["--threads", str(threads)] + variants[name],
+                                               total=args.mib << 20, batch=32))
                     limits.append(cipher_gbps(page, threads))
                     print(f"  {size} x{threads} round {r + 1}: " + "  ".join(
                         f"{n} w {got[n][-1][0]:.2f} r {got[n][-1][1]:.2f}" for n in variants) +
