@@ -168,8 +168,14 @@ def test_sealed_stores_keep_tenants_apart_and_the_key_out_of_sight(tmp_path, mon
     with pytest.raises(kvtier.Error) as e:
         make_store(where, key_file=str(keys), tenant="alpha")
     assert "chmod 600" in str(e.value) and key_hex[:16] not in str(e.value)
-    with pytest.raises(kvtier.InvalidArgumentError):
+    with pytest.raises(kvtier.InvalidArgumentError) as e:
         make_store(where + "?key=" + key_hex)
+    assert key_hex[:16] not in str(e.value)
+    keys.write_text(f"3 {key_hex[:-1]}z\n")
+    keys.chmod(0o600)
+    with pytest.raises(kvtier.InvalidArgumentError) as e:
+        make_store(where, key_file=str(keys), tenant="alpha")
+    assert "line 1" in str(e.value) and key_hex[:16] not in str(e.value)
     with pytest.raises(kvtier.InvalidArgumentError):
         make_store(where, tenant="alpha")  # a tenant needs a key
 

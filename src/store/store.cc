@@ -118,8 +118,10 @@ std::vector<bool> Store::indexed(std::span<const std::string_view> keys, ExistsC
   if (call == ExistsCall::kLookup) impl_->note_lookup(keys);
   std::vector<bool> out(keys.size(), false);
   for (size_t i = 0; i < keys.size(); ++i) {
-    out[i] = routing::validate_key(keys[i]).ok() &&
-             impl_->index.contains(impl_->router.key_hash(keys[i]));
+    if (!routing::validate_key(keys[i]).ok()) continue;
+    for (size_t n = 0; n < impl_->names_of() && !out[i]; ++n) {
+      out[i] = impl_->index.contains(impl_->route(keys[i], n).key_hash);
+    }
   }
   return out;
 }
@@ -140,32 +142,58 @@ Result<bool> Store::Impl::exists_here(std::string_view key) {
   bump(counters.exists_queries);
   observe_generation();
   layout->catch_up();
-  const routing::Route r = router.route(key);
-  if (index.contains(r.key_hash)) return true;
-  return layout->look_up(r);
+  return stored_under_any_name(key);
+}
+
+Result<bool> Store::Impl::stored_under_any_name(std::string_view key) {
+  for (size_t n = 0; n < names_of(); ++n) {
+    const routing::Route r = route(key, n);
+    if (index.contains(r.key_hash)) return true;
+    KVTIER_ASSIGN_OR_RETURN(const bool found, layout->look_up(r));
+    if (found) return true;
+  }
+  return false;
 }
 
 size_t Store::Impl::batch_exists_here(std::span<const std::string_view> keys) {
   observe_generation();
   layout->catch_up();
   size_t n = 0;
-  // Indexed keys cost no system call; from the first one that is not, ask the layout.
-  for (; n < keys.size(); ++n) {
-    if (!routing::validate_key(keys[n]).ok()) {
-      bump(counters.exists_queries, n + 1);
-      return n;  // a bad key ends the prefix
+  for (;;) {
+    // Indexed keys cost no system call; from the first one that is not, ask the layout.
+    for (; n < keys.size(); ++n) {
+      if (!routing::validate_key(keys[n]).ok()) {
+        bump(counters.exists_queries, n + 1);
+        return n;  // a bad key ends the prefix
+      }
+      if (!index.contains(router.key_hash(keys[n]))) break;  // the route's key_hash
     }
-    if (!index.contains(router.key_hash(keys[n]))) break;  // the route's key_hash
+    n = layout->look_up_from(keys, n);
+    // A sealed store's page may have an earlier key's name (a rotation since it was sealed).
+    if (n == keys.size() || names_of() == 1 || !routing::validate_key(keys[n]).ok()) return n;
+    Result<bool> earlier = stored_under_any_name(keys[n]);
+    if (!earlier.ok() || !*earlier) return n;
+    ++n;
   }
-  return layout->look_up_from(keys, n);
 }
 
 Status Store::remove(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(impl_->owner.check(kStoreName));
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
-  KVTIER_RETURN_IF_ERROR(impl_->layout->remove(impl_->router.route(key)));
-  bump(impl_->counters.removes);
-  return ok_status();
+  // Under every name it may have (a sealed store's earlier keys' too): OK when it was under
+  // any, else the first fault, else kNotFound.
+  Status failed;
+  bool removed = false;
+  for (size_t n = 0; n < impl_->names_of(); ++n) {
+    Status st = impl_->layout->remove(impl_->route(key, n));
+    if (st.ok()) {
+      removed = true;
+      bump(impl_->counters.removes);
+    } else if (failed.ok() || failed.code() == StatusCode::kNotFound) {
+      if (failed.ok() || st.code() != StatusCode::kNotFound) failed = std::move(st);
+    }
+  }
+  return removed ? ok_status() : failed;
 }
 
 Status Store::clear() {

@@ -161,6 +161,8 @@ struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
   // exists/batch_exists on this thread (Store::exists and Store::batch_exists go through the
   // guard where a base is isolated).
   Result<bool> exists_here(std::string_view key);
+  // Whether `key` is indexed or on storage under any name it may have (names_of()).
+  Result<bool> stored_under_any_name(std::string_view key);
   size_t batch_exists_here(std::span<const std::string_view> keys);
   // Sets up the guard when a base is isolated and the deadline is not 0 (store_open.cc).
   Status start_guard();
@@ -179,14 +181,16 @@ struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
   // `trust_size`: an object store's page objects open without asking their size (no HEAD
   // per page: TargetSpec::expected_size); pages that then fail other than absent are read
   // again, opened the careful way, before anything is counted, dropped or said.
+  // `name`: the pages are looked for under their names by the key file's `name`-th key
+  // (StoreCore::route); those absent under it are looked for under the next one, in the same
+  // call, so that a rotation leaves earlier pages readable.
   void get_window(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
                   size_t k, std::span<Status> out, const PageDone* done = nullptr, size_t first = 0,
-                  bool trust_size = true);
-  // get_window of `pages` (indexes into keys) alone, without trust_size; their statuses
-  // replace those in `out`.
-  void reread_carefully(std::span<const std::string_view> keys,
-                        std::span<const MutableBuffer> pieces, size_t k, std::span<Status> out,
-                        const PageDone* done, size_t first, std::span<const size_t> pages);
+                  bool trust_size = true, size_t name = 0);
+  // get_window of `pages` (indexes into keys) alone; their statuses replace those in `out`.
+  void read_again(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces,
+                  size_t k, std::span<Status> out, const PageDone* done, size_t first,
+                  std::span<const size_t> pages, bool trust_size, size_t name);
   // Takes a header block per page and lays out its descriptors, cut at checksum chunks.
   void build_read_descriptors(ReadWindow& rw);
   // Posts the read and waits for it; chunks are hashed and pages verified as they complete.
@@ -195,13 +199,22 @@ struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
   // complete, and verifies its page once the page is.
   void on_read_descriptor(ReadWindow& rw, size_t d, const Status& st);
   // Checks a page whose descriptors all completed: header, then payload checksum; a staged
-  // page is copied out to the caller's pieces once it checks out.
+  // page is copied out to the caller's pieces once it checks out. A page refused is a miss,
+  // and `why` says why (a caller's mistake is not a refusal).
   Status verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
                      std::span<const std::byte, kHeaderBytes> block,
-                     std::span<const uint64_t> chunk_checksums) const;
+                     std::span<const uint64_t> chunk_checksums, detail::Reject& why) const;
   // verify_page for a sealed store: the sealed header, then the payload opened in place.
   Status verify_sealed_page(const PageWork<MutableBuffer>& w, std::string_view key,
-                            std::span<const std::byte, kHeaderBytes> block) const;
+                            std::span<const std::byte, kHeaderBytes> block,
+                            detail::Reject& why) const;
+  // What verify_stored found wrong with a page whose header is its own: its size, or (in the
+  // clear) its payload checksum.
+  detail::Reject stored_reject(const page::Header& h, const PageWork<MutableBuffer>& w) const {
+    return w.stored_bytes != layout->stored_bytes(h) || h.header_bytes != w.header_bytes
+               ? detail::Reject::kTorn
+               : detail::Reject::kChecksum;
+  }
   // A page of this key whose header differs from the caller's buffers: kInvalidArgument when
   // the page is intact as stored (the caller asked with the wrong sizes), else OK.
   Status caller_mistake(const page::Header& h, const PageWork<MutableBuffer>& w) const;

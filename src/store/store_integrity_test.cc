@@ -37,11 +37,17 @@ class StoreIntegrity : public ::testing::Test {
     testing::write_file(file_of(key), bytes);
   }
 
-  // Reads `key` into a poisoned slot and expects a miss of `code`.
-  void expect_miss(std::string_view key, StatusCode code) {
+  // Reads `key` into a poisoned slot and expects a miss of `code`; with a `reason`, the page
+  // was read and refused for it (StoreStats::pages_rejected), counted once.
+  void expect_miss(std::string_view key, StatusCode code, const std::string& reason = "") {
+    const uint64_t before = testing::rejected(*store_, reason);
+    const uint64_t total = testing::rejected_total(*store_);
     std::memset(pool_->slot(3), 0x5A, kPage);
     Status st = store_->get(key, pool_->slot(3), kPage);
     EXPECT_EQ(st.code(), code) << st.to_string();
+    if (reason.empty()) return;
+    EXPECT_EQ(testing::rejected(*store_, reason), before + 1) << reason << ": " << st.to_string();
+    EXPECT_EQ(testing::rejected_total(*store_), total + 1) << reason;
   }
 
   testing::TempDir dir_;
@@ -52,7 +58,7 @@ class StoreIntegrity : public ::testing::Test {
 
 TEST_F(StoreIntegrity, FlippedPayloadByteIsCorruptCountedAndDropped) {
   flip("alpha", page::kHeaderBytes + 12345);
-  expect_miss("alpha", StatusCode::kCorrupt);
+  expect_miss("alpha", StatusCode::kCorrupt, "checksum");
   const StoreStats s = store_->stats();
   EXPECT_EQ(s.get_corrupt, 1u);
   EXPECT_EQ(s.corrupt_dropped, 1u);
@@ -84,36 +90,36 @@ TEST_F(StoreIntegrity, FlippedByteInALaterChunkOfPiecesThatStraddleChunksIsCorru
 
 TEST_F(StoreIntegrity, FlippedHeaderFieldIsCorrupt) {
   flip("alpha", 50);  // payload length
-  expect_miss("alpha", StatusCode::kCorrupt);
+  expect_miss("alpha", StatusCode::kCorrupt, "header");
   EXPECT_EQ(store_->stats().get_corrupt, 1u);
 }
 
 TEST_F(StoreIntegrity, FlippedMagicIsCorrupt) {
   flip("alpha", 0);
-  expect_miss("alpha", StatusCode::kCorrupt);
+  expect_miss("alpha", StatusCode::kCorrupt, "header");
 }
 
 TEST_F(StoreIntegrity, FlippedKeyByteIsCorrupt) {
   flip("alpha", 128 + 2);
-  expect_miss("alpha", StatusCode::kCorrupt);
+  expect_miss("alpha", StatusCode::kCorrupt, "header");
 }
 
 TEST_F(StoreIntegrity, TruncatedPageIsCorrupt) {
   std::filesystem::resize_file(file_of("alpha"), page::kHeaderBytes + kPage - 1);
-  expect_miss("alpha", StatusCode::kCorrupt);
+  expect_miss("alpha", StatusCode::kCorrupt, "torn");
   std::filesystem::resize_file(file_of("beta"), 100);
-  expect_miss("beta", StatusCode::kCorrupt);
+  expect_miss("beta", StatusCode::kCorrupt, "torn");
   EXPECT_EQ(store_->stats().get_corrupt, 2u);
 }
 
 TEST_F(StoreIntegrity, ExtendedPageIsCorrupt) {
   std::filesystem::resize_file(file_of("alpha"), page::kHeaderBytes + kPage + 4096);
-  expect_miss("alpha", StatusCode::kCorrupt);
+  expect_miss("alpha", StatusCode::kCorrupt, "torn");
 }
 
 TEST_F(StoreIntegrity, ZeroFilledPageIsCorrupt) {
   testing::write_file(file_of("alpha"), std::string(page::kHeaderBytes + kPage, '\0'));
-  expect_miss("alpha", StatusCode::kCorrupt);
+  expect_miss("alpha", StatusCode::kCorrupt, "header");
 }
 
 TEST_F(StoreIntegrity, SwappedFilesAreCorrupt) {
@@ -121,8 +127,8 @@ TEST_F(StoreIntegrity, SwappedFilesAreCorrupt) {
   std::filesystem::rename(a, t);
   std::filesystem::rename(b, a);
   std::filesystem::rename(t, b);
-  expect_miss("alpha", StatusCode::kCorrupt);
-  expect_miss("beta", StatusCode::kCorrupt);
+  expect_miss("alpha", StatusCode::kCorrupt, "place");
+  expect_miss("beta", StatusCode::kCorrupt, "place");
   EXPECT_EQ(store_->stats().get_corrupt, 2u);
 }
 
@@ -141,6 +147,8 @@ TEST_F(StoreIntegrity, PageOfAnotherNamespaceIsNeverRead) {
   EXPECT_EQ(st.code(), StatusCode::kCorrupt);
   EXPECT_NE(st.message().find("namespace"), std::string::npos) << st.message();
   EXPECT_EQ(other->stats().get_corrupt, 1u);
+  EXPECT_EQ(testing::rejected(*other, "namespace"), 1u);
+  EXPECT_EQ(testing::rejected_total(*other), 1u) << "the plain miss was no refusal";
   // The original is untouched.
   KVTIER_EXPECT_OK(store_->get("alpha", pool_->slot(2), kPage));
 }
@@ -149,6 +157,7 @@ TEST_F(StoreIntegrity, WrongBufferSizeIsACallerErrorNotCorruption) {
   Status st = store_->get("alpha", pool_->slot(3), kPage - 1);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_EQ(store_->stats().get_corrupt, 0u);
+  EXPECT_EQ(testing::rejected_total(*store_), 0u) << "a caller's mistake is no refusal";
   KVTIER_EXPECT_OK(store_->get("alpha", pool_->slot(3), kPage)) << "the page was kept";
   EXPECT_TRUE(pool_->holds(3, kPage, 11));
 }

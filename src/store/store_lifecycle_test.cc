@@ -602,6 +602,9 @@ TEST_F(StoreLifecycle, MetricsCountLatenciesErrorsAndRenderAsPrometheus) {
   const std::string text = to_prometheus(st, "rank=\"0\"");
   EXPECT_NE(text.find("kvtier_get_hits_total{rank=\"0\"} 3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("kvtier_errors_total{rank=\"0\",code=\"CORRUPT\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_pages_rejected_total{rank=\"0\",reason=\"checksum\"} 1\n"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("kvtier_get_batch_seconds_count{rank=\"0\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("kvtier_put_batch_seconds_bucket{rank=\"0\",le=\"+Inf\"} 1\n"),
             std::string::npos);

@@ -50,6 +50,11 @@ StoreStats Store::stats() const {
       s.errors_by_code[std::string(status_code_name(static_cast<StatusCode>(code)))] = n;
     }
   }
+  for (size_t r = 1; r < c.rejected.size(); ++r) {
+    if (const uint64_t n = v(c.rejected[r]); n != 0) {
+      s.pages_rejected[std::string(detail::kRejectNames[r])] = n;
+    }
+  }
   return s;
 }
 
@@ -139,7 +144,8 @@ std::string to_prometheus(const StoreStats& stats, std::string_view rendered_lab
       w.histogram(info.metric, value);
     } else if constexpr (std::is_same_v<T, std::map<std::string, uint64_t>>) {
       w.family(info.metric, "counter", info.help);
-      for (const auto& [code, n] : value) w.sample(info.metric, n, {{"code", code}});
+      const char* label = info.kind == StatKind::kByReason ? "reason" : "code";
+      for (const auto& [name, n] : value) w.sample(info.metric, n, {{label, name}});
     }
     // kText (direct_io) is not a number: not exported.
   });

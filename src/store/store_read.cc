@@ -14,43 +14,55 @@ namespace kvtier {
 
 void Store::Impl::get_window(std::span<const std::string_view> keys,
                              std::span<const MutableBuffer> pieces, size_t k, std::span<Status> out,
-                             const PageDone* done, size_t first, bool trust_size) {
+                             const PageDone* done, size_t first, bool trust_size, size_t name) {
   ReadWindow rw;
   rw.keys = keys;
   rw.done = done;
   rw.first = first;
-  rw.work = plan(keys, pieces, k, out);
-  trust_size = trust_size && layout->trusts_sizes();
-  layout->open_for_read(rw, out, trust_size);
+  rw.work = plan(keys, pieces, k, out, name);
+  rw.rejects.assign(keys.size(), Reject::kNone);
+  const bool trusted = trust_size && layout->trusts_sizes();
+  layout->open_for_read(rw, out, trusted);
   build_read_descriptors(rw);
   run_read(rw);
   layout->after_read(rw);
   collect_read_results(rw, out);
-  if (trust_size) {
+  const auto read_these_again = [&](StatusCode code) {
+    std::vector<size_t> again;
+    for (const auto& w : rw.work) {
+      if (out[w.page].code() != code || rw.rereading(w.page)) continue;
+      again.push_back(w.page);
+      // Absent under this name: its index entry, if any, was stale.
+      if (code == StatusCode::kNotFound) index.erase(w.route.key_hash);
+    }
+    if (!again.empty()) rw.reread.resize(keys.size(), false);
+    for (const size_t p : again) rw.reread[p] = true;  // counted, dropped and indexed there
+    return again;
+  };
+  if (trusted) {
     // Opened on trust, a hit, a miss and a fault are what they say. A page that did not
     // check out (an object of another size, as a caller's wrong buffers find it; a damaged
     // or replaced one) is read again through a HEAD, which knows the object's size and
     // identity: only then is it told apart, counted and dropped. (Faults are not read again:
     // a deadline is not spent twice.)
-    std::vector<size_t> again;
-    for (const auto& w : rw.work) {
-      if (out[w.page].code() == StatusCode::kCorrupt) again.push_back(w.page);
-    }
-    if (!again.empty()) {
-      rw.reread.assign(keys.size(), false);
-      for (const size_t p : again) rw.reread[p] = true;
-      // Counted, dropped and indexed there.
-      reread_carefully(keys, pieces, k, out, done, first, again);
-    }
+    const std::vector<size_t> again = read_these_again(StatusCode::kCorrupt);
+    if (!again.empty()) read_again(keys, pieces, k, out, done, first, again, false, name);
+  }
+  if (name + 1 < names_of()) {
+    // Absent under this name: perhaps sealed before the key file's current key was, under
+    // the name of the key current then.
+    const std::vector<size_t> absent = read_these_again(StatusCode::kNotFound);
+    if (!absent.empty())
+      read_again(keys, pieces, k, out, done, first, absent, trust_size, name + 1);
   }
   account_reads(rw, out);
   index_reads(rw, out);
 }
 
-void Store::Impl::reread_carefully(std::span<const std::string_view> keys,
-                                   std::span<const MutableBuffer> pieces, size_t k,
-                                   std::span<Status> out, const PageDone* done, size_t first,
-                                   std::span<const size_t> pages) {
+void Store::Impl::read_again(std::span<const std::string_view> keys,
+                             std::span<const MutableBuffer> pieces, size_t k, std::span<Status> out,
+                             const PageDone* done, size_t first, std::span<const size_t> pages,
+                             bool trust_size, size_t name) {
   std::vector<std::string_view> ks;
   std::vector<MutableBuffer> ps;
   for (const size_t p : pages) {
@@ -60,7 +72,7 @@ void Store::Impl::reread_carefully(std::span<const std::string_view> keys,
   std::vector<Status> sub(pages.size());
   PageDone mapped;
   if (done != nullptr) mapped = [&](size_t i) { (*done)(first + pages[i]); };
-  get_window(ks, ps, k, sub, done != nullptr ? &mapped : nullptr, 0, /*trust_size=*/false);
+  get_window(ks, ps, k, sub, done != nullptr ? &mapped : nullptr, 0, trust_size, name);
   for (size_t i = 0; i < pages.size(); ++i) out[pages[i]] = std::move(sub[i]);
 }
 
@@ -168,16 +180,20 @@ void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st)
   const auto sums = std::span<const uint64_t>(rw.chunk_sums)
                         .subspan(rw.first_chunk[ref.page],
                                  rw.first_chunk[ref.page + 1] - rw.first_chunk[ref.page]);
-  rw.verdicts[ref.page] = verify_page(w, rw.keys[w.page], rw.header_blocks->block(ref.page), sums);
+  rw.verdicts[ref.page] =
+      verify_page(w, rw.keys[w.page], rw.header_blocks->block(ref.page), sums, rw.rejects[w.page]);
   if (rw.done != nullptr && rw.verdicts[ref.page].ok()) (*rw.done)(rw.first + w.page);
 }
 
 Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
                                 std::span<const std::byte, kHeaderBytes> block,
-                                std::span<const uint64_t> chunk_checksums) const {
-  if (sealing) return verify_sealed_page(w, key, block);
+                                std::span<const uint64_t> chunk_checksums, Reject& why) const {
+  if (sealing) return verify_sealed_page(w, key, block, why);
   Result<page::Header> h = page::decode(block);
-  if (!h.ok()) return h.status();
+  if (!h.ok()) {
+    why = page::is_sealed(block) ? Reject::kSealing : Reject::kHeader;
+    return h.status();
+  }
   const page::Expectation expect{ns_id, key, w.payload, static_cast<uint32_t>(w.pieces.size()),
                                  page::uniform_piece_bytes(w.pieces)};
   Status st = page::check(*h, expect);
@@ -185,38 +201,59 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
     if (h->namespace_id == ns_id && h->key == key) {
       KVTIER_RETURN_IF_ERROR(caller_mistake(*h, w));
     }
+    why = h->namespace_id != ns_id ? Reject::kNamespace
+          : h->key != key          ? Reject::kPlace
+                                   : Reject::kLayout;
     return st;
   }
   // The header is this page's, so its size differs from the object's only when the read
   // stopped at the header (header_only), and then no chunk was read.
   const auto sums = config.verify_payload ? std::optional(chunk_checksums) : std::nullopt;
-  KVTIER_RETURN_IF_ERROR(layout->verify_stored(*h, w, sums));
+  st = layout->verify_stored(*h, w, sums);
+  if (!st.ok()) {
+    why = stored_reject(*h, w);
+    return st;
+  }
   if (w.io == PageIo::kStaged) copy_from_staging(w);  // verified: only now the caller's
   return ok_status();
 }
 
 Status Store::Impl::verify_sealed_page(const PageWork<MutableBuffer>& w, std::string_view key,
-                                       std::span<const std::byte, kHeaderBytes> block) const {
+                                       std::span<const std::byte, kHeaderBytes> block,
+                                       Reject& why) const {
   page::SealedView view;
   Result<page::Header> h = page::decode_sealed(block, view);
-  if (!h.ok()) return h.status();
+  if (!h.ok()) {
+    why = page::is_sealed(block) ? Reject::kHeader : Reject::kSealing;
+    return h.status();
+  }
   // The keyed name stands for the key (which is sealed): the page's own bytes are bound to
   // the key, so a header that names it falsely does not open below.
   if (h->namespace_id != ns_id) {
+    why = Reject::kNamespace;
     return corrupt_error(
         fmt::format("namespace {} (expected {})", h->namespace_id.hex(), ns_id.hex()));
   }
-  if (h->key_hash != w.route.key_hash) return corrupt_error("page holds another key");
+  if (h->key_hash != w.route.key_hash) {
+    why = Reject::kPlace;
+    return corrupt_error("page holds another key");
+  }
   if (h->payload_bytes != w.payload || h->piece_count != w.pieces.size() ||
       h->piece_bytes != page::uniform_piece_bytes(w.pieces)) {
     KVTIER_RETURN_IF_ERROR(caller_mistake(*h, w));
+    why = Reject::kLayout;
     return corrupt_error(fmt::format("layout {} bytes in {} pieces (expected {} in {})",
                                      h->payload_bytes, h->piece_count, w.payload, w.pieces.size()));
   }
-  KVTIER_RETURN_IF_ERROR(layout->verify_stored(*h, w, std::nullopt));
+  if (Status st = layout->verify_stored(*h, w, std::nullopt); !st.ok()) {
+    why = stored_reject(*h, w);
+    return st;
+  }
   if (w.io == PageIo::kStaged) copy_from_staging(w);
   // Opened in the caller's memory, where the read put it; wiped there if any tag differs.
-  return sealing->open(view, key, w.payload, w.pieces);
+  Status st = sealing->open(view, key, w.payload, w.pieces);
+  if (!st.ok()) why = st.code() == StatusCode::kNotFound ? Reject::kKeyId : Reject::kTag;
+  return st;
 }
 
 void Store::Impl::copy_from_staging(const PageWork<MutableBuffer>& w) {
@@ -264,6 +301,9 @@ void Store::Impl::collect_read_results(ReadWindow& rw, std::span<Status> out) {
 void Store::Impl::account_reads(ReadWindow& rw, std::span<const Status> out) {
   for (size_t p = 0; p < out.size(); ++p) {
     if (rw.rereading(p)) continue;
+    if (!out[p].ok() && rw.rejects[p] != Reject::kNone) {
+      bump(counters.rejected[static_cast<size_t>(rw.rejects[p])]);
+    }
     switch (out[p].code()) {
       case StatusCode::kOk:
         break;

@@ -81,6 +81,18 @@ inline std::string page_file(const Store& store, std::string_view key) {
 }
 
 // The store's backend goes through `faults` (none: as it is).
+// Pages `store` refused for `reason` (StoreStats::pages_rejected), and for any reason.
+inline uint64_t rejected(const Store& store, const std::string& reason) {
+  const StoreStats s = store.stats();
+  const auto it = s.pages_rejected.find(reason);
+  return it == s.pages_rejected.end() ? 0 : it->second;
+}
+inline uint64_t rejected_total(const Store& store) {
+  uint64_t n = 0;
+  for (const auto& [reason, count] : store.stats().pages_rejected) n += count;
+  return n;
+}
+
 inline void decorate(StoreConfig& cfg, std::shared_ptr<FaultInjector> faults) {
   if (!faults) return;
   cfg.decorate = [faults](std::unique_ptr<Backend> inner) {

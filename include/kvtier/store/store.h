@@ -328,6 +328,7 @@ enum class StatKind : uint8_t {
   kText,       // std::string (not a Prometheus metric)
   kHistogram,  // LatencyHistogram
   kByCode,     // std::map<std::string, uint64_t>: a counter labelled with the status code
+  kByReason,   // std::map<std::string, uint64_t>: a counter labelled with a reason
 };
 struct StatInfo {
   std::string_view name;  // the StoreStats field and the Python key
@@ -359,6 +360,14 @@ struct StoreStats {
 #undef KVTIER_STAT_FIELD
   // Failed pages by status code name ("NOT_FOUND" excluded: misses are counted above).
   std::map<std::string, uint64_t> errors_by_code;
+  // Pages read and refused (each a miss: get_corrupt, or get_misses for key_id), by why:
+  // "header" (not a page header, or a damaged one), "sealing" (a sealed page where pages are
+  // in the clear, or the reverse), "namespace" (another model's or layout's namespace),
+  // "place" (another key's page), "layout" (another size or shape of pieces), "torn" (the
+  // object or record is not the size its header says), "checksum" (a payload CRC differs),
+  // "tag" (a sealed chunk did not open: forged, moved or under another tenant's key),
+  // "key_id" (sealed under a key the key file no longer holds). Reasons never seen are absent.
+  std::map<std::string, uint64_t> pages_rejected;
 
   // Calls f(const StatInfo&, const T& value) for every statistic above, in order.
   template <typename F>
@@ -385,6 +394,9 @@ struct StoreStats {
     f(StatInfo{"errors_by_code", StatKind::kByCode, "errors_total",
                "Failed pages by status code (misses excluded)."},
       errors_by_code);
+    f(StatInfo{"pages_rejected", StatKind::kByReason, "pages_rejected_total",
+               "Pages read and refused as misses, by reason."},
+      pages_rejected);
   }
 };
 

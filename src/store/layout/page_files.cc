@@ -466,6 +466,7 @@ void PageFiles::open_for_read(detail::ReadWindow& rw, std::span<Status> out, boo
     const uint64_t size = w.target.size();
     w.stored_bytes = size;
     if (size < kHeaderBytes) {
+      rw.reject(w.page, detail::Reject::kTorn);
       out[w.page] = corrupt_error(
           fmt::format("'{}' is {} bytes, shorter than a page header", w.route.path, size));
       continue;

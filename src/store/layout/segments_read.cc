@@ -146,6 +146,7 @@ void SegmentLayout::open_for_read(detail::ReadWindow& rw, std::span<Status> out,
     }
     w.io_target = &rw.segment_targets[s];
     if (w.at + w.stored_bytes > w.io_target->size() || w.stored_bytes < w.header_bytes) {
+      rw.reject(w.page, detail::Reject::kTorn);
       out[w.page] =
           corrupt_error(fmt::format("record [{}, +{}) lies beyond the end of '{}' ({})", w.at,
                                     w.stored_bytes, w.io_target->path(), w.io_target->size()));

@@ -65,8 +65,12 @@ size_t Router::pick_base(const Hash128& key_hash) const {
 }
 
 Route Router::route(std::string_view key) const {
+  return route_named(key_hash(key));
+}
+
+Route Router::route_named(const Hash128& name) const {
   Route r;
-  r.key_hash = key_hash(key);
+  r.key_hash = name;
   r.base = pick_base(r.key_hash);
   r.path = page_path(r.base, r.key_hash);
   return r;

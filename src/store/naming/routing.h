@@ -62,6 +62,8 @@ class Router {
          const std::vector<std::string>& routed_as = {}, KeyNamer namer = {});
 
   Route route(std::string_view key) const;
+  // The route of a page called `name` on storage (a sealed store's names under earlier keys).
+  Route route_named(const Hash128& name) const;
   // The key's hash: its name on storage and in the page index.
   Hash128 key_hash(std::string_view key) const { return namer_ ? namer_(key) : hash128(key); }
   std::string page_path(size_t base, const Hash128& key_hash) const;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "kvtier/core/clock.h"
 #include "kvtier/store/store.h"
@@ -13,12 +14,30 @@
 namespace kvtier {
 namespace detail {
 
+// Why a page that was read is refused rather than given (StoreStats::pages_rejected names
+// each one).
+enum class Reject : uint8_t {
+  kNone,
+  kHeader,
+  kSealing,
+  kNamespace,
+  kPlace,
+  kLayout,
+  kTorn,
+  kChecksum,
+  kTag,
+  kKeyId,
+};
+inline constexpr std::array<std::string_view, 10> kRejectNames = {
+    "", "header", "sealing", "namespace", "place", "layout", "torn", "checksum", "tag", "key_id"};
+
 struct Counters {
 #define KVTIER_STAT_COUNTER(name, help) std::atomic<uint64_t> name{0};
   KVTIER_STORE_COUNTERS(KVTIER_STAT_COUNTER)
 #undef KVTIER_STAT_COUNTER
-  std::atomic<uint64_t> batches_in_flight{0};              // the source of the gauge
-  std::array<std::atomic<uint64_t>, 16> errors_by_code{};  // indexed by StatusCode
+  std::atomic<uint64_t> batches_in_flight{0};                         // the source of the gauge
+  std::array<std::atomic<uint64_t>, 16> errors_by_code{};             // indexed by StatusCode
+  std::array<std::atomic<uint64_t>, kRejectNames.size()> rejected{};  // indexed by Reject
 
   struct Histogram {
     std::array<std::atomic<uint64_t>, LatencyHistogram::kBuckets> buckets{};

@@ -18,6 +18,7 @@
 #include "kvtier/core/status.h"
 #include "kvtier/transfer/agent.h"
 #include "naming/routing.h"
+#include "window/counters.h"
 #include "window/pools.h"
 
 namespace kvtier::detail {
@@ -94,9 +95,13 @@ struct ReadWindow {
   // Called with (first + page) as each page checks out (PageDone).
   const guard::PageDone* done = nullptr;
   size_t first = 0;
-  // Pages read again the careful way (get_window's trust_size), counted there.
+  // Pages read again (the careful way, or under an earlier name), counted there.
   std::vector<bool> reread;
   bool rereading(size_t page) const { return page < reread.size() && reread[page]; }
+  // Why each page (by index in `keys`) that was read was refused; set by the thread that
+  // found it, read once the read completed.
+  std::vector<Reject> rejects;
+  void reject(size_t page, Reject why) { rejects[page] = why; }
 };
 
 }  // namespace kvtier::detail

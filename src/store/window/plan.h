@@ -103,7 +103,7 @@ void StoreCore::choose_io(detail::PageWork<Buffer>& w) {
 template <typename Buffer>
 std::vector<detail::PageWork<Buffer>> StoreCore::plan(std::span<const std::string_view> keys,
                                                       std::span<const Buffer> pieces, size_t k,
-                                                      std::span<Status> out) {
+                                                      std::span<Status> out, size_t name) {
   std::vector<detail::PageWork<Buffer>> work;
   work.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -117,7 +117,7 @@ std::vector<detail::PageWork<Buffer>> StoreCore::plan(std::span<const std::strin
     }
     detail::PageWork<Buffer>& w = work.emplace_back();
     w.page = i;
-    w.route = router.route(keys[i]);
+    w.route = route(keys[i], name);
     w.payload = payload;
     w.pieces = page_pieces;
     choose_io(w);

@@ -42,6 +42,13 @@ class PageSealing {
   Hash128 name(std::string_view key) const noexcept {
     return seal::keyed_name(tenant_.current(), key);
   }
+  // Rotation: pages written before the current key was put first in the key file carry the
+  // names of the key current then. name_count(): the keys a page may be named by (the key
+  // file's, current first); name(key, i): its name under the i-th (0: the current key's).
+  size_t name_count() const noexcept { return tenant_.keys().size(); }
+  Hash128 name(std::string_view key, size_t i) const noexcept {
+    return seal::keyed_name(tenant_.keys()[i], key);
+  }
   // A sealed record's header size in the segment layout's compact form.
   static uint32_t compact_header_bytes(size_t key_bytes, uint64_t payload_bytes) {
     return page::compact_sealed_header_bytes(key_bytes, payload_bytes);

@@ -37,6 +37,7 @@ using detail::BatchTimer;
 using detail::bump;
 using detail::Counters;
 using detail::PageIo;
+using detail::Reject;
 using guard::PageDone;
 using page::kBlockBytes;
 using page::kHeaderBytes;
@@ -110,11 +111,19 @@ struct StoreCore {
   template <typename Buffer>
   void choose_io(detail::PageWork<Buffer>& w);
   // Validates every page of a window: invalid pages get their status in `out`, valid ones
-  // come back routed, with their I/O mode chosen.
+  // come back routed, with their I/O mode chosen. `name`: routed by their names under the
+  // key file's `name`-th key (names_of); 0 for every put.
   template <typename Buffer>
   std::vector<detail::PageWork<Buffer>> plan(std::span<const std::string_view> keys,
                                              std::span<const Buffer> pieces, size_t k,
-                                             std::span<Status> out);
+                                             std::span<Status> out, size_t name = 0);
+  // How many names a page key may have on storage: 1, or in a sealed store one per key of
+  // its key file (pages sealed before a rotation keep the names of the key current then).
+  // route(key, i): the key's route under its i-th name (0: what puts write).
+  size_t names_of() const { return sealing ? sealing->name_count() : 1; }
+  routing::Route route(std::string_view key, size_t name) const {
+    return name == 0 ? router.route(key) : router.route_named(sealing->name(key, name));
+  }
   // Runs a batch in windows of at most budget.capacity() pages, each holding its permits:
   // window(keys, pieces, pieces per page, statuses) for each. `touch_earlier`: the earlier
   // windows' pages are touched again in the index so the batch's first page is its most
