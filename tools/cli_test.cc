@@ -413,4 +413,78 @@ TEST(Cli, LsGcClearAndRepairMaintainAStore) {
   EXPECT_EQ(json_of(run("stat " + dir.path() + " --json"))["pages"], 0);
 }
 
+// Two tenants' sealed pages in one directory: every command that reads pages reads as the
+// tenant it is given (--key-file, --tenant), and without a key sees only headers.
+TEST(Cli, CommandsReadAsTheTenantTheyAreGiven) {
+  kvtier::testing::TempDir dir;
+  kvtier::testing::TempDir keys_dir;
+  const std::string keys = keys_dir.file("keys");
+  kvtier::testing::write_file(
+      keys, "3 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n");
+  ASSERT_EQ(::chmod(keys.c_str(), 0600), 0);
+  const std::string as_alpha = " --key-file " + keys + " --tenant alpha";
+  const std::string as_beta = " --key-file " + keys + " --tenant beta";
+  for (const auto& [who, pages] : {std::pair{as_alpha, "6"}, std::pair{as_beta, "4"}}) {
+    ASSERT_EQ(run("bench --dir " + dir.path() + " --layout files --page-bytes 65536 --pages " +
+                  pages + " --batch 2 --keep" + who)
+                  .exit_code,
+              0);
+  }
+  ASSERT_EQ(json_of(run("ls " + dir.path() + " --json")).size(), 10u);
+  nlohmann::json alpha = json_of(run("ls " + dir.path() + " --json" + as_alpha));
+  ASSERT_EQ(alpha.size(), 6u);
+  EXPECT_EQ(alpha[0]["key_id"], 3);
+  const std::string ns = alpha[0]["namespace"];
+
+  nlohmann::json stat = json_of(run("stat " + dir.path() + " --json" + as_beta));
+  EXPECT_EQ(stat["tenant"]["pages"], 4);
+  EXPECT_EQ(stat["tenant"]["pages_by_key_id"]["3"], 4);
+  EXPECT_EQ(stat["tenant"]["others_sealed"], 6);
+  EXPECT_EQ(stat["tenant"]["clear"], 0);
+
+  // One byte of one of alpha's payloads: its header, place and size still check out, so only
+  // a verify with alpha's key finds it (and only alpha's pages are opened).
+  {
+    std::string bytes = kvtier::testing::read_file(alpha[0]["path"]);
+    bytes[5000] ^= 1;
+    kvtier::testing::write_file(alpha[0]["path"], bytes);
+  }
+  nlohmann::json v = json_of(run("verify " + dir.path() + " --json"));
+  EXPECT_EQ(v["ok"], true);
+  EXPECT_EQ(v["sealed_not_opened"], 10);
+  CliRun keyed = run("verify " + dir.path() + " --json" + as_alpha);
+  EXPECT_EQ(keyed.exit_code, 1) << keyed.out;
+  v = json_of(keyed);
+  EXPECT_EQ(v["corrupt"].size(), 1u);
+  EXPECT_EQ(v["sealed_opened"], 5);
+  EXPECT_EQ(v["sealed_not_opened"], 4);
+  EXPECT_EQ(json_of(run("verify " + dir.path() + " --json" + as_beta))["ok"], true);
+
+  // clear and gc touch the tenant's pages alone.
+  CliRun cleared = run("clear " + dir.path() + " --namespace " + ns + as_beta);
+  EXPECT_EQ(cleared.exit_code, 0) << cleared.out;
+  EXPECT_EQ(json_of(run("ls " + dir.path() + " --json")).size(), 6u);
+  EXPECT_EQ(json_of(run("gc " + dir.path() + " --to 0 --json" + as_beta))["removed_pages"], 0);
+  EXPECT_EQ(json_of(run("gc " + dir.path() + " --to 0 --json" + as_alpha))["removed_pages"], 6);
+
+  // Nothing the commands print, out or err, holds the key's digits.
+  for (const std::string& cmd :
+       {"stat " + dir.path() + as_alpha, "stat " + dir.path() + " --json" + as_alpha,
+        "stat " + dir.path() + " --prometheus" + as_alpha, "ls " + dir.path() + as_alpha,
+        "verify " + dir.path() + as_alpha,
+        "bench --dir " + dir.path() + " --page-bytes 4096 --pages 4 --json" + as_alpha,
+        "bench --dir " + dir.path() + " --page-bytes 4096 --pages 4" + as_alpha}) {
+    const CliRun r = run(cmd, /*with_stderr=*/true);
+    EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
+    EXPECT_EQ(r.out.find("00112233445566778899"), std::string::npos) << cmd << "\n" << r.out;
+    EXPECT_EQ(r.out.find("00112233445566778899AA"), std::string::npos) << cmd;
+  }
+
+  // A key file others may read is refused, naming no key byte.
+  ASSERT_EQ(::chmod(keys.c_str(), 0644), 0);
+  CliRun refused = run("ls " + dir.path() + as_alpha, /*with_stderr=*/true);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(refused.out.find("00112233"), std::string::npos) << refused.out;
+}
+
 }  // namespace

@@ -57,6 +57,10 @@ struct InspectOptions {
   uint64_t temp_age_s = 3600;            // gc --temp-age: temporaries older than this are abandoned
   bool quiet = false;                    // --quiet: no progress bar
   std::vector<uint32_t> retire_key_ids;  // gc --retire-key-id: sealed pages under these go
+  // --key-file / --tenant: read as this tenant (its sealed pages alone, opened); neither
+  // given: every page, sealed ones by their headers
+  std::string key_file;
+  std::string tenant;
 };
 
 int run_stat(const InspectOptions& options);

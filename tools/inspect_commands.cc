@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "commands.h"
@@ -71,6 +73,64 @@ Result<RemovalReport> remove_with_progress(const StoreLocation& loc,
   return remove_pages(loc, pages, progress);
 }
 
+// The tenant a command reads as: when --key-file or --tenant is given.
+std::optional<TenantKeys> tenant_keys(const InspectOptions& o) {
+  if (o.key_file.empty() && o.tenant.empty()) return std::nullopt;
+  return TenantKeys{o.key_file, o.tenant};
+}
+std::string tenant_name(const TenantKeys& keys) {
+  return keys.tenant.empty() ? "default" : keys.tenant;
+}
+
+// Keeps the tenant's pages of `pages` alone, in order; returns their key ids.
+Result<std::vector<uint32_t>> keep_tenants(const StoreLocation& loc,
+                                           std::vector<PageListing>& pages,
+                                           const TenantKeys& keys) {
+  KVTIER_ASSIGN_OR_RETURN(std::vector<PageSeal> seals, page_seals(loc, pages, &keys));
+  std::vector<PageListing> kept;
+  std::vector<uint32_t> ids;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (seals[i].owner != PageOwner::kTenant) continue;
+    kept.push_back(std::move(pages[i]));
+    ids.push_back(seals[i].key_id);
+  }
+  pages = std::move(kept);
+  return ids;
+}
+
+// What `stat` counts of a tenant: its pages and their bytes, by key id; others' sealed pages
+// and pages in the clear beside them.
+struct TenantTally {
+  uint64_t pages = 0;
+  uint64_t bytes = 0;
+  std::map<uint32_t, uint64_t> pages_by_key_id;
+  uint64_t others = 0;
+  uint64_t clear = 0;
+};
+Result<TenantTally> tally(const StoreLocation& loc, const TenantKeys& keys) {
+  KVTIER_ASSIGN_OR_RETURN(std::vector<PageListing> pages, list_pages(loc));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<PageSeal> seals, page_seals(loc, pages, &keys));
+  TenantTally t;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    switch (seals[i].owner) {
+      case PageOwner::kTenant:
+        ++t.pages;
+        t.bytes += pages[i].bytes;
+        ++t.pages_by_key_id[seals[i].key_id];
+        break;
+      case PageOwner::kOther:
+        ++t.others;
+        break;
+      case PageOwner::kClear:
+        ++t.clear;
+        break;
+      case PageOwner::kUnread:
+        break;
+    }
+  }
+  return t;
+}
+
 int interrupted_while_listing(const char* command) {
   fmt::print(stderr, "kvtier {}: interrupted while listing pages; nothing removed\n", command);
   return kExitInterrupted;
@@ -85,6 +145,16 @@ int run_stat(const InspectOptions& o) {
   if (!inv.ok()) {
     fmt::print(stderr, "kvtier stat: {}\n", inv.status().to_string());
     return kExitUsage;
+  }
+  const std::optional<TenantKeys> keys = tenant_keys(o);
+  std::optional<TenantTally> tenant;
+  if (keys) {
+    Result<TenantTally> t = tally(*loc, *keys);
+    if (!t.ok()) {
+      fmt::print(stderr, "kvtier stat: {}\n", t.status().to_string());
+      return kExitUsage;
+    }
+    tenant = *t;
   }
   if (o.prometheus) {
     // Prometheus text exposition: one sample per namespace (and base), plus totals.
@@ -103,6 +173,15 @@ int run_stat(const InspectOptions& o) {
                   [](const NamespaceSummary& ns) { return ns.temp_files; });
     w.family("namespaces", "gauge", "Namespaces at the location.");
     w.sample("namespaces", static_cast<uint64_t>(inv->namespaces.size()));
+    if (tenant) {
+      w.family("tenant_pages", "gauge", "The tenant's sealed pages, by key id.");
+      for (const auto& [id, n] : tenant->pages_by_key_id) {
+        w.sample("tenant_pages", n,
+                 {{"tenant", tenant_name(*keys)}, {"key_id", std::to_string(id)}});
+      }
+      w.family("tenant_bytes", "gauge", "Object bytes of the tenant's sealed pages.");
+      w.sample("tenant_bytes", tenant->bytes, {{"tenant", tenant_name(*keys)}});
+    }
     fmt::print("{}", w.text());
     return kExitOk;
   }
@@ -124,11 +203,27 @@ int run_stat(const InspectOptions& o) {
                         {"bytes", inv->bytes},
                         {"temp_files", inv->temp_files},
                         {"namespaces", namespaces}};
+    if (tenant) {
+      nlohmann::json by_id = nlohmann::json::object();
+      for (const auto& [id, n] : tenant->pages_by_key_id) by_id[std::to_string(id)] = n;
+      j["tenant"] = {{"name", tenant_name(*keys)},      {"pages", tenant->pages},
+                     {"bytes", tenant->bytes},          {"pages_by_key_id", by_id},
+                     {"others_sealed", tenant->others}, {"clear", tenant->clear}};
+    }
     fmt::print("{}\n", j.dump());
     return kExitOk;
   }
   fmt::print("{}: {} pages, {} bytes, {} namespaces, {} temporary files\n", loc->uri(), inv->pages,
              inv->bytes, inv->namespaces.size(), inv->temp_files);
+  if (tenant) {
+    std::string ids;
+    for (const auto& [id, n] : tenant->pages_by_key_id) {
+      ids += fmt::format("{}key id {}: {}", ids.empty() ? " (" : ", ", id, n);
+    }
+    fmt::print("  tenant {}: {} pages, {} bytes{}; {} sealed pages of others, {} in the clear\n",
+               tenant_name(*keys), tenant->pages, tenant->bytes, ids.empty() ? "" : ids + ")",
+               tenant->others, tenant->clear);
+  }
   for (const NamespaceSummary& ns : inv->namespaces) {
     fmt::print(
         "  {}  {:>8} pages {:>14} bytes  {}{}{}{}\n", ns.id.substr(0, 12), ns.pages, ns.bytes,
@@ -147,11 +242,15 @@ int run_verify(const InspectOptions& o) {
   {
     // The total is known once the pages are listed: the bar starts with the first page.
     Progress bar("verify", 0, progress_wanted(o.quiet));
-    report = verify_store(*loc, [&](uint64_t done, uint64_t total) {
-      bar.set_total(total);
-      bar.update(done);
-      return !interrupted();
-    });
+    const std::optional<TenantKeys> keys = tenant_keys(o);
+    report = verify_store(
+        *loc,
+        [&](uint64_t done, uint64_t total) {
+          bar.set_total(total);
+          bar.update(done);
+          return !interrupted();
+        },
+        keys ? &*keys : nullptr);
   }
   if (!report.ok()) {
     fmt::print(stderr, "kvtier verify: {}\n", report.status().to_string());
@@ -191,17 +290,27 @@ int run_verify(const InspectOptions& o) {
                          {"code", std::string(status_code_name(p.status.code()))},
                          {"error", std::string(p.status.message())}});
     }
-    nlohmann::json j = {{"uri", loc->uri()},        {"pages", report->pages},
-                        {"intact", report->intact}, {"bytes", report->bytes},
-                        {"corrupt", corrupt},       {"ok", ok},
-                        {"repaired", repaired}};
+    nlohmann::json j = {{"uri", loc->uri()},
+                        {"pages", report->pages},
+                        {"intact", report->intact},
+                        {"bytes", report->bytes},
+                        {"corrupt", corrupt},
+                        {"ok", ok},
+                        {"repaired", repaired},
+                        {"sealed_opened", report->opened},
+                        {"sealed_not_opened", report->not_opened}};
     fmt::print("{}\n", j.dump());
   } else {
     for (const VerifyProblem& p : report->problems) {
       fmt::print("CORRUPT {}: {}\n", p.path, p.status.message());
     }
-    fmt::print("{}: {} pages checked, {} intact, {} corrupt{}\n", loc->uri(), report->pages,
-               report->intact, report->problems.size(),
+    std::string sealed;
+    if (report->opened + report->not_opened != 0) {
+      sealed = fmt::format(" ({} sealed pages opened, {} checked without their key)",
+                           report->opened, report->not_opened);
+    }
+    fmt::print("{}: {} pages checked, {} intact{}, {} corrupt{}\n", loc->uri(), report->pages,
+               report->intact, sealed, report->problems.size(),
                o.repair ? fmt::format(", {} removed", repaired) : "");
   }
   return ok ? kExitOk : kExitFailed;
@@ -219,29 +328,43 @@ int run_ls(const InspectOptions& o) {
     fmt::print(stderr, "kvtier ls: {}\n", pages.status().to_string());
     return kExitUsage;
   }
+  // With a tenant, its pages alone, each with the key id it is sealed under.
+  std::vector<uint32_t> key_ids;
+  if (const std::optional<TenantKeys> keys = tenant_keys(o)) {
+    Result<std::vector<uint32_t>> ids = keep_tenants(*loc, *pages, *keys);
+    if (!ids.ok()) {
+      fmt::print(stderr, "kvtier ls: {}\n", ids.status().to_string());
+      return kExitUsage;
+    }
+    key_ids = std::move(ids).value();
+  }
   if (o.json) {
     nlohmann::json j = nlohmann::json::array();
-    for (const PageListing& p : *pages) {
+    for (size_t i = 0; i < pages->size(); ++i) {
+      const PageListing& p = (*pages)[i];
       nlohmann::json e = {{"namespace", p.namespace_id},
                           {"page", p.name},
                           {"bytes", p.bytes},
                           {"mtime_ns", p.mtime_ns},
                           {"path", p.path}};
       if (!p.summary.empty()) e["offset"] = p.offset;  // a record in a segment
+      if (!key_ids.empty()) e["key_id"] = key_ids[i];
       j.push_back(std::move(e));
     }
     fmt::print("{}\n", j.dump());
     return kExitOk;
   }
   uint64_t printed = 0;
-  for (const PageListing& p : *pages) {
+  for (size_t i = 0; i < pages->size(); ++i) {
+    const PageListing& p = (*pages)[i];
     if (interrupted()) {
       std::fflush(stdout);
       fmt::print(stderr, "kvtier ls: interrupted: {} of {} pages listed\n", printed, pages->size());
       return kExitInterrupted;
     }
-    fmt::print("{}  {}  {:>12}  {}{}\n", p.namespace_id.substr(0, 12), p.name, p.bytes, p.path,
-               p.summary.empty() ? "" : fmt::format(" @{}", p.offset));
+    fmt::print("{}  {}  {:>12}  {}{}{}\n", p.namespace_id.substr(0, 12), p.name, p.bytes, p.path,
+               p.summary.empty() ? "" : fmt::format(" @{}", p.offset),
+               key_ids.empty() ? "" : fmt::format("  key id {}", key_ids[i]));
     ++printed;
   }
   return kExitOk;
@@ -274,6 +397,14 @@ int run_gc(const InspectOptions& o) {
       (retired ? victims : kept).push_back(std::move((*pages)[i]));
     }
     *pages = std::move(kept);
+  }
+  // With a tenant, --to bounds its pages alone.
+  if (const std::optional<TenantKeys> keys = tenant_keys(o)) {
+    Result<std::vector<uint32_t>> ids = keep_tenants(*loc, *pages, *keys);
+    if (!ids.ok()) {
+      fmt::print(stderr, "kvtier gc: {}\n", ids.status().to_string());
+      return kExitUsage;
+    }
   }
   uint64_t total = 0;
   for (const PageListing& p : *pages) total += p.bytes;
@@ -350,7 +481,18 @@ int run_clear(const InspectOptions& o) {
     fmt::print(stderr, "kvtier clear: {}\n", pages.status().to_string());
     return kExitUsage;
   }
-  Result<RemovalReport> removed = remove_with_progress(*loc, *pages, o.quiet, *ids.begin());
+  // A tenant's pages go one by one (remove entries every store applies), leaving the other
+  // tenants' and the namespace's clear generation alone.
+  const std::optional<TenantKeys> keys = tenant_keys(o);
+  if (keys) {
+    Result<std::vector<uint32_t>> kept = keep_tenants(*loc, *pages, *keys);
+    if (!kept.ok()) {
+      fmt::print(stderr, "kvtier clear: {}\n", kept.status().to_string());
+      return kExitUsage;
+    }
+  }
+  Result<RemovalReport> removed =
+      remove_with_progress(*loc, *pages, o.quiet, keys ? std::string_view() : *ids.begin());
   if (!removed.ok()) {
     fmt::print(stderr, "kvtier clear: {}\n", removed.status().to_string());
     return kExitUsage;
@@ -361,8 +503,9 @@ int run_clear(const InspectOptions& o) {
                *ids.begin(), removed->pages, pages->size(), removed->bytes);
     return kExitInterrupted;
   }
-  fmt::print("{}: namespace {}: removed {} pages ({} bytes)\n", loc->uri(), *ids.begin(),
-             removed->pages, removed->bytes);
+  fmt::print(
+      "{}: namespace {}: removed {}{} pages ({} bytes)\n", loc->uri(), *ids.begin(), removed->pages,
+      keys ? fmt::format(" of tenant {}'s", tenant_name(*keys)) : std::string(), removed->bytes);
   return removed->first_error.ok() ? kExitOk : kExitFailed;
 }
 

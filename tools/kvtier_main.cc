@@ -121,12 +121,23 @@ int main(int argc, char** argv) {
                 "Whose keys seal the pages (default: the URI's tenant=, else \"default\"); "
                 "needs a key file");
 
+  // The tenant options of every command that reads pages.
+  auto tenant_options = [](CLI::App* cmd, InspectOptions& o, const char* what) {
+    cmd->add_option(
+        "--key-file", o.key_file,
+        fmt::format("Read as a tenant: {}, with the keys in FILE (docs/security.md)", what));
+    cmd->add_option("--tenant", o.tenant,
+                    "The tenant whose keys read (default: \"default\"); without --key-file, "
+                    "the key file $KVTIER_KEY_FILE names");
+  };
+
   InspectOptions stat;
   CLI::App* s = app.add_subcommand(
       "stat", "Pages, bytes, namespaces and leftover temporaries of a store location");
   s->add_option("location", stat.location, "Directory or URI")->required();
   s->add_flag("--json", stat.json, "Print one JSON object");
   s->add_flag("--prometheus", stat.prometheus, "Print Prometheus text (gauges per namespace)");
+  tenant_options(s, stat, "also count the tenant's pages, by key id");
 
   InspectOptions verify;
   CLI::App* v = app.add_subcommand(
@@ -136,6 +147,8 @@ int main(int argc, char** argv) {
   v->add_option("location", verify.location, "Directory or URI")->required();
   v->add_flag("--json", verify.json, "Print one JSON object");
   v->add_flag("--repair", verify.repair, "Remove the corrupt pages found");
+  tenant_options(v, verify,
+                 "also open every chunk of the tenant's sealed pages (each tag checked)");
   v->add_flag("--quiet", verify.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");
 
@@ -144,6 +157,7 @@ int main(int argc, char** argv) {
   l->add_option("location", ls.location, "Directory or URI")->required();
   l->add_option("--namespace", ls.namespace_prefix, "Only namespaces whose id starts with this");
   l->add_flag("--json", ls.json, "Print one JSON array");
+  tenant_options(l, ls, "list the tenant's pages alone, with their key ids");
   l->add_flag("--quiet", ls.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");
 
@@ -167,6 +181,7 @@ int main(int argc, char** argv) {
                 "no key is needed); with a --to as large as the location, nothing else goes")
       ->check(CLI::Range(uint32_t{1}, UINT32_MAX));
   g->add_flag("--json", gc.json, "Print one JSON object");
+  tenant_options(g, gc, "--to bounds the tenant's pages alone, and only they are removed by it");
   g->add_flag("--quiet", gc.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");
 
@@ -175,6 +190,7 @@ int main(int argc, char** argv) {
   c->add_option("location", clear.location, "Directory or URI")->required();
   c->add_option("--namespace", clear.namespace_prefix, "Namespace id (or a unique prefix)")
       ->required();
+  tenant_options(c, clear, "remove the tenant's pages of the namespace alone");
   c->add_flag("--quiet", clear.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");
 

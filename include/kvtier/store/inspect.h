@@ -104,9 +104,36 @@ Result<RemovalReport> clear_namespace(const StoreLocation& location, std::string
 // Returns how many it removed.
 Result<uint64_t> sweep_temporaries(const StoreLocation& location, uint64_t min_age_s);
 
-// The key id each page is sealed under, read from its header (which holds the id in the
-// clear; no key is needed), in the order given: 0 for a page in the clear, one whose header
-// does not decode, or one gone meanwhile. What `kvtier gc --retire-key-id` removes by.
+// A tenant's keys, for the commands that read its sealed pages (`--key-file`, `--tenant`;
+// docs/security.md).
+struct TenantKeys {
+  std::string key_file;  // empty: the file $KVTIER_KEY_FILE names
+  std::string tenant;    // empty: "default"
+};
+
+// Whose a page is.
+enum class PageOwner : uint8_t {
+  kUnread,  // gone meanwhile, or its header does not decode
+  kClear,   // a page in the clear
+  kTenant,  // sealed, and its page key opens under the tenant's keys
+  kOther,   // sealed, and not the tenant's (another tenant's or key file's, a key id the key
+            // file does not hold, or a damaged sealed key); every sealed page without keys
+};
+struct PageSeal {
+  PageOwner owner = PageOwner::kUnread;
+  uint32_t key_id = 0;  // what a sealed page's header names (0: not sealed)
+};
+
+// For each page, in the order given: whose it is, read from its header (the key id is in the
+// clear there; the page key, sealed on its own, opens under `keys` for the tenant's pages).
+// Without keys, every sealed page is kOther. The key file's errors when `keys` name one that
+// cannot be read.
+Result<std::vector<PageSeal>> page_seals(const StoreLocation& location,
+                                         std::span<const PageListing> pages,
+                                         const TenantKeys* keys = nullptr);
+
+// The key id each page is sealed under (page_seals' key_id, no key needed): what
+// `kvtier gc --retire-key-id` removes by.
 Result<std::vector<uint32_t>> sealed_key_ids(const StoreLocation& location,
                                              std::span<const PageListing> pages);
 
@@ -122,6 +149,10 @@ struct VerifyReport {
   uint64_t pages = 0;
   uint64_t intact = 0;
   uint64_t bytes = 0;
+  // Of the intact pages, sealed ones: `opened`, the tenant's, every tag checked (with keys);
+  // `not_opened`, the others (no keys, or not the tenant's): header, place and size checked.
+  uint64_t opened = 0;
+  uint64_t not_opened = 0;
   std::vector<VerifyProblem> problems;
   bool stopped = false;  // the progress callback stopped it: only `pages` pages were checked
 };
@@ -132,8 +163,11 @@ using VerifyProgress = std::function<bool(uint64_t done, uint64_t total)>;
 
 // Reads every page of every namespace and checks it completely (header, namespace directory,
 // file name against key hash, size, payload checksum). A sealed page's payload is checked by
-// its tags, which need its key: here its header, place and size are.
+// its tags, which need its key: with `keys`, the tenant's pages are opened chunk by chunk (a
+// chunk that does not open is a problem); other sealed pages have their header, place and
+// size checked.
 Result<VerifyReport> verify_store(const StoreLocation& location,
-                                  const VerifyProgress& progress = {});
+                                  const VerifyProgress& progress = {},
+                                  const TenantKeys* keys = nullptr);
 
 }  // namespace kvtier

@@ -14,6 +14,7 @@
 #include "format/page_format.h"
 #include "format/sealed_page.h"
 #include "format/segment_format.h"
+#include "inspect/walk.h"
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
 #include "kvtier/core/clock.h"
@@ -27,242 +28,13 @@
 namespace kvtier {
 namespace {
 
-constexpr uint64_t kVerifyChunk = 4 << 20;
-constexpr uint64_t kMaxManifest = 1 << 20;
-// Pages removed per remove_many call (object stores delete up to 1000 in one request).
-constexpr size_t kRemovalGroup = 1000;
-
-Result<Agent> agent_for(const StoreLocation& loc) {
-  AgentConfig ac;
-  ac.backend = loc.backend;
-  ac.storage_class = loc.storage_class;
-  ac.params = loc.params;
-  ac.registry = &builtin_backends();
-  return Agent::create(ac);
-}
-
+using inspect::agent_for;
+using inspect::seg_dir_of;
+using inspect::walk;
 using PageEntry = PageListing;
 
-constexpr uint64_t kMaxSummary = uint64_t{1} << 30;
-
-std::string seg_dir_of(const std::string& ns_dir) {
-  return ns_dir + "/" + std::string(segment::kDir);
-}
-
-// The live records of one namespace directory's segments: every summary's entries in time
-// order, the latest put or remove of a key deciding (what a store's index holds on open).
-// Counts the segment files and their bytes into `ns`.
-Status walk_segments(Agent& agent, NamespaceSummary& ns, std::vector<PageEntry>* pages,
-                     uint64_t* found_pages, const ListProgress* progress) {
-  const std::string dir = seg_dir_of(ns.dir);
-  std::vector<std::string> names;
-  Status st = agent.list(dir, ListOptions{.with_details = true}, [&](const ObjectInfo& e) {
-    if (e.is_dir) return ok_status();
-    if (segment::is_segment_file(e.name)) ns.segment_bytes += e.size;
-    if (e.name.ends_with(segment::kSegmentSuffix)) ++ns.segments;
-    if (std::optional<std::string> n = segment::name_of_summary(e.name)) names.push_back(*n);
-    return ok_status();
-  });
-  if (st.code() == StatusCode::kNotFound) return ok_status();
-  KVTIER_RETURN_IF_ERROR(st);
-  std::sort(names.begin(), names.end());
-  struct Found {
-    segment::Entry entry;
-    size_t name;
-  };
-  std::vector<Found> found;
-  for (size_t n = 0; n < names.size(); ++n) {
-    Result<std::string> bytes = object_io::read_object(
-        agent, dir + "/" + names[n] + std::string(segment::kSummarySuffix), kMaxSummary);
-    if (bytes.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
-    KVTIER_RETURN_IF_ERROR(bytes.status());
-    std::vector<Found> entries;
-    bool ours = true;
-    for (size_t o = 0; o + segment::kEntryBytes <= bytes->size(); o += segment::kEntryBytes) {
-      const std::optional<segment::Entry> e =
-          segment::decode_entry(std::span<const std::byte, segment::kEntryBytes>(
-              reinterpret_cast<const std::byte*>(bytes->data() + o), segment::kEntryBytes));
-      if (!e) break;  // a torn tail
-      if (e->type == segment::EntryType::kBegin) ours = e->key_hash.hex() == ns.id;
-      if (e->type == segment::EntryType::kPut || e->type == segment::EntryType::kRemove) {
-        entries.push_back({*e, n});
-      }
-    }
-    if (ours) found.insert(found.end(), entries.begin(), entries.end());
-  }
-  std::stable_sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
-    return a.entry.time_ns < b.entry.time_ns;
-  });
-  std::map<std::pair<uint64_t, uint64_t>, Found> live;
-  for (const Found& f : found) {
-    const auto key = std::make_pair(f.entry.key_hash.high, f.entry.key_hash.low);
-    if (f.entry.type == segment::EntryType::kRemove) {
-      live.erase(key);
-    } else {
-      live[key] = f;
-    }
-  }
-  std::vector<uint64_t> per_segment(names.size(), 0);
-  for (const auto& [key, f] : live) ++per_segment[f.name];
-  const uint64_t namespace_pages = live.size();
-  for (const auto& [key, f] : live) {
-    ++ns.pages;
-    ns.bytes += f.entry.record_bytes;
-    if (pages) {
-      PageEntry p;
-      p.path = dir + "/" + names[f.name] + std::string(segment::kSegmentSuffix);
-      p.summary = dir + "/" + names[f.name] + std::string(segment::kSummarySuffix);
-      p.namespace_id = ns.id;
-      p.namespace_dir = ns.dir;
-      p.name = f.entry.key_hash.hex();
-      p.bytes = f.entry.record_bytes;
-      p.mtime_ns = f.entry.time_ns;
-      p.offset = f.entry.offset;
-      p.header_bytes = f.entry.header_bytes;
-      p.payload_bytes = f.entry.payload_bytes;
-      p.segment_pages = per_segment[f.name];
-      p.namespace_pages = namespace_pages;
-      pages->push_back(std::move(p));
-    }
-    if (progress && *progress && !(*progress)(++*found_pages)) {
-      return cancelled_error("listing stopped");
-    }
-  }
-  return ok_status();
-}
-
-// Walks <base>/kvtier/<ns>/<xx>/<page> for every base, filling summaries and (optionally) the
-// list of pages.
-// `progress`, when given, is told of each page found and may stop the walk (kCancelled).
-Status walk(Agent& agent, const StoreLocation& loc, Inventory* inv, std::vector<PageEntry>* pages,
-            const ListProgress* progress = nullptr) {
-  uint64_t found_pages = 0;
-  for (const std::string& given : loc.bases) {
-    // As a store opens it: no symbolic link in the paths built on it (naming/store_root.h).
-    const std::string base =
-        loc.storage_class == StorageClass::kFile ? store_root::opened_as(given) : given;
-    if (loc.storage_class == StorageClass::kFile) {
-      Result<ObjectInfo> b = agent.stat(base);
-      if (!b.ok()) return b.status();
-      if (!b->is_dir) return invalid_argument_error(fmt::format("'{}' is not a directory", base));
-    }
-    const std::string root = base + "/" + std::string(routing::kRootDir);
-    std::vector<std::string> ns_ids;
-    Status st = agent.list(root, ListOptions{}, [&](const ObjectInfo& e) {
-      if (e.is_dir && routing::is_page_name(e.name)) ns_ids.push_back(e.name);
-      return ok_status();
-    });
-    if (st.code() == StatusCode::kNotFound) continue;
-    KVTIER_RETURN_IF_ERROR(st);
-    std::sort(ns_ids.begin(), ns_ids.end());
-    for (const std::string& id : ns_ids) {
-      NamespaceSummary ns;
-      ns.id = id;
-      ns.dir = root + "/" + id;
-      Result<std::string> manifest = object_io::read_object(
-          agent, ns.dir + "/" + std::string(routing::kManifest), kMaxManifest);
-      if (manifest.ok()) ns.manifest_json = std::move(manifest).value();
-      KVTIER_ASSIGN_OR_RETURN(
-          ns.temp_files, agent.count_temporaries(ns.dir + "/" + std::string(routing::kTempDir)));
-      KVTIER_RETURN_IF_ERROR(walk_namespace(
-          agent, ns.dir, /*with_details=*/true,
-          [&](const std::string& dir, const std::vector<ObjectInfo>& found) {
-            for (const ObjectInfo& e : found) {
-              ++ns.pages;
-              ns.bytes += e.size;
-              if (pages) {
-                pages->push_back(
-                    PageEntry{dir + "/" + e.name, id, ns.dir, e.name, e.size, e.mtime_ns});
-              }
-              if (progress && *progress && !(*progress)(++found_pages)) {
-                return cancelled_error("listing stopped");
-              }
-            }
-            return ok_status();
-          },
-          &ns.other_files));
-      KVTIER_RETURN_IF_ERROR(walk_segments(agent, ns, pages, &found_pages, progress));
-      inv->pages += ns.pages;
-      inv->bytes += ns.bytes;
-      inv->temp_files += ns.temp_files;
-      inv->namespaces.push_back(std::move(ns));
-    }
-  }
-  return ok_status();
-}
-
-// The namespace and key hash a page's header names against where it was found (`stored`:
-// how the listing named it, "stored under" a page file, "its summary says" for a record).
-Status check_identity(const page::Header& h, const PageEntry& p, std::string_view stored) {
-  if (h.namespace_id.hex() != p.namespace_id) {
-    return corrupt_error(
-        fmt::format("belongs to namespace {}, found in {}", h.namespace_id.hex(), p.namespace_id));
-  }
-  if (h.key_hash.hex() != p.name) {
-    return corrupt_error(fmt::format("holds key hash {}, {} {}", h.key_hash.hex(), stored, p.name));
-  }
-  return ok_status();
-}
-
-// Reads the header of the page starting at `at` in `t` (its first `header_bytes`), plain or
-// sealed (`*sealed` says which: a sealed page's tags need its key, which inspection has not).
-Result<page::Header> read_header(Agent& agent, Target& t, AlignedBuffer& buf, uint64_t at,
-                                 uint64_t header_bytes, bool* sealed) {
-  KVTIER_RETURN_IF_ERROR(
-      object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(), at, header_bytes));
-  const std::span<const std::byte, page::kHeaderBytes> block(buf.data(), page::kHeaderBytes);
-  *sealed = page::is_sealed(block);
-  if (!*sealed) return page::decode(block);
-  page::SealedView view;
-  return page::decode_sealed(block, view);
-}
-
-// The payload's chunk checksums, the payload starting at `at` in `t`: read in units of whole
-// checksum chunks, each chunk hashed as it arrives.
-Result<std::vector<uint64_t>> payload_checksums(Agent& agent, Target& t, AlignedBuffer& buf,
-                                                uint64_t at, uint64_t payload_bytes) {
-  static_assert(kVerifyChunk % page::kChecksumChunkBytes == 0);
-  std::vector<uint64_t> sums;
-  sums.reserve(page::chunk_count(payload_bytes));
-  for (uint64_t off = 0; off < payload_bytes; off += kVerifyChunk) {
-    const uint64_t n = std::min(kVerifyChunk, payload_bytes - off);
-    KVTIER_RETURN_IF_ERROR(
-        object_io::transfer_range(agent, TransferOp::kRead, t, buf.data(), at + off, n));
-    // The window starts on a chunk boundary, so its chunks are the page's.
-    const ConstBuffer window{buf.data(), n};
-    for (size_t c = 0; c < page::chunk_count(n); ++c) {
-      sums.push_back(page::chunk_checksum(std::span<const ConstBuffer>(&window, 1), n, c));
-    }
-  }
-  return sums;
-}
-
-// Checks a record of the segment layout as a get would: header, namespace, key hash, the
-// summary's sizes, payload checksum.
-Status verify_record(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
-  KVTIER_ASSIGN_OR_RETURN(Target t,
-                          agent.open_target(TargetSpec{p.path, TargetMode::kRead, 0, {}}));
-  if (p.offset + p.bytes > t.size() || p.header_bytes == 0 || p.header_bytes > p.bytes ||
-      p.header_bytes > page::kHeaderBytes) {
-    return corrupt_error(fmt::format("record [{}, +{}) lies beyond the end of the segment ({})",
-                                     p.offset, p.bytes, t.size()));
-  }
-  bool sealed = false;
-  KVTIER_ASSIGN_OR_RETURN(page::Header h,
-                          read_header(agent, t, buf, p.offset, p.header_bytes, &sealed));
-  KVTIER_RETURN_IF_ERROR(check_identity(h, p, "its summary says"));
-  if (h.header_bytes != p.header_bytes || h.payload_bytes != p.payload_bytes) {
-    return corrupt_error(
-        fmt::format("header of {} bytes and payload of {}; its summary says {} and {}",
-                    h.header_bytes, h.payload_bytes, p.header_bytes, p.payload_bytes));
-  }
-  KVTIER_RETURN_IF_ERROR(page::verify_record(h, p.bytes, std::nullopt));
-  if (sealed) return ok_status();  // its tags check the payload, with the key a get has
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<uint64_t> sums,
-      payload_checksums(agent, t, buf, p.offset + h.header_bytes, h.payload_bytes));
-  return page::verify_record(h, p.bytes, sums);
-}
+// Pages removed per remove_many call (object stores delete up to 1000 in one request).
+constexpr size_t kRemovalGroup = 1000;
 
 // Writes remove entries for `hashes` in a summary of a writer of its own in `ns_dir`.
 Status forget_records(Agent& agent, const std::string& ns_dir, const std::string& ns_id,
@@ -287,25 +59,6 @@ Status forget_records(Agent& agent, const std::string& ns_dir, const std::string
                                  seg_dir_of(ns_dir) + "/" + segment::segment_name(writer, 0) +
                                      std::string(segment::kSummarySuffix),
                                  ns_dir + "/" + std::string(routing::kTempDir), bytes);
-}
-
-Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf) {
-  if (!p.summary.empty()) return verify_record(agent, p, buf);
-  KVTIER_ASSIGN_OR_RETURN(Target t,
-                          agent.open_target(TargetSpec{p.path, TargetMode::kRead, 0, {}}));
-  if (t.size() < page::kHeaderBytes) {
-    return corrupt_error(fmt::format("{} bytes, shorter than a page header", t.size()));
-  }
-  bool sealed = false;
-  KVTIER_ASSIGN_OR_RETURN(page::Header h,
-                          read_header(agent, t, buf, 0, page::kHeaderBytes, &sealed));
-  KVTIER_RETURN_IF_ERROR(check_identity(h, p, "stored under"));
-  // The size first: the payload is read by the header's length.
-  KVTIER_RETURN_IF_ERROR(page::verify_object(h, t.size(), std::nullopt));
-  if (sealed) return ok_status();  // its tags check the payload, with the key a get has
-  KVTIER_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
-                          payload_checksums(agent, t, buf, page::kHeaderBytes, h.payload_bytes));
-  return page::verify_object(h, t.size(), sums);
 }
 
 }  // namespace
@@ -541,60 +294,6 @@ Result<uint64_t> sweep_temporaries(const StoreLocation& location, uint64_t min_a
     }
   }
   return removed;
-}
-
-Result<VerifyReport> verify_store(const StoreLocation& location, const VerifyProgress& progress) {
-  KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
-  Inventory inv;
-  std::vector<PageEntry> pages;
-  KVTIER_RETURN_IF_ERROR(walk(agent, location, &inv, &pages));
-  KVTIER_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(kVerifyChunk));
-  KVTIER_ASSIGN_OR_RETURN(Registration reg, agent.register_memory(buf.data(), buf.size()));
-  VerifyReport report;
-  for (size_t i = 0; i < pages.size(); ++i) {
-    const PageEntry& p = pages[i];
-    ++report.pages;
-    Status st = verify_page(agent, p, buf);
-    if (st.ok()) {
-      ++report.intact;
-      report.bytes += p.bytes;
-    } else if (st.code() != StatusCode::kNotFound) {  // removed meanwhile: not a problem
-      report.problems.push_back(VerifyProblem{p.path, p.namespace_id, std::move(st), p.bytes, p});
-    } else {
-      --report.pages;
-    }
-    if (progress && !progress(i + 1, pages.size())) {
-      report.stopped = true;
-      break;
-    }
-  }
-  return report;
-}
-
-Result<std::vector<uint32_t>> sealed_key_ids(const StoreLocation& location,
-                                             std::span<const PageListing> pages) {
-  KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
-  KVTIER_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(page::kHeaderBytes));
-  KVTIER_ASSIGN_OR_RETURN(Registration reg, agent.register_memory(buf.data(), buf.size()));
-  std::vector<uint32_t> ids(pages.size(), 0);
-  for (size_t i = 0; i < pages.size(); ++i) {
-    const PageListing& p = pages[i];
-    const bool record = !p.summary.empty();
-    const uint64_t at = record ? p.offset : 0;
-    const uint64_t header_bytes = record ? p.header_bytes : page::kHeaderBytes;
-    if (header_bytes == 0 || header_bytes > page::kHeaderBytes) continue;
-    Result<Target> t = agent.open_target(TargetSpec{p.path, TargetMode::kRead, 0, {}});
-    if (!t.ok() || at + header_bytes > t->size()) continue;
-    if (!object_io::transfer_range(agent, TransferOp::kRead, *t, buf.data(), at, header_bytes)
-             .ok()) {
-      continue;
-    }
-    const std::span<const std::byte, page::kHeaderBytes> block(buf.data(), page::kHeaderBytes);
-    if (!page::is_sealed(block)) continue;
-    page::SealedView view;
-    if (page::decode_sealed(block, view).ok()) ids[i] = view.key_id;
-  }
-  return ids;
 }
 
 }  // namespace kvtier
