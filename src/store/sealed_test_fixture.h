@@ -118,6 +118,39 @@ class SealedSegments : public SealedStoreBase, public ::testing::Test {
   void SetUp() override { write_key_files(); }
 };
 
+// Sealed stores on the test S3 server (each test skips, saying why, where there is none), of
+// the layout the test is given.
+class SealedS3Base : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!testing::s3_test_server().available()) {
+      GTEST_SKIP() << testing::s3_test_server().skip_reason;
+    }
+  }
+  std::string write_keys(const std::string& name, const std::string& text) {
+    const std::string path = keys_dir_.file(name);
+    testing::write_file(path, text);
+    EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
+    return path;
+  }
+  std::unique_ptr<Store> open(const std::string& key_file, const std::string& tenant) {
+    StoreConfig cfg;
+    Result<StoreLocation> loc =
+        parse_store_uri(testing::s3_test_server().uri(dir_.path(), "&layout=" + GetParam()));
+    EXPECT_TRUE(loc.ok()) << loc.status().to_string();
+    if (!loc.ok()) return nullptr;
+    cfg.location = *loc;
+    cfg.ns = testing::test_namespace();
+    cfg.key_file = key_file;
+    cfg.tenant = tenant;
+    Result<std::unique_ptr<Store>> s = Store::open(cfg);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  testing::TempDir dir_;
+  testing::TempDir keys_dir_;
+};
+
 // How key material could show in a text or a file: each key's hex in both cases, a prefix of
 // its raw bytes, and of its base64.
 inline std::vector<std::string> key_texts(std::initializer_list<const char*> hex_keys) {

@@ -115,49 +115,26 @@ TEST_P(Rotation, PagesOfAKeyTakenOutOfTheFileAreMissesWithNoBytes) {
 
 // On an object store: a page object missing under the new key's name is asked for under the
 // earlier one (a GET each), as a FILE store opens a file.
-class RotationS3 : public ::testing::TestWithParam<std::string> {
+class RotationS3 : public SealedS3Base {
  protected:
   void SetUp() override {
-    if (!testing::s3_test_server().available()) {
-      GTEST_SKIP() << testing::s3_test_server().skip_reason;
-    }
-    before_ = keys_file("before", std::string("1 ") + kKeyA1 + "\n");
-    after_ = keys_file("after", std::string("2 ") + kKeyA2 + "\n1 " + kKeyA1 + "\n");
+    SealedS3Base::SetUp();
+    if (IsSkipped()) return;
+    before_ = write_keys("before", std::string("1 ") + kKeyA1 + "\n");
+    after_ = write_keys("after", std::string("2 ") + kKeyA2 + "\n1 " + kKeyA1 + "\n");
   }
-  std::string keys_file(const std::string& name, const std::string& text) {
-    const std::string path = keys_dir_.file(name);
-    testing::write_file(path, text);
-    EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
-    return path;
-  }
-  std::unique_ptr<Store> open(const std::string& key_file) {
-    StoreConfig cfg;
-    Result<StoreLocation> loc =
-        parse_store_uri(testing::s3_test_server().uri(dir_.path(), "&layout=" + GetParam()));
-    EXPECT_TRUE(loc.ok()) << loc.status().to_string();
-    if (!loc.ok()) return nullptr;
-    cfg.location = *loc;
-    cfg.ns = testing::test_namespace();
-    cfg.key_file = key_file;
-    cfg.tenant = "alpha";
-    Result<std::unique_ptr<Store>> s = Store::open(cfg);
-    EXPECT_TRUE(s.ok()) << s.status().to_string();
-    return s.ok() ? std::move(s).value() : nullptr;
-  }
-  testing::TempDir dir_;
-  testing::TempDir keys_dir_;
   std::string before_, after_;
 };
 
 TEST_P(RotationS3, EarlierPagesStayReadable) {
   {
-    std::unique_ptr<Store> store = open(before_);
+    std::unique_ptr<Store> store = open(before_, "alpha");
     ASSERT_NE(store, nullptr);
     PagePool pool(*store, 1, kPage);
     pool.fill(0, kPage, 41);
     KVTIER_ASSERT_OK(store->put("old", pool.slot(0), kPage));
   }
-  std::unique_ptr<Store> store = open(after_);
+  std::unique_ptr<Store> store = open(after_, "alpha");
   ASSERT_NE(store, nullptr);
   PagePool pool(*store, 3, kPage);
   pool.fill(0, kPage, 42);

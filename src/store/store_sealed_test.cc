@@ -414,32 +414,12 @@ TEST_P(SealedStore, GcRemovesTheRetiredKeysPagesAndNothingElse) {
 }
 
 // Client-side sealing on an object store: the server holds only what a FILE store would.
-class SealedS3 : public ::testing::TestWithParam<std::string> {
+class SealedS3 : public SealedS3Base {
  protected:
   void SetUp() override {
-    if (!testing::s3_test_server().available()) {
-      GTEST_SKIP() << testing::s3_test_server().skip_reason;
-    }
-    keys_ = keys_dir_.file("keys");
-    testing::write_file(keys_, std::string("4 ") + kKeyA2 + "\n");
-    ASSERT_EQ(::chmod(keys_.c_str(), 0600), 0);
+    SealedS3Base::SetUp();
+    if (!IsSkipped()) keys_ = write_keys("keys", std::string("4 ") + kKeyA2 + "\n");
   }
-  std::unique_ptr<Store> open(const std::string& key_file, const std::string& tenant) {
-    StoreConfig cfg;
-    Result<StoreLocation> loc =
-        parse_store_uri(testing::s3_test_server().uri(dir_.path(), "&layout=" + GetParam()));
-    EXPECT_TRUE(loc.ok()) << loc.status().to_string();
-    if (!loc.ok()) return nullptr;
-    cfg.location = *loc;
-    cfg.ns = testing::test_namespace();
-    cfg.key_file = key_file;
-    cfg.tenant = tenant;
-    Result<std::unique_ptr<Store>> s = Store::open(cfg);
-    EXPECT_TRUE(s.ok()) << s.status().to_string();
-    return s.ok() ? std::move(s).value() : nullptr;
-  }
-  testing::TempDir dir_;
-  testing::TempDir keys_dir_;
   std::string keys_;
 };
 
