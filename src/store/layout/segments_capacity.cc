@@ -148,22 +148,35 @@ SegmentLayout::CopyForward SegmentLayout::read_for_copy_forward(std::span<const 
   for (size_t i = 0; i < cf.records.size(); ++i) {
     auto& r = cf.records[i];
     if (!read[i] || r.page.header_bytes == 0 || r.page.header_bytes > r.page.bytes) continue;
-    const std::byte* rec = cf.bytes.data() + r.at;
+    std::byte* rec = cf.bytes.data() + r.at;
     alignas(64) std::array<std::byte, kHeaderBytes> block{};
     std::memcpy(block.data(), rec, r.page.header_bytes);
-    Result<page::Header> h = page::decode(block);
+    page::SealedView view;
+    Result<page::Header> h = s_.sealing ? page::decode_sealed(block, view) : page::decode(block);
     if (!h.ok() || h->namespace_id != s_.ns_id || h->key_hash != r.page.hash ||
-        h->header_bytes != r.page.header_bytes || h->payload_bytes != r.page.payload) {
+        h->header_bytes != r.page.header_bytes || h->payload_bytes != r.page.payload ||
+        !page::verify_record(*h, r.page.bytes, std::nullopt).ok()) {
       continue;
     }
-    const ConstBuffer payload{rec + h->header_bytes, h->payload_bytes};
-    const std::span<const ConstBuffer> one(&payload, 1);
-    std::vector<uint64_t> sums(page::chunk_count(h->payload_bytes));
-    for (size_t c = 0; c < sums.size(); ++c) {
-      sums[c] = page::chunk_checksum(one, h->payload_bytes, c);
+    const MutableBuffer payload{rec + h->header_bytes, h->payload_bytes};
+    if (s_.sealing) {
+      // Opened here and sealed again as it is put (under the current key, and its name).
+      Result<std::string> key = s_.sealing->page_key(*h, view);
+      if (!key.ok() ||
+          !s_.sealing->open(view, *key, h->payload_bytes, std::span(&payload, 1)).ok()) {
+        continue;
+      }
+      r.key = std::move(key).value();
+    } else {
+      const ConstBuffer in{payload.data, payload.size};
+      const std::span<const ConstBuffer> one(&in, 1);
+      std::vector<uint64_t> sums(page::chunk_count(h->payload_bytes));
+      for (size_t c = 0; c < sums.size(); ++c) {
+        sums[c] = page::chunk_checksum(one, h->payload_bytes, c);
+      }
+      if (!page::verify_record(*h, r.page.bytes, sums).ok()) continue;
+      r.key = std::string(h->key);
     }
-    if (!page::verify_record(*h, r.page.bytes, sums).ok()) continue;
-    r.key = std::string(h->key);
     r.piece_count = h->piece_count;
     r.piece_bytes = h->piece_bytes;
     kept.push_back(std::move(r));

@@ -85,13 +85,15 @@ inline std::unique_ptr<Store> open_segments(const std::string& dir,
 }
 
 // The segment layout in `dir` with a capacity: segments are then at most capacity / 64 (1 MiB
-// at least).
-inline std::unique_ptr<Store> open_segments_capped(
-    const std::string& dir, uint64_t capacity, std::shared_ptr<FaultInjector> faults = nullptr) {
+// at least). With `key_file`, its pages are sealed (docs/security.md).
+inline std::unique_ptr<Store> open_segments_capped(const std::string& dir, uint64_t capacity,
+                                                   std::shared_ptr<FaultInjector> faults = nullptr,
+                                                   const std::string& key_file = "") {
   StoreConfig cfg;
   cfg.location = *parse_store_uri("file://" + dir + "?backend=posix&layout=segments");
   cfg.ns = test_namespace("segments");
   cfg.capacity_bytes = capacity;
+  cfg.key_file = key_file;
   decorate(cfg, std::move(faults));
   return open_store(std::move(cfg));
 }
@@ -116,8 +118,9 @@ class SegmentStoreTest : public ::testing::Test {
   }
 
   std::unique_ptr<Store> open_capped(uint64_t capacity,
-                                     std::shared_ptr<FaultInjector> faults = nullptr) {
-    return open_segments_capped(dir_.file("store"), capacity, std::move(faults));
+                                     std::shared_ptr<FaultInjector> faults = nullptr,
+                                     const std::string& key_file = "") {
+    return open_segments_capped(dir_.file("store"), capacity, std::move(faults), key_file);
   }
 
   static BatchResult put(Store& s, PagePool& pool, const std::vector<std::string>& keys) {

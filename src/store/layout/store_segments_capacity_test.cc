@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -135,6 +136,44 @@ TEST_F(StoreSegmentsCapacity, OnlyPagesReadAreCopiedForward) {
   EXPECT_EQ(st.put_pages, 8u + filler.size());  // copies are not counted as puts
   EXPECT_EQ(read_all(*s, pool, neighbours), 0u);
   EXPECT_EQ(testing::open_fds(), fds);
+}
+
+// A sealed store copies forward as a store in the clear does: the pages read are opened and
+// sealed again as they are put, under the key file's current key and that key's names, so a
+// page sealed before a rotation outlives its key once copied.
+TEST_F(StoreSegmentsCapacity, SealedPagesReadAreCopiedForwardUnderTheCurrentKey) {
+  constexpr uint64_t kCapacity = 8 << 20;
+  const std::string before = dir_.file("before-keys"), after = dir_.file("after-keys"),
+                    only_new = dir_.file("new-keys");
+  const std::string old_key = std::string(64, '1'), new_key = std::string(64, '2');
+  testing::write_file(before, "1 " + old_key + "\n");
+  testing::write_file(after, "2 " + new_key + "\n1 " + old_key + "\n");
+  testing::write_file(only_new, "2 " + new_key + "\n");
+  for (const std::string& f : {before, after, only_new}) ASSERT_EQ(::chmod(f.c_str(), 0600), 0);
+  const auto hot = testing::keys_for("hot-", 4);
+  {
+    auto s = open_capped(kCapacity, nullptr, before);
+    ASSERT_NE(s, nullptr);
+    PagePool pool(*s, 8, kPage);
+    ASSERT_TRUE(put(*s, pool, hot).all_ok());
+  }
+  auto s = open_capped(kCapacity, nullptr, after);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  const auto filler = testing::keys_for("fill-", 640);  // about five capacities
+  for (size_t first = 0; first < filler.size(); first += 8) {
+    ASSERT_EQ(read_all(*s, pool, hot), hot.size()) << first;  // byte-exact (read_all)
+    ASSERT_TRUE(put(*s, pool, {filler.begin() + first, filler.begin() + first + 8}).all_ok());
+    ASSERT_LE(seg_files(*s).bytes, kCapacity) << first;
+  }
+  EXPECT_GE(s->stats().relocated_pages, 4u);
+  EXPECT_EQ(s->stats().pages_rejected.size(), 0u);
+  s.reset();
+  // Key 1 out of the file: the copies, sealed under key 2, still read.
+  s = open_capped(kCapacity, nullptr, only_new);
+  ASSERT_NE(s, nullptr);
+  PagePool again(*s, 1, kPage);
+  EXPECT_EQ(read_all(*s, again, hot), hot.size());
 }
 
 // A copy forward joins the clock where its last read puts it, as an LRU keeps it: a page read

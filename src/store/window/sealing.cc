@@ -101,6 +101,19 @@ Status PageSealing::seal(const page::Header& h, detail::PageWork<ConstBuffer>& w
   return ok_status();
 }
 
+Result<std::string> PageSealing::page_key(const page::Header& h,
+                                          const page::SealedView& view) const {
+  seal::Salt salt;
+  std::memcpy(salt.data(), view.salt.data(), salt.size());
+  std::string key(reinterpret_cast<const char*>(view.sealed_key.data()), view.sealed_key.size());
+  const auto chunks = static_cast<uint32_t>(page::sealed_chunk_count(h.payload_bytes));
+  KVTIER_RETURN_IF_ERROR(opener_->open_chunk(
+      view.key_id, salt, view.page_number, page::kKeyChunk, chunks, view.bound,
+      std::span<std::byte>(reinterpret_cast<std::byte*>(key.data()), key.size()),
+      tag_at(view.key_tag, 0)));
+  return key;
+}
+
 Status PageSealing::open(const page::SealedView& view, std::string_view key, uint64_t payload_bytes,
                          std::span<const MutableBuffer> pieces) const {
   const auto wipe = [&] {

@@ -60,6 +60,10 @@ class PageSealing {
   Status seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
               std::span<std::byte, page::kHeaderBytes> block) const;
 
+  // The page key a sealed header holds (decoded as `h` and `view`), opened: kNotFound for a
+  // key id the key file no longer holds, kCorrupt when it does not open.
+  Result<std::string> page_key(const page::Header& h, const page::SealedView& view) const;
+
   // Opens the payload of a page whose sealed header `block` decoded as `h` and `view`, read
   // into `pieces` as page `key`, in place. kCorrupt (every piece wiped) when a tag differs;
   // kNotFound for a key id the key file no longer holds.
