@@ -7,9 +7,10 @@ Prints per shape and build the median write and read GB/s, and B / A of the medi
 
   bench/builds_ab.py --a OLD/build/bin/kvtier --b build/bin/kvtier
       [--shapes 64K:segments,8M:files] [--rounds 8] [--mib 512] [--dir DIR]
-      [--sglang llama-ps16:segments,mla-ps16:files]
+      [--sglang llama-ps16:segments,mla-ps16:files] [--key-file FILE [--threads N]]
 
-A shape is PAGE_BYTES:LAYOUT (K and M suffixes). Build the other revision in a directory of
+A shape is PAGE_BYTES:LAYOUT (K and M suffixes). --key-file runs both builds' benches sealed
+under FILE's keys (docs/security.md); --threads sets their client threads. Build the other revision in a directory of
 its own (git worktree add /tmp/old REV; cmake --preset release there, and build its
 kvtier_python_package for --sglang).
 
@@ -42,7 +43,12 @@ def main():
     ap.add_argument("--mib", type=int, default=512)
     ap.add_argument("--dir", default="/var/tmp/kvtier-builds-ab")
     ap.add_argument("--sglang", default="", help="SHAPE:LAYOUT,... through SGLang's calls")
+    ap.add_argument("--key-file", default="", help="seal every run's pages under FILE's keys")
+    ap.add_argument("--threads", type=int, default=1, help="kvtier bench's client threads")
     args = ap.parse_args()
+    extra = ["--threads", str(args.threads)]
+    if args.key_file:
+        extra += ["--key-file", os.path.abspath(args.key_file)]
     builds = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
     for name, path in builds.items():
         if not os.access(path, os.X_OK):
@@ -55,7 +61,7 @@ def main():
         page = page_bytes(size)
         compare(builds, args.rounds, f"{size} | {layout}",
                 lambda kvtier, name: bench(os.path.join(args.dir, name), page,
-                                           ["--layout", layout or "auto"], kvtier=kvtier,
+                                           ["--layout", layout or "auto"] + extra, kvtier=kvtier,
                                            total=args.mib << 20))
     for shape in filter(None, args.sglang.split(",")):
         name, _, layout = shape.partition(":")
