@@ -196,14 +196,8 @@ struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
   // Posts the read and waits for it; chunks are hashed and pages verified as they complete.
   void run_read(ReadWindow& rw);
   // Runs on the thread that completed descriptor `d`: hashes its chunk once the chunk is
-  // complete, and verifies its page once the page is (a sealed store's: hands it to
-  // open_as_read).
+  // complete, and verifies its page once the page is.
   void on_read_descriptor(ReadWindow& rw, size_t d, const Status& st);
-  // A sealed store's window, on the thread that posted it: opens each page as its reads
-  // complete, until every page has.
-  void open_as_read(ReadWindow& rw);
-  // verify_page of the window's page `r` (an index in `reading`), its verdict kept.
-  void verify_read_page(ReadWindow& rw, size_t r);
   // Checks a page whose descriptors all completed: header, then payload checksum; a staged
   // page is copied out to the caller's pieces once it checks out. A page refused is a miss,
   // and `why` says why (a caller's mistake is not a refusal).

@@ -153,34 +153,8 @@ void Store::Impl::run_read(ReadWindow& rw) {
   }
   if (rw.batch_error.ok() && !rw.mem.empty()) {
     rw.batch_error = rw.xfer->post(std::move(callbacks));
-    if (rw.batch_error.ok()) {
-      if (sealing) open_as_read(rw);
-      rw.xfer->wait();
-    }
+    if (rw.batch_error.ok()) rw.xfer->wait();
   }
-}
-
-void Store::Impl::open_as_read(ReadWindow& rw) {
-  std::vector<uint32_t> ready;
-  for (size_t finished = 0; finished < rw.reading.size();) {
-    {
-      MutexLock lock(rw.opened_mu);
-      lock.wait(rw.opened_cv, [&] { return !rw.to_open.empty() || rw.finished > finished; });
-      ready.swap(rw.to_open);
-      finished = rw.finished;
-    }
-    for (const uint32_t r : ready) verify_read_page(rw, r);
-    ready.clear();
-  }
-}
-
-void Store::Impl::verify_read_page(ReadWindow& rw, size_t r) {
-  const auto& w = *rw.reading[r];
-  const auto sums = std::span<const uint64_t>(rw.chunk_sums)
-                        .subspan(rw.first_chunk[r], rw.first_chunk[r + 1] - rw.first_chunk[r]);
-  rw.verdicts[r] =
-      verify_page(w, rw.keys[w.page], rw.header_blocks->block(r), sums, rw.rejects[w.page]);
-  if (rw.done != nullptr && rw.verdicts[r].ok()) (*rw.done)(rw.first + w.page);
 }
 
 void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st) {
@@ -202,18 +176,13 @@ void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st)
     }
   }
   if (rw.pending[ref.page].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  const bool failed = rw.failed[ref.page].load(std::memory_order_relaxed);
-  if (sealing) {
-    // Opened by the thread waiting for the window (open_as_read), while this one goes on
-    // reading: the cipher's pass and the copy run on two cores.
-    MutexLock lock(rw.opened_mu);
-    if (!failed) rw.to_open.push_back(ref.page);
-    ++rw.finished;
-    rw.opened_cv.notify_one();
-    return;
-  }
-  if (failed) return;  // the page's status says why
-  verify_read_page(rw, ref.page);
+  if (rw.failed[ref.page].load(std::memory_order_relaxed)) return;  // the page's status says why
+  const auto sums = std::span<const uint64_t>(rw.chunk_sums)
+                        .subspan(rw.first_chunk[ref.page],
+                                 rw.first_chunk[ref.page + 1] - rw.first_chunk[ref.page]);
+  rw.verdicts[ref.page] =
+      verify_page(w, rw.keys[w.page], rw.header_blocks->block(ref.page), sums, rw.rejects[w.page]);
+  if (rw.done != nullptr && rw.verdicts[ref.page].ok()) (*rw.done)(rw.first + w.page);
 }
 
 Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_view key,

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,7 +15,6 @@
 
 #include "format/page_format.h"
 #include "guard/guard.h"
-#include "kvtier/core/mutex.h"
 #include "kvtier/core/status.h"
 #include "kvtier/transfer/agent.h"
 #include "naming/routing.h"
@@ -104,13 +102,6 @@ struct ReadWindow {
   // found it, read once the read completed.
   std::vector<Reject> rejects;
   void reject(size_t page, Reject why) { rejects[page] = why; }
-  // A sealed store's pages (indexes in `reading`) whose reads completed, for the thread that
-  // waits for the window to open while the backend's thread reads the next ones; `finished`
-  // counts every page whose descriptors all completed (failed ones too).
-  Mutex opened_mu;
-  std::condition_variable opened_cv;
-  std::vector<uint32_t> to_open KVTIER_GUARDED_BY(opened_mu);
-  size_t finished KVTIER_GUARDED_BY(opened_mu) = 0;
 };
 
 }  // namespace kvtier::detail
