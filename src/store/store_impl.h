@@ -204,10 +204,12 @@ struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
   Status verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
                      std::span<const std::byte, kHeaderBytes> block,
                      std::span<const uint64_t> chunk_checksums, detail::Reject& why) const;
-  // verify_page for a sealed store: the sealed header, then the payload opened in place.
-  Status verify_sealed_page(const PageWork<MutableBuffer>& w, std::string_view key,
-                            std::span<const std::byte, kHeaderBytes> block,
-                            detail::Reject& why) const;
+  // A sealed store's read descriptor `ref`, completed: the header decoded, or the chunk
+  // opened in place while in this core's cache (once the header named the page).
+  void open_as_landed(ReadWindow& rw, const ReadWindow::DescRef& ref);
+  // verify_page for a sealed store's page `r` (an index in `reading`): the sealed header,
+  // then the payload's chunks that open_as_landed did not open, in place.
+  Status verify_sealed_page(ReadWindow& rw, size_t r) const;
   // What verify_stored found wrong with a page whose header is its own: its size, or (in the
   // clear) its payload checksum.
   detail::Reject stored_reject(const page::Header& h, const PageWork<MutableBuffer>& w) const {

@@ -142,6 +142,16 @@ void Store::Impl::run_read(ReadWindow& rw) {
       rw.chunk_pending[rw.first_chunk[ref.page] + ref.chunk].fetch_add(1);
     }
   }
+  if (sealing) {
+    rw.sealed_header = std::make_unique<std::atomic<uint8_t>[]>(rw.reading.size());
+    rw.chunk_refused = std::make_unique<std::atomic<uint8_t>[]>(rw.reading.size());
+    for (size_t r = 0; r < rw.reading.size(); ++r) {
+      rw.sealed_header[r].store(0);
+      rw.chunk_refused[r].store(0);
+    }
+    rw.sealed_views.resize(rw.reading.size());
+    rw.chunk_opened.assign(rw.chunk_sums.size(), 0);
+  }
   TransferCallbacks callbacks;
   callbacks.on_descriptor = [this, &rw](size_t d, const Status& st) {
     on_read_descriptor(rw, d, st);
@@ -162,8 +172,9 @@ void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st)
   const auto& w = *rw.reading[ref.page];
   if (!st.ok()) {
     rw.failed[ref.page].store(true, std::memory_order_relaxed);
-  } else if (ref.chunk != ReadWindow::kNoChunk && config.verify_payload && !sealing) {
-    // (A sealed page's tags check its chunks once it is whole: verify_sealed_page.)
+  } else if (sealing) {
+    open_as_landed(rw, ref);
+  } else if (ref.chunk != ReadWindow::kNoChunk && config.verify_payload) {
     const size_t g = rw.first_chunk[ref.page] + ref.chunk;
     if (rw.chunk_pending[g].fetch_sub(1, std::memory_order_acq_rel) == 1) {
       if (w.io == PageIo::kStaged) {
@@ -180,15 +191,16 @@ void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st)
   const auto sums = std::span<const uint64_t>(rw.chunk_sums)
                         .subspan(rw.first_chunk[ref.page],
                                  rw.first_chunk[ref.page + 1] - rw.first_chunk[ref.page]);
-  rw.verdicts[ref.page] =
-      verify_page(w, rw.keys[w.page], rw.header_blocks->block(ref.page), sums, rw.rejects[w.page]);
+  rw.verdicts[ref.page] = sealing
+                              ? verify_sealed_page(rw, ref.page)
+                              : verify_page(w, rw.keys[w.page], rw.header_blocks->block(ref.page),
+                                            sums, rw.rejects[w.page]);
   if (rw.done != nullptr && rw.verdicts[ref.page].ok()) (*rw.done)(rw.first + w.page);
 }
 
 Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_view key,
                                 std::span<const std::byte, kHeaderBytes> block,
                                 std::span<const uint64_t> chunk_checksums, Reject& why) const {
-  if (sealing) return verify_sealed_page(w, key, block, why);
   Result<page::Header> h = page::decode(block);
   if (!h.ok()) {
     why = page::is_sealed(block) ? Reject::kSealing : Reject::kHeader;
@@ -218,9 +230,41 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
   return ok_status();
 }
 
-Status Store::Impl::verify_sealed_page(const PageWork<MutableBuffer>& w, std::string_view key,
-                                       std::span<const std::byte, kHeaderBytes> block,
-                                       Reject& why) const {
+void Store::Impl::open_as_landed(ReadWindow& rw, const ReadWindow::DescRef& ref) {
+  const auto& w = *rw.reading[ref.page];
+  // A page staged for direct I/O, or read for its header alone, is opened whole at its end.
+  if (w.io == PageIo::kStaged || w.header_only) return;
+  if (ref.chunk == ReadWindow::kNoChunk) {
+    // The header landed: decoded once here, for the chunks that land after it. What it says
+    // is checked again, with reasons, when the page is whole (verify_sealed_page).
+    page::SealedView& view = rw.sealed_views[ref.page];
+    Result<page::Header> h = page::decode_sealed(rw.header_blocks->block(ref.page), view);
+    const bool ours = h.ok() && h->namespace_id == ns_id && h->key_hash == w.route.key_hash &&
+                      h->payload_bytes == w.payload && h->piece_count == w.pieces.size() &&
+                      h->piece_bytes == page::uniform_piece_bytes(w.pieces) &&
+                      view.chunk_bytes == page::kChecksumChunkBytes;
+    rw.sealed_header[ref.page].store(ours ? 1 : 2, std::memory_order_release);
+    return;
+  }
+  const size_t g = rw.first_chunk[ref.page] + ref.chunk;
+  if (rw.chunk_pending[g].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // A chunk that lands before the header is opened with the page.
+  if (rw.sealed_header[ref.page].load(std::memory_order_acquire) != 1) return;
+  Status st = sealing->open_chunk(rw.sealed_views[ref.page], rw.keys[w.page], w.payload, w.pieces,
+                                  ref.chunk);
+  if (st.ok()) {
+    rw.chunk_opened[g] = 1;
+  } else {
+    uint8_t none = 0;
+    rw.chunk_refused[ref.page].compare_exchange_strong(none, static_cast<uint8_t>(st.code()));
+  }
+}
+
+Status Store::Impl::verify_sealed_page(ReadWindow& rw, size_t r) const {
+  const auto& w = *rw.reading[r];
+  const std::string_view key = rw.keys[w.page];
+  Reject& why = rw.rejects[w.page];
+  const std::span<const std::byte, kHeaderBytes> block = rw.header_blocks->block(r);
   page::SealedView view;
   Result<page::Header> h = page::decode_sealed(block, view);
   if (!h.ok()) {
@@ -250,8 +294,21 @@ Status Store::Impl::verify_sealed_page(const PageWork<MutableBuffer>& w, std::st
     return st;
   }
   if (w.io == PageIo::kStaged) copy_from_staging(w);
-  // Opened in the caller's memory, where the read put it; wiped there if any tag differs.
-  Status st = sealing->open(view, key, w.payload, w.pieces);
+  // Opened in the caller's memory, where the read put it: the chunks that landed after the
+  // header were opened then (open_as_landed), the others are now. Wiped if any tag differs.
+  Status st;
+  if (const auto code = static_cast<StatusCode>(rw.chunk_refused[r].load());
+      code != StatusCode::kOk) {
+    for (const MutableBuffer& p : w.pieces) std::memset(p.data, 0, p.size);
+    st = code == StatusCode::kNotFound
+             ? not_found_error("sealed under a key id the key file does not hold")
+             : corrupt_error("a sealed chunk does not open");
+  } else {
+    const size_t chunks = rw.first_chunk[r + 1] - rw.first_chunk[r];
+    st =
+        sealing->open(view, key, w.payload, w.pieces,
+                      std::span<const uint8_t>(rw.chunk_opened).subspan(rw.first_chunk[r], chunks));
+  }
   if (!st.ok()) why = st.code() == StatusCode::kNotFound ? Reject::kKeyId : Reject::kTag;
   return st;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "format/page_format.h"
+#include "format/sealed_page.h"
 #include "guard/guard.h"
 #include "kvtier/core/status.h"
 #include "kvtier/transfer/agent.h"
@@ -102,6 +103,15 @@ struct ReadWindow {
   // found it, read once the read completed.
   std::vector<Reject> rejects;
   void reject(size_t page, Reject why) { rejects[page] = why; }
+  // A sealed store's pages being read (store_read.cc, open_as_landed): each one's header,
+  // decoded by the thread that completed its read (`sealed_header`: 1 once it names this
+  // page, 2 when not; `sealed_views`), so that each payload chunk that lands after it is
+  // opened there and then, in cache (`chunk_opened`, by chunk as `chunk_sums`); the first
+  // chunk that did not open, its status code (`chunk_refused`, per page; 0: none).
+  std::unique_ptr<std::atomic<uint8_t>[]> sealed_header;
+  std::vector<page::SealedView> sealed_views;
+  std::vector<uint8_t> chunk_opened;
+  std::unique_ptr<std::atomic<uint8_t>[]> chunk_refused;
 };
 
 }  // namespace kvtier::detail

@@ -114,30 +114,34 @@ Result<std::string> PageSealing::page_key(const page::Header& h,
   return key;
 }
 
-Status PageSealing::open(const page::SealedView& view, std::string_view key, uint64_t payload_bytes,
-                         std::span<const MutableBuffer> pieces) const {
-  const auto wipe = [&] {
-    for (const MutableBuffer& p : pieces) std::memset(p.data, 0, p.size);
-  };
+Status PageSealing::open_chunk(const page::SealedView& view, std::string_view key,
+                               uint64_t payload_bytes, std::span<const MutableBuffer> pieces,
+                               size_t chunk) const {
   seal::Salt salt;
   std::memcpy(salt.data(), view.salt.data(), salt.size());
   const Bound bound(view.bound, key);
   const size_t chunks = page::sealed_chunk_count(payload_bytes);
-  const uint64_t chunk_bytes = view.chunk_bytes;
+  const uint64_t from = chunk * view.chunk_bytes;
+  const uint64_t to = std::min<uint64_t>(payload_bytes, from + view.chunk_bytes);
   std::vector<std::span<std::byte>> data;
+  page::for_each_part(pieces, from, to, [&](const std::byte* d, uint64_t n) {
+    data.emplace_back(const_cast<std::byte*>(d), n);
+  });
+  return opener_->open_chunk(view.key_id, salt, view.page_number, static_cast<uint32_t>(chunk),
+                             static_cast<uint32_t>(chunks), bound.span(), data,
+                             tag_at(view.chunk_tags, chunk));
+}
+
+Status PageSealing::open(const page::SealedView& view, std::string_view key, uint64_t payload_bytes,
+                         std::span<const MutableBuffer> pieces,
+                         std::span<const uint8_t> opened) const {
+  const size_t chunks = page::sealed_chunk_count(payload_bytes);
   for (size_t c = 0; c < chunks; ++c) {
-    const uint64_t from = c * chunk_bytes;
-    const uint64_t to = std::min<uint64_t>(payload_bytes, from + chunk_bytes);
-    data.clear();
-    page::for_each_part(pieces, from, to, [&](const std::byte* d, uint64_t n) {
-      data.emplace_back(const_cast<std::byte*>(d), n);
-    });
-    Status st = opener_->open_chunk(view.key_id, salt, view.page_number, static_cast<uint32_t>(c),
-                                    static_cast<uint32_t>(chunks), bound.span(), data,
-                                    tag_at(view.chunk_tags, c));
+    if (c < opened.size() && opened[c] != 0) continue;
+    Status st = open_chunk(view, key, payload_bytes, pieces, c);
     if (!st.ok()) {
       // The chunks opened before it are this page's bytes, but not all of them: none stay.
-      wipe();
+      for (const MutableBuffer& p : pieces) std::memset(p.data, 0, p.size);
       return st;
     }
   }

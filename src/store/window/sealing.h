@@ -64,11 +64,16 @@ class PageSealing {
   // key id the key file no longer holds, kCorrupt when it does not open.
   Result<std::string> page_key(const page::Header& h, const page::SealedView& view) const;
 
-  // Opens the payload of a page whose sealed header `block` decoded as `h` and `view`, read
-  // into `pieces` as page `key`, in place. kCorrupt (every piece wiped) when a tag differs;
-  // kNotFound for a key id the key file no longer holds.
+  // Opens the payload of a page whose sealed header decoded as `view`, read into `pieces` as
+  // page `key`, in place: the chunks not yet opened (`opened[c]` 0, or beyond `opened`).
+  // kCorrupt (every piece wiped) when a tag differs; kNotFound for a key id the key file no
+  // longer holds.
   Status open(const page::SealedView& view, std::string_view key, uint64_t payload_bytes,
-              std::span<const MutableBuffer> pieces) const;
+              std::span<const MutableBuffer> pieces, std::span<const uint8_t> opened = {}) const;
+  // Opens chunk `chunk` of it alone, in place (wiped when its tag differs): what a read does
+  // as each chunk lands, while it is in cache.
+  Status open_chunk(const page::SealedView& view, std::string_view key, uint64_t payload_bytes,
+                    std::span<const MutableBuffer> pieces, size_t chunk) const;
 
  private:
   PageSealing() = default;
