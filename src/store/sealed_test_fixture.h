@@ -118,6 +118,18 @@ class SealedSegments : public SealedStoreBase, public ::testing::Test {
   void SetUp() override { write_key_files(); }
 };
 
+// Puts `keys` as one batch of kPage-byte pages from `pool`'s first slots, slot i filled with
+// seed first_seed + i.
+inline BatchResult put_seeded(Store& store, PagePool& pool,
+                              const std::vector<std::string_view>& keys, uint64_t first_seed) {
+  std::vector<ConstBuffer> in;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    pool.fill(i, kPage, first_seed + i);
+    in.push_back(pool.in(i, kPage));
+  }
+  return store.batch_put(keys, in);
+}
+
 // Sealed stores on the test S3 server (each test skips, saying why, where there is none), of
 // the layout the test is given.
 class SealedS3Base : public ::testing::TestWithParam<std::string> {

@@ -189,8 +189,9 @@ Status Store::remove(std::string_view key) {
     if (st.ok()) {
       removed = true;
       bump(impl_->counters.removes);
-    } else if (failed.ok() || failed.code() == StatusCode::kNotFound) {
-      if (failed.ok() || st.code() != StatusCode::kNotFound) failed = std::move(st);
+    } else if (failed.ok() ||
+               (failed.code() == StatusCode::kNotFound && st.code() != StatusCode::kNotFound)) {
+      failed = std::move(st);  // the first fault, else the first kNotFound
     }
   }
   return removed ? ok_status() : failed;

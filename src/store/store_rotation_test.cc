@@ -32,11 +32,7 @@ class Rotation : public SealedStoreBase, public ::testing::TestWithParam<std::st
     std::unique_ptr<Store> store = open(before_, "alpha");
     ASSERT_NE(store, nullptr);
     PagePool pool(*store, 2, kPage);
-    pool.fill(0, kPage, 1);
-    pool.fill(1, kPage, 2);
-    const std::vector<std::string_view> keys = {"old-1", "old-2"};
-    const std::vector<ConstBuffer> in = {pool.in(0, kPage), pool.in(1, kPage)};
-    ASSERT_TRUE(store->batch_put(keys, in).all_ok());
+    ASSERT_TRUE(put_seeded(*store, pool, {"old-1", "old-2"}, 1).all_ok());
   }
   std::string before_, after_, retired_;
 };

@@ -183,11 +183,8 @@ TEST_F(SealedSegments, ARecordMovedIsAMiss) {
   std::unique_ptr<Store> store = open(keys_a_, "alpha");
   ASSERT_NE(store, nullptr);
   PagePool pool(*store, 3, kPage);
-  pool.fill(0, kPage, 1);
-  pool.fill(1, kPage, 2);
   const std::vector<std::string_view> keys = {"first", "second"};
-  const std::vector<ConstBuffer> in = {pool.in(0, kPage), pool.in(1, kPage)};
-  ASSERT_TRUE(store->batch_put(keys, in).all_ok());
+  ASSERT_TRUE(put_seeded(*store, pool, keys, 1).all_ok());
   // The two records lie back to back in one segment: swap them.
   std::string seg_path;
   for (const std::string& f : stored_files()) {
@@ -340,11 +337,8 @@ TEST_P(SealedStore, VerifyChecksWhatItCanWithoutTheKeyAndRepairsNothingIntact) {
   std::unique_ptr<Store> store = open(keys_a_, "alpha");
   ASSERT_NE(store, nullptr);
   PagePool pool(*store, 3, kPage);
-  pool.fill(0, kPage, 1);
-  pool.fill(1, kPage, 2);
   const std::vector<std::string_view> keys = {"v1", "v2"};
-  const std::vector<ConstBuffer> in = {pool.in(0, kPage), pool.in(1, kPage)};
-  ASSERT_TRUE(store->batch_put(keys, in).all_ok());
+  ASSERT_TRUE(put_seeded(*store, pool, keys, 1).all_ok());
   Result<StoreLocation> loc = parse_store_uri(uri());
   ASSERT_TRUE(loc.ok());
   Result<VerifyReport> report = verify_store(*loc);
@@ -427,11 +421,8 @@ TEST_P(SealedS3, PagesComeBackAndOtherTenantsGetMisses) {
   std::unique_ptr<Store> alpha = open(keys_, "alpha");
   ASSERT_NE(alpha, nullptr);
   PagePool pool(*alpha, 4, kPage);
-  pool.fill(0, kPage, 31);
-  pool.fill(1, kPage, 32);
   const std::vector<std::string_view> keys = {"s3-one", "s3-two"};
-  const std::vector<ConstBuffer> in = {pool.in(0, kPage), pool.in(1, kPage)};
-  ASSERT_TRUE(alpha->batch_put(keys, in).all_ok());
+  ASSERT_TRUE(put_seeded(*alpha, pool, keys, 31).all_ok());
   const std::vector<MutableBuffer> out = {pool.out(2, kPage), pool.out(3, kPage)};
   ASSERT_TRUE(alpha->batch_get(keys, out).all_ok());
   EXPECT_TRUE(pool.holds(2, kPage, 31));
