@@ -4,26 +4,33 @@
 
 namespace kvtier {
 
-WorkerPool::WorkerPool(size_t threads) {
-  threads_.reserve(threads);
-  for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { worker_loop(); });
-}
-
 WorkerPool::~WorkerPool() {
+  std::vector<std::thread> threads;
   {
     MutexLock lock(mu_);
     stop_ = true;
     queue_.clear();
+    threads.swap(threads_);
   }
   cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
+  for (std::thread& t : threads) t.join();
+}
+
+size_t WorkerPool::started() const {
+  MutexLock lock(mu_);
+  return threads_.size();
 }
 
 void WorkerPool::schedule(const std::shared_ptr<PoolJob>& job, size_t parallelism) {
-  if (parallelism == 0) return;
-  if (parallelism > threads_.size()) parallelism = threads_.size();
+  if (parallelism == 0 || size_ == 0) return;
+  if (parallelism > size_) parallelism = size_;
   {
     MutexLock lock(mu_);
+    if (stop_) return;
+    if (threads_.empty()) {
+      threads_.reserve(size_);
+      for (size_t i = 0; i < size_; ++i) threads_.emplace_back([this] { worker_loop(); });
+    }
     for (size_t i = 0; i < parallelism; ++i) queue_.push_back(job);
   }
   if (parallelism == 1) {
@@ -85,7 +92,7 @@ class ForJob final : public PoolJob {
 
 void WorkerPool::parallel_for(size_t n, const std::function<void(size_t)>& fn) {
   if (n == 0) return;
-  if (n == 1 || threads_.empty()) {
+  if (n == 1 || size_ == 0) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;
   }

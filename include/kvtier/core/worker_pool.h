@@ -2,6 +2,9 @@
 // to; each claims work items from it until none remain, so one large batch spreads over every
 // worker and many small batches run side by side.
 //
+// Its threads start with the first job that needs them: a pool that only ever sees work the
+// caller runs alone (parallel_for of one item) starts none.
+//
 // Thread-safety: schedule() and parallel_for() may be called from any thread.
 #pragma once
 
@@ -28,12 +31,15 @@ class PoolJob {
 
 class WorkerPool {
  public:
-  explicit WorkerPool(size_t threads);
+  explicit WorkerPool(size_t threads) : size_(threads) {}
   ~WorkerPool();  // joins; jobs still queued are dropped without running
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  size_t size() const { return threads_.size(); }
+  // The threads it runs on once started.
+  size_t size() const { return size_; }
+  // The threads started so far (0 or size()).
+  size_t started() const;
 
   // Hands `job` to up to `parallelism` workers.
   void schedule(const std::shared_ptr<PoolJob>& job, size_t parallelism);
@@ -44,11 +50,12 @@ class WorkerPool {
  private:
   void worker_loop();
 
-  Mutex mu_;
+  const size_t size_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<PoolJob>> queue_ KVTIER_GUARDED_BY(mu_);
   bool stop_ KVTIER_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  std::vector<std::thread> threads_ KVTIER_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier
