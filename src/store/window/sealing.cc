@@ -65,40 +65,55 @@ std::string PageSealing::describe() const {
                      sealer_.key_id(), keys_.keys().size());
 }
 
-Status PageSealing::seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
-                         std::span<std::byte, page::kHeaderBytes> block) const {
+Status PageSealing::begin_seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
+                               std::span<std::byte, page::kHeaderBytes> block,
+                               SealedPut& put) const {
   if (h.payload_bytes > page::kMaxSealedPayloadBytes) {
     return invalid_argument_error(
         fmt::format("a sealed page holds at most {} bytes", page::kMaxSealedPayloadBytes));
   }
-  KVTIER_ASSIGN_OR_RETURN(const uint64_t number, sealer_.next_page());
-  const page::SealedSlots slots = page::encode_sealed(h, sealer_.key_id(), number, block);
-  std::memcpy(slots.salt.data(), sealer_.salt().data(), seal::kSaltBytes);
-  const size_t chunks = page::sealed_chunk_count(h.payload_bytes);
-  const auto chunk_count = static_cast<uint32_t>(chunks);
+  KVTIER_ASSIGN_OR_RETURN(put.number, sealer_.next_page());
+  put.slots = page::encode_sealed(h, sealer_.key_id(), put.number, block);
+  std::memcpy(put.slots.salt.data(), sealer_.salt().data(), seal::kSaltBytes);
+  put.chunk_bytes = page::sealed_chunk_bytes(h.payload_bytes);
+  put.chunks = static_cast<uint32_t>(page::sealed_chunk_count(h.payload_bytes));
   // The key first, bound to the fixed fields alone (so `kvtier verify` can open it).
   const std::span<const std::byte> key_in[] = {
       {reinterpret_cast<const std::byte*>(h.key.data()), h.key.size()}};
-  KVTIER_RETURN_IF_ERROR(sealer_.seal_chunk(number, page::kKeyChunk, chunk_count, slots.bound,
-                                            key_in, slots.sealed_key,
-                                            *reinterpret_cast<seal::Tag*>(slots.key_tag.data())));
-  const Bound bound(slots.bound, h.key);
-  const uint64_t chunk_bytes = page::sealed_chunk_bytes(h.payload_bytes);
-  std::vector<std::span<const std::byte>> in;
-  for (size_t c = 0; c < chunks; ++c) {
-    const uint64_t from = c * chunk_bytes;
-    const uint64_t to = std::min<uint64_t>(h.payload_bytes, from + chunk_bytes);
-    in.clear();
-    page::for_each_part(w.pieces, from, to,
-                        [&](const std::byte* d, uint64_t n) { in.emplace_back(d, n); });
-    KVTIER_RETURN_IF_ERROR(sealer_.seal_chunk(
-        number, static_cast<uint32_t>(c), chunk_count, bound.span(), in,
-        std::span<std::byte>(w.staging.data() + from, to - from), tag_at(slots.chunk_tags, c)));
-  }
+  KVTIER_RETURN_IF_ERROR(sealer_.seal_chunk(put.number, page::kKeyChunk, put.chunks,
+                                            put.slots.bound, key_in, put.slots.sealed_key,
+                                            tag_at(put.slots.key_tag, 0)));
+  // The payload's chunks are bound to the fixed fields and the page key.
+  std::memcpy(put.bound.data(), put.slots.bound.data(), put.slots.bound.size());
+  std::memcpy(put.bound.data() + put.slots.bound.size(), h.key.data(), h.key.size());
+  put.bound_bytes = put.slots.bound.size() + h.key.size();
   const uint64_t padded = page::object_bytes(h.payload_bytes) - page::kHeaderBytes;
   std::memset(w.staging.data() + h.payload_bytes, 0, padded - h.payload_bytes);
-  page::finish_sealed(block);
   return ok_status();
+}
+
+Status PageSealing::seal_chunk(const SealedPut& put, const detail::PageWork<ConstBuffer>& w,
+                               size_t c) const {
+  const uint64_t from = c * uint64_t{put.chunk_bytes};
+  const uint64_t to = std::min<uint64_t>(w.payload, from + put.chunk_bytes);
+  std::array<std::span<const std::byte>, 8> few;
+  std::vector<std::span<const std::byte>> many;
+  size_t n = 0;
+  page::for_each_part(w.pieces, from, to, [&](const std::byte* d, uint64_t bytes) {
+    if (n < few.size()) {
+      few[n] = {d, bytes};
+    } else {
+      if (many.empty()) many.assign(few.begin(), few.end());
+      many.emplace_back(d, bytes);
+    }
+    ++n;
+  });
+  const std::span<const std::span<const std::byte>> in =
+      many.empty() ? std::span<const std::span<const std::byte>>(few.data(), n)
+                   : std::span<const std::span<const std::byte>>(many);
+  return sealer_.seal_chunk(
+      put.number, static_cast<uint32_t>(c), put.chunks, {put.bound.data(), put.bound_bytes}, in,
+      std::span<std::byte>(w.staging.data() + from, to - from), tag_at(put.slots.chunk_tags, c));
 }
 
 Result<std::string> PageSealing::page_key(const page::Header& h,

@@ -7,6 +7,7 @@
 // when any tag differs.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -54,11 +55,27 @@ class PageSealing {
     return page::compact_sealed_header_bytes(key_bytes, payload_bytes);
   }
 
-  // Seals page `w` (whose staging holds object_bytes(w.payload) - kHeaderBytes) from its
-  // pieces into its staging, zero-padded, and its header into `block`: `h` gives the fixed
-  // fields (its key_hash the keyed name, its key the page key).
-  Status seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
-              std::span<std::byte, page::kHeaderBytes> block) const;
+  // A page being sealed (its staging holds object_bytes(payload) - kHeaderBytes), in three
+  // steps so that its chunks can be sealed on several threads, each by the thread that then
+  // writes it: begin_seal (its page number, its header's fixed fields and sealed key into
+  // `block`, the staging's padding zeroed: `h` gives the fixed fields, its key_hash the keyed
+  // name, its key the page key), seal_chunk (chunk `c` of its payload from its pieces into its
+  // staging, the tag into `block`; thread-safe for distinct chunks) and finish_seal (the
+  // header's checksum, once every chunk is sealed).
+  struct SealedPut {
+    uint64_t number = 0;
+    uint32_t chunk_bytes = 0;
+    uint32_t chunks = 0;
+    page::SealedSlots slots;
+    std::array<std::byte, page::kSealBoundBytes + page::kMaxKeyBytes> bound;
+    size_t bound_bytes = 0;
+  };
+  Status begin_seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
+                    std::span<std::byte, page::kHeaderBytes> block, SealedPut& put) const;
+  Status seal_chunk(const SealedPut& put, const detail::PageWork<ConstBuffer>& w, size_t c) const;
+  static void finish_seal(std::span<std::byte, page::kHeaderBytes> block) {
+    page::finish_sealed(block);
+  }
 
   // The page key a sealed header holds (decoded as `h` and `view`), opened: kNotFound for a
   // key id the key file no longer holds, kCorrupt when it does not open.

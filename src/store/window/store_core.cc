@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "window/put_encoding.h"
+
 namespace kvtier {
 
 void StoreCore::stage_for_sealing(std::vector<detail::PageWork<ConstBuffer>>& work,
@@ -48,23 +50,10 @@ Status StoreCore::encode_put_header(detail::PageWork<ConstBuffer>& w, std::strin
   h.created_ns = created_ns;
   h.key = key;
   h.header_bytes = w.header_bytes;
-  if (sealing) return sealing->seal(h, w, block);
-  uint64_t checksum;
-  if (w.io == PageIo::kStaged) {
-    const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
-    std::byte* dst = w.staging.data();
-    for (const ConstBuffer& p : w.pieces) {
-      std::memcpy(dst, p.data, p.size);
-      dst += p.size;
-    }
-    std::memset(dst, 0, padded - w.payload);
-    const ConstBuffer staged{w.staging.data(), w.payload};
-    checksum = page::payload_checksum(std::span<const ConstBuffer>(&staged, 1), w.payload);
-  } else {
-    checksum = page::payload_checksum(w.pieces, w.payload);
-  }
-  h.payload_checksum = checksum;
-  page::encode(h, block);
+  detail::PutEncoding encoding;
+  KVTIER_RETURN_IF_ERROR(encoding.begin(sealing.get(), h, w, block));
+  for (size_t c = 0; c < encoding.chunks(); ++c) KVTIER_RETURN_IF_ERROR(encoding.chunk(c));
+  encoding.finish();
   return ok_status();
 }
 
