@@ -1,5 +1,7 @@
 #include "kvtier/core/worker_pool.h"
 
+#include <pthread.h>
+
 #include <atomic>
 
 namespace kvtier {
@@ -29,7 +31,11 @@ void WorkerPool::schedule(const std::shared_ptr<PoolJob>& job, size_t parallelis
     if (stop_) return;
     if (threads_.empty()) {
       threads_.reserve(size_);
-      for (size_t i = 0; i < size_; ++i) threads_.emplace_back([this] { worker_loop(); });
+      for (size_t i = 0; i < size_; ++i) {
+        std::thread& t = threads_.emplace_back([this] { worker_loop(); });
+        // Named here, before anyone can look, rather than by the thread itself.
+        if (!name_.empty()) pthread_setname_np(t.native_handle(), name_.substr(0, 15).c_str());
+      }
     }
     for (size_t i = 0; i < parallelism; ++i) queue_.push_back(job);
   }

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -31,7 +32,10 @@ class PoolJob {
 
 class WorkerPool {
  public:
-  explicit WorkerPool(size_t threads) : size_(threads) {}
+  // `name`: what its threads are called (`top -H`, /proc/<pid>/task/*/comm; at most 15
+  // characters), or the process's name.
+  explicit WorkerPool(size_t threads, std::string name = {})
+      : size_(threads), name_(std::move(name)) {}
   ~WorkerPool();  // joins; jobs still queued are dropped without running
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -51,6 +55,7 @@ class WorkerPool {
   void worker_loop();
 
   const size_t size_;
+  const std::string name_;
   mutable Mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<PoolJob>> queue_ KVTIER_GUARDED_BY(mu_);

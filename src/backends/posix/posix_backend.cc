@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <thread>
 #include <vector>
 
 #include "../file/file_backend.h"
+#include "kvtier/core/cpus.h"
 #include "kvtier/core/worker_pool.h"
 
 namespace kvtier {
@@ -40,7 +40,7 @@ class PosixBackend final : public file::FileBackend {
   explicit PosixBackend(const PosixBackendOptions& options)
       : FileBackend(options.use_tmpfile, options.inline_bytes, options.sharing),
         options_(options),
-        pool_(thread_count(options.io_threads)) {}
+        pool_(thread_count(options.io_threads), "kvtier-posix") {}
 
   std::string_view name() const override { return "posix"; }
   std::string describe() const override {
@@ -65,8 +65,7 @@ class PosixBackend final : public file::FileBackend {
  private:
   static size_t thread_count(size_t requested) {
     if (requested != 0) return std::min<size_t>(requested, 64);
-    const size_t hw = std::max<size_t>(1, std::thread::hardware_concurrency());
-    return std::clamp<size_t>(2 * hw, 4, 64);
+    return std::clamp<size_t>(2 * usable_cpus(), 4, 64);
   }
 
   const PosixBackendOptions options_;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <liburing.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "../file/file_backend.h"
+#include "kvtier/core/cpus.h"
 #include "kvtier/core/mutex.h"
 #include "uring_jobs.h"
 
@@ -70,6 +72,7 @@ class Ring {
   io_uring ring_{};
   bool ring_up_ = false;
   UniqueFd event_;
+  std::once_flag thread_started_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
 };
@@ -85,7 +88,7 @@ class UringBackend final : public file::FileBackend {
 
   Status start() {
     size_t n = options_.rings;
-    if (n == 0) n = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 4);
+    if (n == 0) n = std::clamp<size_t>(usable_cpus(), 2, 8);
     const unsigned depth = std::clamp<uint32_t>(options_.queue_depth, 1, 4096);
     fixed_ = options_.fixed_buffers;
     for (size_t i = 0; i < n; ++i) {
@@ -284,12 +287,12 @@ Status Ring::start(bool fixed_buffers, std::string* fixed_problem) {
     if (rc < 0) *fixed_problem = errno_status(-rc, "io_uring_register_buffers").to_string();
   }
   arm_wake();
-  thread_ = std::thread([this] { loop(); });
   return ok_status();
 }
 
 Ring::~Ring() {
   stop_.store(true);
+  std::call_once(thread_started_, [] {});  // never started: it will not be now
   if (thread_.joinable()) {
     wake();
     thread_.join();  // the loop drains every request in flight before it returns
@@ -298,6 +301,12 @@ Ring::~Ring() {
 }
 
 void Ring::wake() {
+  // The ring's thread starts with the first batch it is handed: a store that only ever runs
+  // batches on its callers' threads (inline) starts none.
+  std::call_once(thread_started_, [this] {
+    thread_ = std::thread([this] { loop(); });
+    pthread_setname_np(thread_.native_handle(), "kvtier-ring");
+  });
   const uint64_t one = 1;
   // A full counter (never, in practice) still leaves the ring awake: nothing is lost.
   (void)!::write(event_.get(), &one, sizeof(one));

@@ -25,7 +25,8 @@
 namespace kvtier {
 
 struct PosixBackendOptions {
-  // Worker threads; 0 picks max(4, 2 x hardware threads), at most 64.
+  // Worker threads (started with the first batch the pool is handed); 0 picks
+  // max(4, 2 x the CPUs the process may run on, usable_cpus()), at most 64.
   size_t io_threads = 0;
   // Caps the bytes of one system call (0: no cap). Exercises the short-transfer path in tests;
   // harmless otherwise.

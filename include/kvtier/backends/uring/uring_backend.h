@@ -34,7 +34,8 @@
 namespace kvtier {
 
 struct UringBackendOptions {
-  // Rings, one thread each; 0: one per hardware thread, between 2 and 4.
+  // Rings, one thread each (started with the first batch a ring is handed); 0: one per CPU
+  // the process may run on (usable_cpus()), between 2 and 8.
   size_t rings = 0;
   // Requests in flight per ring.
   uint32_t queue_depth = 64;
