@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "kvtier/backends/builtin.h"
+#include "kvtier/core/cpus.h"
 #include "kvtier/store/store.h"
 #include "naming/store_root.h"
 #include "store_impl.h"
@@ -29,6 +30,23 @@ Status resolve_segment_lanes(StoreConfig& cfg) {
           fmt::format("segment_lanes='{}' is not a whole number from 1 to 64", v));
     }
   }
+  return ok_status();
+}
+
+// cpus of a FILE store's URI (StoreLocation::store_params), where the config does not set it;
+// else the CPUs the process may run on.
+Status resolve_cpus(StoreConfig& cfg) {
+  const BackendParams& params = cfg.location.store_params;
+  if (auto it = params.find("cpus"); it != params.end() && cfg.cpus == 0) {
+    const std::string& v = it->second;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cfg.cpus);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || cfg.cpus == 0 ||
+        cfg.cpus > 1024) {
+      return invalid_argument_error(
+          fmt::format("cpus='{}' is not a whole number from 1 to 1024", v));
+    }
+  }
+  if (cfg.cpus == 0) cfg.cpus = usable_cpus();
   return ok_status();
 }
 
@@ -100,6 +118,7 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   // not the backend's.
   StoreConfig cfg = config;
   KVTIER_RETURN_IF_ERROR(resolve_segment_lanes(cfg));
+  KVTIER_RETURN_IF_ERROR(resolve_cpus(cfg));
   KVTIER_RETURN_IF_ERROR(resolve_refresh_ms(cfg));
   if (cfg.location.storage_class == StorageClass::kFile) {
     KVTIER_RETURN_IF_ERROR(resolve_guard_params(cfg));

@@ -124,6 +124,13 @@ struct StoreConfig {
   // threads (buffered writes into one file wait on its lock; into several they run side by
   // side). 0: one per hardware thread, at most 4.
   size_t segment_lanes = 0;
+  // FILE stores: the most threads one batch's work runs on: a put window of page files is cut
+  // into runs of about 1 MiB that this many threads (the caller and cpus - 1 of the store's)
+  // checksum or seal and write side by side, each run written right after it is encoded,
+  // while it is in that core's cache. The threads start with the first window that has more
+  // than one run. 0: the URI's `cpus`, else the CPUs the process may run on (its affinity
+  // mask, usable_cpus()).
+  size_t cpus = 0;
   // How stale a lookup may be. Exists calls see another store's clear (any layout) by reading
   // the namespace's clear generation; in the segment layout, a key this store has not indexed
   // (exists, batch_exists, a get, a remove) makes it look at what other writers appended on

@@ -12,7 +12,7 @@
 //
 // Query parameters: `backend` picks the backend ("auto" by default), `layout` the FILE
 // layout ("auto" by default, "files" or "segments"), and on file:// `deadline_ms`,
-// `probe_interval_ms`, `isolate`, `segment_lanes`, `admission` and `refresh_ms` (on s3://
+// `probe_interval_ms`, `isolate`, `segment_lanes`, `cpus`, `admission` and `refresh_ms` (on s3://
 // `segment_lanes` and `refresh_ms`), and `tenant` on any, go to the store
 // (StoreLocation::store_params; `key=` and `key_file=` are refused: key material never comes
 // from a URI, see StoreConfig::key_file); every other

@@ -11,6 +11,7 @@
 
 #include "capacity/page_index.h"
 #include "naming/namespace_walk.h"
+#include "window/put_runs.h"
 #include "window/store_core.h"
 
 namespace kvtier {
@@ -246,15 +247,62 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
     opened[i] = s_.agent.open_target(specs[i]);
   }
 
-  // Pages go out in chunks that grow from 1 MiB to 16 MiB: while the backend writes one
-  // chunk, this thread checksums the next, so checksumming overlaps the copy.
+  const uint64_t created = wall_ns();
+  if (s_.config.location.storage_class == StorageClass::kFile) {
+    // In runs spread over the store's threads (window/put_runs.h).
+    std::vector<Status> written(work.size());
+    for (size_t i = 0; i < work.size(); ++i) {
+      if (opened[i].ok()) {
+        work[i].target = std::move(opened[i]).value();
+      } else {
+        written[i] = std::move(opened[i]).status();
+      }
+    }
+    detail::write_in_runs(s_, work, keys, created, *lease, written);
+    for (size_t i = 0; i < work.size(); ++i) {
+      auto& w = work[i];
+      out[w.page] = written[i].ok() ? publish(w) : std::move(written[i]);
+    }
+  } else {
+    write_whole(work, keys, created, *lease, opened, out);
+  }
+  for (const Status& s : out) {
+    if (!s.ok()) bump(s_.counters.put_failures);
+  }
+  // Published pages are indexed as just used, the last of the batch first: engines put a
+  // prompt's pages in prefix order, and a later page is worth nothing once an earlier one is
+  // gone, so the earlier ones are the more recently used (evicted after them). Bytes reserved
+  // for pages that were not published, and those of pages a publish replaced, go back to the
+  // budget.
+  uint64_t give_back = 0;
+  for (auto it = work.rbegin(); it != work.rend(); ++it) {
+    const auto& w = *it;
+    const uint64_t bytes = object_bytes(w.payload);
+    if (out[w.page].ok()) {
+      const std::optional<uint64_t> old =
+          s_.index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), bytes});
+      if (old) give_back += *old;
+    } else {
+      give_back += bytes;
+    }
+  }
+  if (reserved != 0)
+    s_.capacity.release(give_back).ignore_error();  // drift only: healed on restart
+}
+
+// Pages written whole, one transfer per object (an object store uploads an object in one
+// request; memory): in chunks of pages that grow from 1 MiB to 16 MiB, so that while the
+// backend writes one chunk this thread encodes the next.
+void PageFiles::write_whole(std::vector<detail::PageWork<ConstBuffer>>& work,
+                            std::span<const std::string_view> keys, uint64_t created,
+                            const HeaderPool::Lease& lease, std::vector<Result<Target>>& opened,
+                            std::span<Status> out) {
   struct Chunk {
     std::vector<size_t> pages;  // indexes into `work`
     Result<Transfer> xfer = Transfer();
     Status error;  // the chunk's request could not be made or posted
   };
   std::vector<Chunk> chunks;
-  const uint64_t created = wall_ns();
   uint64_t chunk_target = 1 << 20;
   size_t next = 0;
   while (next < work.size()) {
@@ -269,8 +317,7 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
         continue;
       }
       w.target = std::move(opened[next]).value();
-      if (Status st = s_.encode_put_header(w, keys[w.page], created, lease->block(next));
-          !st.ok()) {
+      if (Status st = s_.encode_put_header(w, keys[w.page], created, lease.block(next)); !st.ok()) {
         out[w.page] = std::move(st);  // its target is dropped unpublished
         continue;
       }
@@ -278,7 +325,7 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
 
       c.pages.push_back(next);
       w.first_desc = mem.size();
-      mem.push_back(MemDesc{lease->block(next).data(), kHeaderBytes});
+      mem.push_back(MemDesc{lease.block(next).data(), kHeaderBytes});
       sto.push_back(StorageDesc{&w.target, 0, kHeaderBytes});
       if (through_staging(w.io)) {
         mem.push_back(MemDesc{w.staging.data(), padded});
@@ -310,42 +357,22 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
       auto& w = work[i];
       Status st = c.error;
       if (st.ok()) st = s_.page_result(*c.xfer, w);
-      // A call whose caller has gone (its deadline passed) publishes nothing: the temporary
-      // goes with the target.
-      if (st.ok() && guard::call_abandoned()) {
-        st = deadline_exceeded_error("the call's deadline passed before the page was published");
-      }
-      if (st.ok()) st = w.target.publish(PublishOptions{.durable = s_.config.fsync});
-      if (st.ok()) {
-        bump(s_.counters.put_pages);
-        bump(s_.counters.put_bytes, w.payload);
-        s_.count_io(w);
-      }
-      out[w.page] = std::move(st);
+      out[w.page] = st.ok() ? publish(w) : std::move(st);
     }
   }
-  for (const Status& s : out) {
-    if (!s.ok()) bump(s_.counters.put_failures);
+}
+
+Status PageFiles::publish(detail::PageWork<ConstBuffer>& w) {
+  // A call whose caller has gone (its deadline passed) publishes nothing: the temporary goes
+  // with the target.
+  if (guard::call_abandoned()) {
+    return deadline_exceeded_error("the call's deadline passed before the page was published");
   }
-  // Published pages are indexed as just used, the last of the batch first: engines put a
-  // prompt's pages in prefix order, and a later page is worth nothing once an earlier one is
-  // gone, so the earlier ones are the more recently used (evicted after them). Bytes reserved
-  // for pages that were not published, and those of pages a publish replaced, go back to the
-  // budget.
-  uint64_t give_back = 0;
-  for (auto it = work.rbegin(); it != work.rend(); ++it) {
-    const auto& w = *it;
-    const uint64_t bytes = object_bytes(w.payload);
-    if (out[w.page].ok()) {
-      const std::optional<uint64_t> old =
-          s_.index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), bytes});
-      if (old) give_back += *old;
-    } else {
-      give_back += bytes;
-    }
-  }
-  if (reserved != 0)
-    s_.capacity.release(give_back).ignore_error();  // drift only: healed on restart
+  KVTIER_RETURN_IF_ERROR(w.target.publish(PublishOptions{.durable = s_.config.fsync}));
+  bump(s_.counters.put_pages);
+  bump(s_.counters.put_bytes, w.payload);
+  s_.count_io(w);
+  return ok_status();
 }
 
 // The files layout evicts the least recently used pages this process knows of, and learns

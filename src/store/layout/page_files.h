@@ -15,6 +15,7 @@
 #include "capacity/read_marks.h"
 #include "kvtier/store/store.h"
 #include "layout/layout.h"
+#include "window/pools.h"
 
 namespace kvtier {
 
@@ -52,6 +53,15 @@ class PageFiles final : public Layout {
   Status scan_index(bool as_recent);
   // The bytes `need` fit the capacity: least recently used pages are evicted until they do.
   Status reserve(uint64_t need);
+  // A put window's pages written whole, one transfer per object (object stores, memory):
+  // pages whose open failed (`opened`) get its status in `out`, the others what their writes
+  // and publishing did.
+  void write_whole(std::vector<detail::PageWork<ConstBuffer>>& work,
+                   std::span<const std::string_view> keys, uint64_t created,
+                   const pools::HeaderPool::Lease& lease, std::vector<Result<Target>>& opened,
+                   std::span<Status> out);
+  // Publishes a page written whole (unless its caller has gone) and counts it.
+  Status publish(detail::PageWork<ConstBuffer>& w);
 
   StoreCore& s_;
   // With a capacity, on a filesystem that can map them (capacity/): which pages other stores

@@ -177,7 +177,7 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
   if (scheme == "file") {
     loc.storage_class = StorageClass::kFile;
     for (const std::string_view name : {"deadline_ms", "probe_interval_ms", "isolate",
-                                        "segment_lanes", "admission", "refresh_ms"}) {
+                                        "segment_lanes", "cpus", "admission", "refresh_ms"}) {
       if (auto it = loc.params.find(name); it != loc.params.end()) {
         loc.store_params.insert(loc.params.extract(it));
       }

@@ -9,6 +9,7 @@
 // nothing of the facade. Nothing here is installed.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -22,6 +23,7 @@
 #include "format/page_format.h"
 #include "guard/guard.h"
 #include "kvtier/core/aligned_buffer.h"
+#include "kvtier/core/worker_pool.h"
 #include "kvtier/store/store.h"
 #include "kvtier/transfer/agent.h"
 #include "naming/namespace_walk.h"
@@ -58,7 +60,8 @@ struct StoreCore {
         seal_staging(agent, config.staging_bytes),
         budget(config.max_open_objects != 0 ? config.max_open_objects
                                             : ObjectBudget::default_capacity()),
-        dio(router.base_count()) {}
+        dio(router.base_count()),
+        spread(std::max<size_t>(config.cpus, 1) - 1, "kvtier-spread") {}
   StoreCore(const StoreCore&) = delete;
   StoreCore& operator=(const StoreCore&) = delete;
 
@@ -87,6 +90,9 @@ struct StoreCore {
   Registration zeros_registration;
   // Per base directory: its direct I/O alignment, when direct I/O is on and possible there.
   std::vector<std::optional<DirectIoAlignment>> dio;
+  // The threads a window's work spreads over besides the caller's (StoreConfig::cpus - 1),
+  // started by the first window that needs them (layout/page_files.cc: put runs).
+  WorkerPool spread;
   // The guard (guard/guard.h) when a base is isolated, else null: owned by the facade, which
   // lets it go before anything here.
   guard::Guard* health = nullptr;

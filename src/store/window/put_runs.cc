@@ -1,0 +1,214 @@
+#include "window/put_runs.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "kvtier/core/mutex.h"
+#include "window/put_encoding.h"
+#include "window/store_core.h"
+
+namespace kvtier::detail {
+namespace {
+
+struct Run {
+  size_t first_desc = 0;
+  size_t end_desc = 0;
+  // Pages wholly in the run ([first_whole, end_whole) of Runs::whole), encoded before it goes
+  // out, headers included; or one part of a large page, its chunks [chunk_from, chunk_to).
+  size_t first_whole = 0;
+  size_t end_whole = 0;
+  size_t part = SIZE_MAX;
+  size_t chunk_from = 0;
+  size_t chunk_to = 0;
+};
+
+struct Runs {
+  std::vector<Run> runs;
+  std::vector<size_t> whole;
+  std::vector<MemDesc> mem;
+  std::vector<StorageDesc> sto;
+};
+
+// Appends the descriptors of payload range [from, to) of page `w` (and, when `to` is its end,
+// its padding) at object offset kHeaderBytes + from.
+void add_payload(Runs& r, const StoreCore& s, const PageWork<ConstBuffer>& w, uint64_t from,
+                 uint64_t to) {
+  const bool last = to == w.payload;
+  const uint64_t padded = object_bytes(w.payload) - kHeaderBytes;
+  if (through_staging(w.io)) {
+    const uint64_t end = last ? padded : to;
+    r.mem.push_back(MemDesc{w.staging.data() + from, end - from});
+    r.sto.push_back(StorageDesc{&w.target, kHeaderBytes + from, end - from});
+    return;
+  }
+  uint64_t off = kHeaderBytes + from;
+  page::for_each_part(w.pieces, from, to, [&](const std::byte* d, uint64_t n) {
+    r.mem.push_back(MemDesc{const_cast<std::byte*>(d), n});
+    r.sto.push_back(StorageDesc{&w.target, off, n});
+    off += n;
+  });
+  if (last && padded > w.payload) {
+    r.mem.push_back(MemDesc{const_cast<std::byte*>(s.zeros.data()), padded - w.payload});
+    r.sto.push_back(StorageDesc{&w.target, kHeaderBytes + w.payload, padded - w.payload});
+  }
+}
+
+// The failure of any descriptor in [from, to) of a finished transfer, else OK.
+Status first_failure(const Result<Transfer>& xfer, size_t from, size_t to) {
+  if (!xfer.ok()) return xfer.status();
+  const auto results = xfer->results();
+  for (size_t d = from; d < to; ++d) {
+    if (!results[d].ok()) return results[d];
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
+                   std::span<const std::string_view> keys, uint64_t created_ns,
+                   const pools::HeaderPool::Lease& blocks, std::span<Status> results) {
+  const size_t n = work.size();
+  std::vector<PutEncoding> enc(n);
+  Mutex failed_mu;
+  auto fail = [&](size_t i, const Status& st) {
+    MutexLock lock(failed_mu);
+    if (results[i].ok()) results[i] = st;
+  };
+  // Every page's header begins here (its fixed fields; a sealed page's number and key).
+  std::vector<bool> started(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (!results[i].ok()) continue;  // not opened: not written
+    PageWork<ConstBuffer>& w = work[i];
+    page::Header h;
+    h.namespace_id = s.ns_id;
+    h.key_hash = w.route.key_hash;
+    h.payload_bytes = w.payload;
+    h.piece_count = static_cast<uint32_t>(w.pieces.size());
+    h.piece_bytes = page::uniform_piece_bytes(w.pieces);
+    h.created_ns = created_ns;
+    h.key = keys[w.page];
+    h.header_bytes = w.header_bytes;
+    results[i] = enc[i].begin(s.sealing.get(), h, w, blocks.block(i));
+    started[i] = results[i].ok();
+  }
+
+  // The runs, in page order: small pages gathered whole, large ones cut at chunk boundaries.
+  Runs r;
+  std::unique_ptr<std::atomic<uint32_t>[]> parts_left(new std::atomic<uint32_t>[n]);
+  Run open;  // small pages gathering
+  uint64_t open_bytes = 0;
+  auto close_open = [&] {
+    if (open.end_whole == open.first_whole) return;
+    open.end_desc = r.mem.size();
+    r.runs.push_back(open);
+    open = Run{};
+    open.first_desc = r.mem.size();
+    open.first_whole = open.end_whole = r.whole.size();
+    open_bytes = 0;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    parts_left[i].store(0, std::memory_order_relaxed);
+    if (!started[i]) continue;
+    PageWork<ConstBuffer>& w = work[i];
+    const uint64_t step = std::max<uint64_t>(
+        kPutRunBytes / enc[i].chunk_bytes() * enc[i].chunk_bytes(), enc[i].chunk_bytes());
+    if (w.payload <= step) {
+      if (open_bytes + w.payload > kPutRunBytes) close_open();
+      r.mem.push_back(MemDesc{blocks.block(i).data(), kHeaderBytes});
+      r.sto.push_back(StorageDesc{&w.target, 0, kHeaderBytes});
+      add_payload(r, s, w, 0, w.payload);
+      r.whole.push_back(i);
+      open.end_whole = r.whole.size();
+      open_bytes += w.payload;
+      continue;
+    }
+    close_open();
+    uint32_t parts = 0;
+    for (uint64_t from = 0; from < w.payload; from += step) {
+      const uint64_t to = std::min(w.payload, from + step);
+      Run part;
+      part.first_desc = r.mem.size();
+      add_payload(r, s, w, from, to);
+      part.end_desc = r.mem.size();
+      part.first_whole = part.end_whole = r.whole.size();
+      part.part = i;
+      part.chunk_from = from / enc[i].chunk_bytes();
+      part.chunk_to = (to + enc[i].chunk_bytes() - 1) / enc[i].chunk_bytes();
+      r.runs.push_back(part);
+      ++parts;
+    }
+    parts_left[i].store(parts, std::memory_order_relaxed);
+  }
+  close_open();
+
+  auto write = [&](size_t from, size_t to) {
+    Result<Transfer> xfer = s.agent.make_request(
+        TransferOp::kWrite, std::span<const MemDesc>(r.mem).subspan(from, to - from),
+        std::span<const StorageDesc>(r.sto).subspan(from, to - from));
+    if (xfer.ok()) {
+      Status st = xfer->post();
+      if (!st.ok()) return st;
+      xfer->wait();
+    }
+    return first_failure(xfer, 0, to - from);
+  };
+  auto run_one = [&](size_t ri) {
+    const Run& run = r.runs[ri];
+    if (run.part == SIZE_MAX) {
+      Status st;
+      for (size_t k = run.first_whole; k < run.end_whole && st.ok(); ++k) {
+        PutEncoding& e = enc[r.whole[k]];
+        for (size_t c = 0; c < e.chunks() && st.ok(); ++c) st = e.chunk(c);
+        if (st.ok()) e.finish();
+      }
+      if (st.ok()) st = write(run.first_desc, run.end_desc);
+      if (!st.ok()) {
+        for (size_t k = run.first_whole; k < run.end_whole; ++k) fail(r.whole[k], st);
+      }
+      return;
+    }
+    const size_t i = run.part;
+    Status st;
+    for (size_t c = run.chunk_from; c < run.chunk_to && st.ok(); ++c) st = enc[i].chunk(c);
+    if (st.ok()) st = write(run.first_desc, run.end_desc);
+    if (!st.ok()) fail(i, st);
+    // The page's last part: its header, once every chunk is known (and none failed).
+    if (parts_left[i].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    {
+      MutexLock lock(failed_mu);
+      if (!results[i].ok()) return;
+    }
+    enc[i].finish();
+    const MemDesc mem{blocks.block(i).data(), kHeaderBytes};
+    const StorageDesc sto{&work[i].target, 0, kHeaderBytes};
+    Result<Transfer> xfer = s.agent.make_request(TransferOp::kWrite, {&mem, 1}, {&sto, 1});
+    Status hs = xfer.ok() ? xfer->post() : xfer.status();
+    if (hs.ok()) {
+      xfer->wait();
+      hs = first_failure(xfer, 0, 1);
+    }
+    if (!hs.ok()) fail(i, hs);
+  };
+  // A thread takes a run of small pages, or every run of a large page in turn: two threads
+  // writing one file at once would only queue on its inode's lock (ext4 spins on it).
+  std::vector<size_t> first_run;
+  for (size_t ri = 0; ri < r.runs.size(); ++ri) {
+    const size_t part = r.runs[ri].part;
+    if (part == SIZE_MAX || ri == 0 || r.runs[ri - 1].part != part) first_run.push_back(ri);
+  }
+  first_run.push_back(r.runs.size());
+  const auto take = [&](size_t item) {
+    for (size_t ri = first_run[item]; ri < first_run[item + 1]; ++ri) run_one(ri);
+  };
+  const size_t items = first_run.size() - 1;
+  if (items > 1 && s.spread.size() > 0) {
+    s.spread.parallel_for(items, take);
+  } else {
+    for (size_t item = 0; item < items; ++item) take(item);
+  }
+}
+
+}  // namespace kvtier::detail
