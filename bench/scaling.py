@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""kvtier against fio as the cores grow: 1, 2, ... N cores, side by side, in one run.
+
+For each page size and each core count C (1 to the CPUs this process may use, or --cores), both
+sides run pinned to the same C cores (sched_setaffinity, as `taskset -c 0-<C-1>` would):
+  kvtier bench      one client thread, batches of max(C, 8 MiB / page) pages, the store as a new
+                    user's is (nothing set): it sizes its threads from the cores it may use
+                    (usable_cpus(): cpus= and the backend's threads follow the affinity mask);
+                    buffered write, then page-cache-hot read, every byte verified
+  fio               numjobs=C, psync, bs = the page, the same bytes on the same directory:
+                    one file per page where kvtier writes page files (4 MiB and up), one file
+                    per job where kvtier packs pages into segment files (smaller pages);
+                    buffered write (files created while timed, as kvtier's are), then hot read
+                    (--invalidate=0)
+back to back, kvtier first in even rounds and fio first in odd ones, each after the same
+unmeasured write and delete of the volume (compare.py's condition(): a buffered write's speed on
+these VMs depends on what memory did just before). A ratio is the median (min-max) of the
+rounds' kvtier/fio ratios; GB/s are medians. Both move the same bytes through about the same
+memory: fio reuses one buffer of one page per job (C pages in all), kvtier a host pool of one
+batch, whose pages are max(C, 8 MiB / page) (8 MiB for small pages, so that a call moves more
+than one page's worth; C pages of 8 MiB). A larger fio footprint (io_uring at a deep queue)
+measures this VM's first touch of fio's fresh buffers, not storage (docs/benchmarks.md).
+
+  bench/scaling.py [--dir DIR] [--rounds 3] [--mib 1024] [--pages-kib 64,4096,8192]
+                   [--cores 1,2] [--json-out FILE]
+
+Needs a Release build (make build) and fio (Debian's `fio`; installed when run as root).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+
+from compare import KVTIER, fmt_range, med, need_fio, run
+
+BATCH = 128
+FILES_FROM = 4 << 20  # kvtier's layout=auto writes page files from this size, segments below
+
+
+def pinned(cores):
+    cpus = sorted(os.sched_getaffinity(0))[:cores]
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def run_pinned(cmd, cores):
+    """run(), with the child pinned to the first `cores` usable CPUs."""
+    import subprocess
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=pinned(cores))
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")
+    return proc.stdout
+
+
+def condition(directory, page, pages):
+    run([KVTIER, "bench", "--uri", f"{directory}?backend=posix", "--page-bytes", str(page),
+         "--pages", str(pages), "--batch", str(BATCH), "--json", "--quiet"])
+
+
+def kvtier(directory, page, pages, cores):
+    batch = min(BATCH, max(cores, (8 << 20) // page))
+    out = run_pinned([KVTIER, "bench", "--dir", directory, "--page-bytes", str(page), "--pages",
+                      str(pages), "--batch", str(batch), "--json", "--quiet"], cores)
+    j = json.loads(out)
+    if not j["verified"]:
+        sys.exit(f"kvtier bench did not verify: {out}")
+    return j["write_gbps"], j["read_gbps"]
+
+
+def fio(directory, page, pages, cores):
+    """fio write then hot read of the same files: (write GB/s, read GB/s)."""
+    per_job = max(1, pages // cores)
+    if page >= FILES_FROM:
+        layout = [f"--nrfiles={per_job}", f"--filesize={page}", "--file_service_type=sequential",
+                  "--create_on_open=1", "--openfiles=1"]
+    else:
+        layout = ["--nrfiles=1", f"--filesize={per_job * page}"]
+    base = ["fio", "--name=kv", f"--directory={directory}",
+            "--filename_format=fio.$jobnum.$filenum", f"--size={per_job * page}", f"--bs={page}",
+            "--ioengine=psync", f"--numjobs={cores}", "--invalidate=0", "--fallocate=none",
+            "--group_reporting", "--output-format=json", *layout]
+    rates = []
+    for rw in ("write", "read"):
+        out = run_pinned(base + [f"--rw={rw}"], cores)
+        job = json.loads(out[out.index("{"):])["jobs"][0]
+        rates.append(job[rw]["bw_bytes"] / 1e9)
+    for name in os.listdir(directory):
+        if name.startswith("fio."):
+            os.unlink(os.path.join(directory, name))
+    return tuple(rates)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "kvtier-scaling"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--mib", type=int, default=1024, help="bytes each side moves per cell")
+    ap.add_argument("--pages-kib", default="64,4096,8192")
+    ap.add_argument("--cores", default=None,
+                    help="core counts (default: 1 to the CPUs this process may use)")
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+    need_fio()
+    usable = len(os.sched_getaffinity(0))
+    cores = ([int(c) for c in args.cores.split(",")] if args.cores
+             else list(range(1, usable + 1)))
+    if max(cores) > usable:
+        sys.exit(f"--cores {max(cores)}: this process may use {usable} CPUs")
+    os.makedirs(args.dir, exist_ok=True)
+    results = []
+    for kib in [int(k) for k in args.pages_kib.split(",")]:
+        page = kib << 10
+        pages = max(BATCH, (args.mib << 20) // page)
+        for c in cores:
+            cell = {"page_bytes": page, "pages": pages, "cores": c, "kvtier": [], "fio": []}
+            work = os.path.join(args.dir, f"cell-{kib}-{c}")
+            for r in range(args.rounds):
+                sides = ["kvtier", "fio"] if r % 2 == 0 else ["fio", "kvtier"]
+                for side in sides:
+                    shutil.rmtree(work, ignore_errors=True)
+                    os.makedirs(work)
+                    condition(work, page, pages)
+                    shutil.rmtree(work, ignore_errors=True)
+                    os.makedirs(work)
+                    cell[side].append(kvtier(work, page, pages, c) if side == "kvtier"
+                                      else fio(work, page, pages, c))
+            shutil.rmtree(work, ignore_errors=True)
+            results.append(cell)
+            kw = [x[0] for x in cell["kvtier"]]
+            kr = [x[1] for x in cell["kvtier"]]
+            fw = [x[0] for x in cell["fio"]]
+            fr = [x[1] for x in cell["fio"]]
+            rw = [a / b for a, b in zip(kw, fw)]
+            rr = [a / b for a, b in zip(kr, fr)]
+            cell["write_ratio"], cell["read_ratio"] = med(rw), med(rr)
+            print(f"{kib:6d} KiB  {c} core{'s' if c > 1 else ' '}  write kvtier {fmt_range(kw)} "
+                  f"fio {fmt_range(fw)} = {med(rw):.2f}x ({min(rw):.2f}-{max(rw):.2f})   "
+                  f"read kvtier {fmt_range(kr)} fio {fmt_range(fr)} = {med(rr):.2f}x "
+                  f"({min(rr):.2f}-{max(rr):.2f})", flush=True)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
