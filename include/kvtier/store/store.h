@@ -122,7 +122,7 @@ struct StoreConfig {
   // kSegments: segment files a writer appends to side by side on each base. A put window of
   // more than about 1 MiB is cut in 1 MiB runs dealt to them in turn and written on as many
   // threads (buffered writes into one file wait on its lock; into several they run side by
-  // side). 0: one per hardware thread, at most 4.
+  // side). 0: one per CPU the process may use (usable_cpus()), at most 4.
   size_t segment_lanes = 0;
   // FILE stores: the most threads one batch's work runs on: a put window of page files is cut
   // into runs of about 1 MiB that this many threads (the caller and cpus - 1 of the store's)

@@ -13,9 +13,9 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
-#include <thread>
 #include <utility>
 
+#include "kvtier/core/cpus.h"
 #include "naming/object_io.h"
 #include "window/store_core.h"
 
@@ -26,7 +26,7 @@ namespace {
 // the sizes of each base's append and read buffers.
 constexpr size_t kAppendBufBytes = 256 * segment::kEntryBytes;
 constexpr size_t kReadBufBytes = size_t{1} << 20;
-// Lanes when StoreConfig::segment_lanes is 0: one per hardware thread, at most this many.
+// Lanes when StoreConfig::segment_lanes is 0: one per CPU the process may use, at most this many.
 constexpr size_t kMaxAutoLanes = 4;
 // On an object store, lanes when StoreConfig::segment_lanes is 0: a put window goes up as about
 // this many segment objects side by side (each about 1 MiB or more, segments_objects.cc).
@@ -91,7 +91,7 @@ Status SegmentLayout::segments_open() {
   } else if (seg->whole) {
     seg->lanes = kAutoObjectLanes;
   } else {
-    seg->lanes = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kMaxAutoLanes);
+    seg->lanes = std::clamp<size_t>(usable_cpus(), 1, kMaxAutoLanes);
   }
   // On a FUSE filesystem (ceph-fuse) appends are synced even without fsync: another host's
   // first open or read of a file this one appended to, its data still dirty here, waited for

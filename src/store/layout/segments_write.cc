@@ -347,8 +347,9 @@ void SegmentLayout::put_window_segments(std::span<const std::string_view> keys,
     }
   };
   if (lanes > 1) {
-    std::call_once(seg->lane_pool_started,
-                   [&] { seg->lane_pool = std::make_unique<WorkerPool>(seg->lanes - 1); });
+    std::call_once(seg->lane_pool_started, [&] {
+      seg->lane_pool = std::make_unique<WorkerPool>(seg->lanes - 1, "kvtier-lane");
+    });
     seg->lane_pool->parallel_for(lanes, write_lane);
   } else {
     write_lane(0);
