@@ -3,7 +3,7 @@
 
 For each page size and each core count C (1 to the CPUs this process may use, or --cores), both
 sides run pinned to the same C cores (sched_setaffinity, as `taskset -c 0-<C-1>` would):
-  kvtier bench      one client thread, batches of max(C, 8 MiB / page) pages, the store as a new
+  kvtier bench      one client thread (batches: see below), the store as a new
                     user's is (nothing set): it sizes its threads from the cores it may use
                     (usable_cpus(): cpus= and the backend's threads follow the affinity mask);
                     buffered write, then page-cache-hot read, every byte verified
@@ -15,11 +15,15 @@ sides run pinned to the same C cores (sched_setaffinity, as `taskset -c 0-<C-1>`
 back to back, kvtier first in even rounds and fio first in odd ones, each after the same
 unmeasured write and delete of the volume (compare.py's condition(): a buffered write's speed on
 these VMs depends on what memory did just before). A ratio is the median (min-max) of the
-rounds' kvtier/fio ratios; GB/s are medians. Both move the same bytes through about the same
-memory: fio reuses one buffer of one page per job (C pages in all), kvtier a host pool of one
-batch, whose pages are max(C, 8 MiB / page) (8 MiB for small pages, so that a call moves more
-than one page's worth; C pages of 8 MiB). A larger fio footprint (io_uring at a deep queue)
-measures this VM's first touch of fio's fresh buffers, not storage (docs/benchmarks.md).
+rounds' kvtier/fio ratios; GB/s are medians. kvtier runs twice a round, in two shapes:
+  footprint   the same bytes through about the same memory as fio: fio reuses one buffer of
+              one page per job (C pages in all), kvtier a host pool of one batch of
+              max(C, 8 MiB / page) pages (8 MiB for small pages, so that a call moves more
+              than one page; C pages of 8 MiB), each call then moving only a few large pages
+  engine      an engine's shape: batches of 128 pages through a pool of one batch (1 GiB of
+              8 MiB pages, far beyond the CPU's caches, as a serving engine's host pool is)
+A larger fio footprint (io_uring at a deep queue) measures this VM's first touch of fio's
+fresh buffers, not storage (docs/benchmarks.md).
 
   bench/scaling.py [--dir DIR] [--rounds 3] [--mib 1024] [--pages-kib 64,4096,8192]
                    [--cores 1,2] [--json-out FILE]
@@ -59,8 +63,8 @@ def condition(directory, page, pages):
          "--pages", str(pages), "--batch", str(BATCH), "--json", "--quiet"])
 
 
-def kvtier(directory, page, pages, cores):
-    batch = min(BATCH, max(cores, (8 << 20) // page))
+def kvtier(directory, page, pages, cores, engine):
+    batch = BATCH if engine else min(BATCH, max(cores, (8 << 20) // page))
     out = run_pinned([KVTIER, "bench", "--dir", directory, "--page-bytes", str(page), "--pages",
                       str(pages), "--batch", str(batch), "--json", "--quiet"], cores)
     j = json.loads(out)
@@ -114,31 +118,34 @@ def main():
         page = kib << 10
         pages = max(BATCH, (args.mib << 20) // page)
         for c in cores:
-            cell = {"page_bytes": page, "pages": pages, "cores": c, "kvtier": [], "fio": []}
+            cell = {"page_bytes": page, "pages": pages, "cores": c, "footprint": [],
+                    "engine": [], "fio": []}
             work = os.path.join(args.dir, f"cell-{kib}-{c}")
             for r in range(args.rounds):
-                sides = ["kvtier", "fio"] if r % 2 == 0 else ["fio", "kvtier"]
-                for side in sides:
+                sides = ["footprint", "fio", "engine"]
+                for side in (sides if r % 2 == 0 else sides[::-1]):
                     shutil.rmtree(work, ignore_errors=True)
                     os.makedirs(work)
                     condition(work, page, pages)
                     shutil.rmtree(work, ignore_errors=True)
                     os.makedirs(work)
-                    cell[side].append(kvtier(work, page, pages, c) if side == "kvtier"
-                                      else fio(work, page, pages, c))
+                    cell[side].append(fio(work, page, pages, c) if side == "fio"
+                                      else kvtier(work, page, pages, c, side == "engine"))
             shutil.rmtree(work, ignore_errors=True)
             results.append(cell)
-            kw = [x[0] for x in cell["kvtier"]]
-            kr = [x[1] for x in cell["kvtier"]]
             fw = [x[0] for x in cell["fio"]]
             fr = [x[1] for x in cell["fio"]]
-            rw = [a / b for a, b in zip(kw, fw)]
-            rr = [a / b for a, b in zip(kr, fr)]
-            cell["write_ratio"], cell["read_ratio"] = med(rw), med(rr)
-            print(f"{kib:6d} KiB  {c} core{'s' if c > 1 else ' '}  write kvtier {fmt_range(kw)} "
-                  f"fio {fmt_range(fw)} = {med(rw):.2f}x ({min(rw):.2f}-{max(rw):.2f})   "
-                  f"read kvtier {fmt_range(kr)} fio {fmt_range(fr)} = {med(rr):.2f}x "
-                  f"({min(rr):.2f}-{max(rr):.2f})", flush=True)
+            line = f"{kib:6d} KiB  {c} core{'s' if c > 1 else ' '}  fio write {fmt_range(fw)} read {fmt_range(fr)}"
+            for shape in ("footprint", "engine"):
+                kw = [x[0] for x in cell[shape]]
+                kr = [x[1] for x in cell[shape]]
+                rw = [a / b for a, b in zip(kw, fw)]
+                rr = [a / b for a, b in zip(kr, fr)]
+                cell[shape + "_ratios"] = {"write": med(rw), "read": med(rr)}
+                line += (f" | kvtier {shape}: write {med(kw):.2f} = {med(rw):.2f}x "
+                         f"({min(rw):.2f}-{max(rw):.2f}), read {med(kr):.2f} = {med(rr):.2f}x "
+                         f"({min(rr):.2f}-{max(rr):.2f})")
+            print(line, flush=True)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(results, f, indent=1)

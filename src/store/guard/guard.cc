@@ -23,8 +23,15 @@ thread_local const std::atomic<bool>* t_abandoned = nullptr;
 }  // namespace
 
 bool call_abandoned() noexcept {
-  const std::atomic<bool>* a = t_abandoned;
-  return a != nullptr && a->load(std::memory_order_acquire);
+  return call_abandoned(t_abandoned);
+}
+
+const std::atomic<bool>* current_call() noexcept {
+  return t_abandoned;
+}
+
+bool call_abandoned(const std::atomic<bool>* call) noexcept {
+  return call != nullptr && call->load(std::memory_order_acquire);
 }
 
 // ---- the pieces ----

@@ -54,6 +54,10 @@ inline constexpr size_t kJobPages = 128;
 // True on a guard thread whose call's caller has returned (its deadline passed): the publish
 // steps check it last, so a late write is never published.
 bool call_abandoned() noexcept;
+// The calling thread's guarded call (null outside one), for the threads it hands work to
+// while it waits for them: call_abandoned(call) there answers as call_abandoned() does here.
+const std::atomic<bool>* current_call() noexcept;
+bool call_abandoned(const std::atomic<bool>* call) noexcept;
 
 // Called with a page's index in its batch as the page checks out (the read path's hook).
 using PageDone = std::function<void(size_t)>;

@@ -258,11 +258,11 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
         written[i] = std::move(opened[i]).status();
       }
     }
-    detail::write_in_runs(s_, work, keys, created, *lease, written);
-    for (size_t i = 0; i < work.size(); ++i) {
-      auto& w = work[i];
-      out[w.page] = written[i].ok() ? publish(w) : std::move(written[i]);
-    }
+    // Each page is published by the thread that wrote its last bytes, as the others write.
+    const std::atomic<bool>* call = guard::current_call();
+    detail::write_in_runs(
+        s_, work, keys, created, *lease, [&](size_t i) { return publish(work[i], call); }, written);
+    for (size_t i = 0; i < work.size(); ++i) out[work[i].page] = std::move(written[i]);
   } else {
     write_whole(work, keys, created, *lease, opened, out);
   }
@@ -357,15 +357,15 @@ void PageFiles::write_whole(std::vector<detail::PageWork<ConstBuffer>>& work,
       auto& w = work[i];
       Status st = c.error;
       if (st.ok()) st = s_.page_result(*c.xfer, w);
-      out[w.page] = st.ok() ? publish(w) : std::move(st);
+      out[w.page] = st.ok() ? publish(w, guard::current_call()) : std::move(st);
     }
   }
 }
 
-Status PageFiles::publish(detail::PageWork<ConstBuffer>& w) {
+Status PageFiles::publish(detail::PageWork<ConstBuffer>& w, const std::atomic<bool>* call) {
   // A call whose caller has gone (its deadline passed) publishes nothing: the temporary goes
   // with the target.
-  if (guard::call_abandoned()) {
+  if (guard::call_abandoned(call)) {
     return deadline_exceeded_error("the call's deadline passed before the page was published");
   }
   KVTIER_RETURN_IF_ERROR(w.target.publish(PublishOptions{.durable = s_.config.fsync}));

@@ -5,6 +5,7 @@
 // this store knows of are evicted one by one.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -60,8 +61,10 @@ class PageFiles final : public Layout {
                    std::span<const std::string_view> keys, uint64_t created,
                    const pools::HeaderPool::Lease& lease, std::vector<Result<Target>>& opened,
                    std::span<Status> out);
-  // Publishes a page written whole (unless its caller has gone) and counts it.
-  Status publish(detail::PageWork<ConstBuffer>& w);
+  // Publishes a page written whole, unless the guarded call it belongs to (`call`,
+  // guard::current_call() of the thread that made the call) was abandoned, and counts it.
+  // Thread-safe: pages are published by the threads that wrote them.
+  Status publish(detail::PageWork<ConstBuffer>& w, const std::atomic<bool>* call);
 
   StoreCore& s_;
   // With a capacity, on a filesystem that can map them (capacity/): which pages other stores

@@ -69,7 +69,8 @@ Status first_failure(const Result<Transfer>& xfer, size_t from, size_t to) {
 
 void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
                    std::span<const std::string_view> keys, uint64_t created_ns,
-                   const pools::HeaderPool::Lease& blocks, std::span<Status> results) {
+                   const pools::HeaderPool::Lease& blocks,
+                   const std::function<Status(size_t)>& written, std::span<Status> results) {
   const size_t n = work.size();
   std::vector<PutEncoding> enc(n);
   Mutex failed_mu;
@@ -101,9 +102,11 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
   Run open;  // small pages gathering
   uint64_t open_bytes = 0;
   auto close_open = [&] {
-    if (open.end_whole == open.first_whole) return;
-    open.end_desc = r.mem.size();
-    r.runs.push_back(open);
+    if (open.end_whole != open.first_whole) {
+      open.end_desc = r.mem.size();
+      r.runs.push_back(open);
+    }
+    // The next run of small pages starts after whatever was added meanwhile.
     open = Run{};
     open.first_desc = r.mem.size();
     open.first_whole = open.end_whole = r.whole.size();
@@ -141,6 +144,7 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
       ++parts;
     }
     parts_left[i].store(parts, std::memory_order_relaxed);
+    close_open();  // small pages after it start a run of their own
   }
   close_open();
 
@@ -165,8 +169,8 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
         if (st.ok()) e.finish();
       }
       if (st.ok()) st = write(run.first_desc, run.end_desc);
-      if (!st.ok()) {
-        for (size_t k = run.first_whole; k < run.end_whole; ++k) fail(r.whole[k], st);
+      for (size_t k = run.first_whole; k < run.end_whole; ++k) {
+        fail(r.whole[k], st.ok() ? written(r.whole[k]) : st);
       }
       return;
     }
@@ -190,7 +194,7 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
       xfer->wait();
       hs = first_failure(xfer, 0, 1);
     }
-    if (!hs.ok()) fail(i, hs);
+    fail(i, hs.ok() ? written(i) : hs);
   };
   // A thread takes a run of small pages, or every run of a large page in turn: two threads
   // writing one file at once would only queue on its inode's lock (ext4 spins on it).

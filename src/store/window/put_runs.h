@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 
@@ -31,11 +32,14 @@ inline constexpr uint64_t kPutRunBytes = uint64_t{1} << 20;
 // Writes each page of `work` (its target open, its I/O chosen, its staging held when it has
 // one) to its object: the header block `blocks.block(i)` for work[i], encoded here as `keys`
 // (indexed by each page's w.page) written at `created_ns`, then its payload and padding.
-// A page whose results[i] is not OK on entry is skipped; results[i] is OK on return once
-// every byte of work[i] is written, else says why not.
+// A page whose results[i] is not OK on entry is skipped. Once every byte of work[i] is
+// written, `written(i)` runs on the thread that wrote its last bytes (publishing it there,
+// beside the other pages' writes) and its status is results[i]; a page that did not write
+// gets why not.
 void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
                    std::span<const std::string_view> keys, uint64_t created_ns,
-                   const pools::HeaderPool::Lease& blocks, std::span<Status> results);
+                   const pools::HeaderPool::Lease& blocks,
+                   const std::function<Status(size_t)>& written, std::span<Status> results);
 
 }  // namespace detail
 }  // namespace kvtier
