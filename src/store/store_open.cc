@@ -17,35 +17,28 @@
 namespace kvtier {
 namespace {
 
-// segment_lanes of a FILE or object store's URI (StoreLocation::store_params): used where
-// the config does not set it.
-Status resolve_segment_lanes(StoreConfig& cfg) {
-  const BackendParams& params = cfg.location.store_params;
-  if (auto it = params.find("segment_lanes"); it != params.end() && cfg.segment_lanes == 0) {
-    const std::string& v = it->second;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cfg.segment_lanes);
-    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || cfg.segment_lanes == 0 ||
-        cfg.segment_lanes > 64) {
-      return invalid_argument_error(
-          fmt::format("segment_lanes='{}' is not a whole number from 1 to 64", v));
-    }
+// A count parameter of a store's URI (StoreLocation::store_params), 1 to `most`, where the
+// config does not set it (`field` 0).
+Status take_count(const BackendParams& params, const std::string& name, size_t& field,
+                  size_t most) {
+  auto it = params.find(name);
+  if (it == params.end() || field != 0) return ok_status();
+  const std::string& v = it->second;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), field);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || field == 0 || field > most) {
+    field = 0;
+    return invalid_argument_error(
+        fmt::format("{}='{}' is not a whole number from 1 to {}", name, v, most));
   }
   return ok_status();
 }
 
-// cpus of a FILE store's URI (StoreLocation::store_params), where the config does not set it;
-// else the CPUs the process may run on.
-Status resolve_cpus(StoreConfig& cfg) {
+// segment_lanes of a FILE or object store's URI, and cpus of a FILE store's (else the CPUs the
+// process may run on).
+Status resolve_counts(StoreConfig& cfg) {
   const BackendParams& params = cfg.location.store_params;
-  if (auto it = params.find("cpus"); it != params.end() && cfg.cpus == 0) {
-    const std::string& v = it->second;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cfg.cpus);
-    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || cfg.cpus == 0 ||
-        cfg.cpus > 1024) {
-      return invalid_argument_error(
-          fmt::format("cpus='{}' is not a whole number from 1 to 1024", v));
-    }
-  }
+  KVTIER_RETURN_IF_ERROR(take_count(params, "segment_lanes", cfg.segment_lanes, 64));
+  KVTIER_RETURN_IF_ERROR(take_count(params, "cpus", cfg.cpus, 1024));
   if (cfg.cpus == 0) cfg.cpus = usable_cpus();
   return ok_status();
 }
@@ -117,8 +110,7 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   // Segment lanes (and a FILE store's deadline and isolation) are the store's parameters,
   // not the backend's.
   StoreConfig cfg = config;
-  KVTIER_RETURN_IF_ERROR(resolve_segment_lanes(cfg));
-  KVTIER_RETURN_IF_ERROR(resolve_cpus(cfg));
+  KVTIER_RETURN_IF_ERROR(resolve_counts(cfg));
   KVTIER_RETURN_IF_ERROR(resolve_refresh_ms(cfg));
   if (cfg.location.storage_class == StorageClass::kFile) {
     KVTIER_RETURN_IF_ERROR(resolve_guard_params(cfg));
