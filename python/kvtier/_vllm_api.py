@@ -4,6 +4,7 @@ stand-ins of the same shape where not, and what a vLLM with another tier API lac
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -54,6 +55,46 @@ else:
         locality: Any = None
         ownership: Optional[str] = None
         removal_expected: bool = False
+
+
+class Shape:
+    """How to build one of vLLM's result types as the vLLM in this process defines it, found
+    from its constructor when the tier loads. Forks of vLLM's kv_offload/tiering/base.py
+    define JobResult without fields that vllm-project/vllm@cda0f324 has: without
+    transfer_bytes (karya0/vllm@d7bc6b5b, tangzzycc/vllm@76787da4, liranschour/vllm@46f42ae3:
+    job_id, success, successful_keys, transfer_time), with successful_keys alone
+    (vllm-project/vllm@ebbe4829), or with the bytes as transfer_size
+    (Mob-max30/VLLM_Test@fbf37feb); OffloadingEvent without ownership and removal_expected
+    (nacyot/vllm-ds4f-gb10@367d1ed1, kv_offload/base.py). A field the class lacks is left out
+    (or given under the name it has, `renames`), never passed to fail the tier's first job."""
+
+    def __init__(self, cls: Any, renames: Optional[dict] = None) -> None:
+        self.cls = cls
+        self.renames = dict(renames or {})
+        try:
+            params = inspect.signature(cls).parameters
+        except (TypeError, ValueError):  # no signature to read: pass every field
+            params = None
+        if params is not None and any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            params = None
+        self.accepts = None if params is None else frozenset(params)
+
+    def __call__(self, *args: Any, **fields: Any) -> Any:
+        if self.accepts is None:
+            return self.cls(*args, **fields)
+        kept = {}
+        for name, value in fields.items():
+            if name in self.accepts:
+                kept[name] = value
+            elif self.renames.get(name) in self.accepts:
+                kept[self.renames[name]] = value
+        return self.cls(*args, **kept)
+
+
+# What KvtierTier builds its results and events with (job_result(job_id, success, **fields),
+# offloading_event(**fields)).
+job_result = Shape(JobResult, {"transfer_bytes": "transfer_size"})
+offloading_event = Shape(OffloadingEvent)
 
 
 # The tier API KvtierTier follows (docs/vllm.md); a vLLM whose tier base class lacks it gets a

@@ -66,10 +66,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional
 
 import kvtier
-from kvtier import _options
+from kvtier import _options, _vllm_api
 from kvtier._engine import Counters, Registrations, address_size, outcomes, prometheus
-from kvtier._vllm_api import (_API_PROBLEM, JobResult, LookupResult, Medium, OffloadingEvent,
-                              RequestOffloadingContext, _Base, _vbase)
+from kvtier._vllm_api import (_API_PROBLEM, LookupResult, Medium, RequestOffloadingContext, _Base,
+                              _vbase)
 from kvtier._vllm_metrics import _COUNTERS, _GAUGES, _METRIC_PREFIX, _stats_class
 
 logger = logging.getLogger(__name__)
@@ -472,10 +472,11 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
                     for i in range(len(job.keys)):
                         if not ok[i]:
                             self._absent[job.names[i]] = now
-            return JobResult(job.job_id, success,
-                             successful_keys=None if success else
-                             [job.keys[i] for i in range(len(job.keys)) if ok[i]],
-                             transfer_time=seconds, transfer_bytes=len(moved) * job.row_bytes)
+            return _vllm_api.job_result(
+                job.job_id, success,
+                successful_keys=None if success else
+                [job.keys[i] for i in range(len(job.keys)) if ok[i]],
+                transfer_time=seconds, transfer_bytes=len(moved) * job.row_bytes)
         self._counters.add(store_chunks=len(moved), store_bytes=len(moved) * job.row_bytes,
                            store_time=seconds,
                            store_failed=len(job.keys) - len(moved) - len(job.held))
@@ -489,10 +490,10 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
             if self._stored is not None:
                 names = [job.names[i] for i in moved]
                 self._stored.update(zip(kvtier.Store.key_hashes(names), stored))
-            self._events.append(OffloadingEvent(keys=stored, medium=Medium.STORAGE,
-                                                removed=False, ownership=self.tier_type))
-        return JobResult(job.job_id, success, transfer_time=seconds,
-                         transfer_bytes=len(moved) * job.row_bytes)
+            self._events.append(_vllm_api.offloading_event(
+                keys=stored, medium=Medium.STORAGE, removed=False, ownership=self.tier_type))
+        return _vllm_api.job_result(job.job_id, success, transfer_time=seconds,
+                                    transfer_bytes=len(moved) * job.row_bytes)
 
     def _take_evictions(self) -> None:
         """Removal events for the chunks kvtier evicted that this tier reported stored."""
@@ -508,8 +509,8 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
                 if not held:
                     removed.append(stored.pop(h))
         if removed:
-            self._events.append(OffloadingEvent(keys=removed, medium=Medium.STORAGE,
-                                                removed=True, ownership=self.tier_type))
+            self._events.append(_vllm_api.offloading_event(
+                keys=removed, medium=Medium.STORAGE, removed=True, ownership=self.tier_type))
 
     def _lookup_loop(self) -> None:
         while True:

@@ -15,13 +15,14 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "vllm_fakes"))
 
+import vllm_variants  # noqa: E402
 from conftest import open_fds, s3_test_server  # noqa: E402
 from vllm.v1.kv_offload import base as vbase  # noqa: E402
 from vllm.v1.kv_offload import config as vconfig  # noqa: E402
 from vllm.v1.kv_offload.tiering import base as tbase  # noqa: E402
 
 import kvtier  # noqa: E402
-from kvtier import vllm_tier  # noqa: E402
+from kvtier import _vllm_api, vllm_tier  # noqa: E402
 
 ROWS = 64
 ROW_BYTES = 64 << 10  # one chunk, every worker's pages
@@ -526,6 +527,39 @@ def test_every_location_kind(tmp_path, monkeypatch, kind):
         job = m.submit(keys, range(12), load=True)
         assert m.finished()[job].success
         assert numpy.array_equal(array[:12], expected)
+    finally:
+        tier.shutdown()
+
+
+@pytest.mark.parametrize("variant", vllm_variants.JOB_RESULTS, ids=lambda c: c.__name__)
+def test_job_results_and_events_of_other_vllms_are_built_as_they_define_them(
+        store_dir, monkeypatch, variant):
+    # As the tier finds them when it loads (kvtier._vllm_api.Shape of vLLM's classes).
+    monkeypatch.setattr(_vllm_api, "job_result",
+                        _vllm_api.Shape(variant, {"transfer_bytes": "transfer_size"}))
+    monkeypatch.setattr(_vllm_api, "offloading_event",
+                        _vllm_api.Shape(vllm_variants.OffloadingEventWithoutOwnership))
+    array, view = primary()
+    tier = make_tier(view, store_dir, spec=make_spec(events=True))
+    m = Manager(tier)
+    try:
+        keys = keys_for("fork", 4)
+        fill(array, range(4), seed=3)
+        expected = array[:4].copy()
+        job = m.submit(keys, range(4), load=False)
+        stored = m.finished()[job]
+        assert type(stored) is variant and stored.success
+        if hasattr(stored, "transfer_size"):
+            assert stored.transfer_size == 4 * ROW_BYTES
+        events = list(tier.take_events())
+        assert [type(e) for e in events] == [vllm_variants.OffloadingEventWithoutOwnership]
+        assert events[0].keys == keys and not events[0].removed
+        # A promotion with a key never stored: a failed job naming the keys that moved.
+        job = m.submit(keys + keys_for("absent", 1), range(8, 13), load=True)
+        loaded = m.finished()[job]
+        assert type(loaded) is variant and not loaded.success
+        assert list(loaded.successful_keys) == keys
+        assert numpy.array_equal(array[8:12], expected)
     finally:
         tier.shutdown()
 
