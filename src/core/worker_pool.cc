@@ -18,11 +18,6 @@ WorkerPool::~WorkerPool() {
   for (std::thread& t : threads) t.join();
 }
 
-size_t WorkerPool::started() const {
-  MutexLock lock(mu_);
-  return threads_.size();
-}
-
 void WorkerPool::schedule(const std::shared_ptr<PoolJob>& job, size_t parallelism) {
   if (parallelism == 0 || size_ == 0) return;
   if (parallelism > size_) parallelism = size_;

@@ -42,8 +42,6 @@ class WorkerPool {
 
   // The threads it runs on once started.
   size_t size() const { return size_; }
-  // The threads started so far (0 or size()).
-  size_t started() const;
 
   // Hands `job` to up to `parallelism` workers.
   void schedule(const std::shared_ptr<PoolJob>& job, size_t parallelism);
@@ -56,7 +54,7 @@ class WorkerPool {
 
   const size_t size_;
   const std::string name_;
-  mutable Mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<PoolJob>> queue_ KVTIER_GUARDED_BY(mu_);
   bool stop_ KVTIER_GUARDED_BY(mu_) = false;
