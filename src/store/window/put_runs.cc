@@ -1,8 +1,6 @@
 #include "window/put_runs.h"
 
 #include <algorithm>
-#include <atomic>
-#include <memory>
 #include <vector>
 
 #include "kvtier/core/mutex.h"
@@ -22,6 +20,7 @@ struct Run {
   size_t part = SIZE_MAX;
   size_t chunk_from = 0;
   size_t chunk_to = 0;
+  bool last_part = false;  // its header goes out after it
 };
 
 struct Runs {
@@ -55,12 +54,11 @@ void add_payload(Runs& r, const StoreCore& s, const PageWork<ConstBuffer>& w, ui
   }
 }
 
-// The failure of any descriptor in [from, to) of a finished transfer, else OK.
-Status first_failure(const Result<Transfer>& xfer, size_t from, size_t to) {
+// The failure of any descriptor of a finished transfer, else OK.
+Status first_failure(const Result<Transfer>& xfer) {
   if (!xfer.ok()) return xfer.status();
-  const auto results = xfer->results();
-  for (size_t d = from; d < to; ++d) {
-    if (!results[d].ok()) return results[d];
+  for (const Status& st : xfer->results()) {
+    if (!st.ok()) return st;
   }
   return ok_status();
 }
@@ -79,26 +77,13 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
     if (results[i].ok()) results[i] = st;
   };
   // Every page's header begins here (its fixed fields; a sealed page's number and key).
-  std::vector<bool> started(n, false);
   for (size_t i = 0; i < n; ++i) {
     if (!results[i].ok()) continue;  // not opened: not written
-    PageWork<ConstBuffer>& w = work[i];
-    page::Header h;
-    h.namespace_id = s.ns_id;
-    h.key_hash = w.route.key_hash;
-    h.payload_bytes = w.payload;
-    h.piece_count = static_cast<uint32_t>(w.pieces.size());
-    h.piece_bytes = page::uniform_piece_bytes(w.pieces);
-    h.created_ns = created_ns;
-    h.key = keys[w.page];
-    h.header_bytes = w.header_bytes;
-    results[i] = enc[i].begin(s.sealing.get(), h, w, blocks.block(i));
-    started[i] = results[i].ok();
+    results[i] = s.begin_put(enc[i], work[i], keys[work[i].page], created_ns, blocks.block(i));
   }
 
   // The runs, in page order: small pages gathered whole, large ones cut at chunk boundaries.
   Runs r;
-  std::unique_ptr<std::atomic<uint32_t>[]> parts_left(new std::atomic<uint32_t>[n]);
   Run open;  // small pages gathering
   uint64_t open_bytes = 0;
   auto close_open = [&] {
@@ -113,8 +98,7 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
     open_bytes = 0;
   };
   for (size_t i = 0; i < n; ++i) {
-    parts_left[i].store(0, std::memory_order_relaxed);
-    if (!started[i]) continue;
+    if (!results[i].ok()) continue;
     PageWork<ConstBuffer>& w = work[i];
     const uint64_t step = std::max<uint64_t>(
         kPutRunBytes / enc[i].chunk_bytes() * enc[i].chunk_bytes(), enc[i].chunk_bytes());
@@ -129,7 +113,6 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
       continue;
     }
     close_open();
-    uint32_t parts = 0;
     for (uint64_t from = 0; from < w.payload; from += step) {
       const uint64_t to = std::min(w.payload, from + step);
       Run part;
@@ -140,10 +123,9 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
       part.part = i;
       part.chunk_from = from / enc[i].chunk_bytes();
       part.chunk_to = (to + enc[i].chunk_bytes() - 1) / enc[i].chunk_bytes();
+      part.last_part = to == w.payload;
       r.runs.push_back(part);
-      ++parts;
     }
-    parts_left[i].store(parts, std::memory_order_relaxed);
     close_open();  // small pages after it start a run of their own
   }
   close_open();
@@ -157,7 +139,7 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
       if (!st.ok()) return st;
       xfer->wait();
     }
-    return first_failure(xfer, 0, to - from);
+    return first_failure(xfer);
   };
   auto run_one = [&](size_t ri) {
     const Run& run = r.runs[ri];
@@ -179,8 +161,9 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
     for (size_t c = run.chunk_from; c < run.chunk_to && st.ok(); ++c) st = enc[i].chunk(c);
     if (st.ok()) st = write(run.first_desc, run.end_desc);
     if (!st.ok()) fail(i, st);
-    // The page's last part: its header, once every chunk is known (and none failed).
-    if (parts_left[i].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    // The page's last part (its parts are one thread's, in order): its header, once every
+    // chunk is known (and none failed).
+    if (!run.last_part) return;
     {
       MutexLock lock(failed_mu);
       if (!results[i].ok()) return;
@@ -192,7 +175,7 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
     Status hs = xfer.ok() ? xfer->post() : xfer.status();
     if (hs.ok()) {
       xfer->wait();
-      hs = first_failure(xfer, 0, 1);
+      hs = first_failure(xfer);
     }
     fail(i, hs.ok() ? written(i) : hs);
   };

@@ -10,18 +10,6 @@
 namespace kvtier {
 namespace {
 
-// What each payload chunk is bound to: the header's fixed bytes, then the page key.
-struct Bound {
-  std::array<std::byte, page::kSealBoundBytes + page::kMaxKeyBytes> bytes;
-  size_t size = 0;
-  Bound(std::span<const std::byte> fixed, std::string_view key) {
-    std::memcpy(bytes.data(), fixed.data(), fixed.size());
-    std::memcpy(bytes.data() + fixed.size(), key.data(), key.size());
-    size = fixed.size() + key.size();
-  }
-  std::span<const std::byte> span() const { return {bytes.data(), size}; }
-};
-
 seal::Tag& tag_at(std::span<std::byte> tags, size_t i) {
   return *reinterpret_cast<seal::Tag*>(tags.data() + i * seal::kTagBytes);
 }
@@ -83,10 +71,7 @@ Status PageSealing::begin_seal(const page::Header& h, detail::PageWork<ConstBuff
   KVTIER_RETURN_IF_ERROR(sealer_.seal_chunk(put.number, page::kKeyChunk, put.chunks,
                                             put.slots.bound, key_in, put.slots.sealed_key,
                                             tag_at(put.slots.key_tag, 0)));
-  // The payload's chunks are bound to the fixed fields and the page key.
-  std::memcpy(put.bound.data(), put.slots.bound.data(), put.slots.bound.size());
-  std::memcpy(put.bound.data() + put.slots.bound.size(), h.key.data(), h.key.size());
-  put.bound_bytes = put.slots.bound.size() + h.key.size();
+  put.bound = Bound(put.slots.bound, h.key);
   const uint64_t padded = page::object_bytes(h.payload_bytes) - page::kHeaderBytes;
   std::memset(w.staging.data() + h.payload_bytes, 0, padded - h.payload_bytes);
   return ok_status();
@@ -96,24 +81,12 @@ Status PageSealing::seal_chunk(const SealedPut& put, const detail::PageWork<Cons
                                size_t c) const {
   const uint64_t from = c * uint64_t{put.chunk_bytes};
   const uint64_t to = std::min<uint64_t>(w.payload, from + put.chunk_bytes);
-  std::array<std::span<const std::byte>, 8> few;
-  std::vector<std::span<const std::byte>> many;
-  size_t n = 0;
-  page::for_each_part(w.pieces, from, to, [&](const std::byte* d, uint64_t bytes) {
-    if (n < few.size()) {
-      few[n] = {d, bytes};
-    } else {
-      if (many.empty()) many.assign(few.begin(), few.end());
-      many.emplace_back(d, bytes);
-    }
-    ++n;
-  });
-  const std::span<const std::span<const std::byte>> in =
-      many.empty() ? std::span<const std::span<const std::byte>>(few.data(), n)
-                   : std::span<const std::span<const std::byte>>(many);
-  return sealer_.seal_chunk(
-      put.number, static_cast<uint32_t>(c), put.chunks, {put.bound.data(), put.bound_bytes}, in,
-      std::span<std::byte>(w.staging.data() + from, to - from), tag_at(put.slots.chunk_tags, c));
+  std::vector<std::span<const std::byte>> in;
+  page::for_each_part(w.pieces, from, to,
+                      [&](const std::byte* d, uint64_t n) { in.emplace_back(d, n); });
+  return sealer_.seal_chunk(put.number, static_cast<uint32_t>(c), put.chunks, put.bound.span(), in,
+                            std::span<std::byte>(w.staging.data() + from, to - from),
+                            tag_at(put.slots.chunk_tags, c));
 }
 
 Result<std::string> PageSealing::page_key(const page::Header& h,

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -62,13 +63,24 @@ class PageSealing {
   // name, its key the page key), seal_chunk (chunk `c` of its payload from its pieces into its
   // staging, the tag into `block`; thread-safe for distinct chunks) and finish_seal (the
   // header's checksum, once every chunk is sealed).
+  // What each payload chunk is bound to: the header's fixed bytes, then the page key.
+  struct Bound {
+    std::array<std::byte, page::kSealBoundBytes + page::kMaxKeyBytes> bytes;
+    size_t size = 0;
+    Bound() = default;
+    Bound(std::span<const std::byte> fixed, std::string_view key) {
+      std::memcpy(bytes.data(), fixed.data(), fixed.size());
+      std::memcpy(bytes.data() + fixed.size(), key.data(), key.size());
+      size = fixed.size() + key.size();
+    }
+    std::span<const std::byte> span() const { return {bytes.data(), size}; }
+  };
   struct SealedPut {
     uint64_t number = 0;
     uint32_t chunk_bytes = 0;
     uint32_t chunks = 0;
     page::SealedSlots slots;
-    std::array<std::byte, page::kSealBoundBytes + page::kMaxKeyBytes> bound;
-    size_t bound_bytes = 0;
+    Bound bound;
   };
   Status begin_seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
                     std::span<std::byte, page::kHeaderBytes> block, SealedPut& put) const;

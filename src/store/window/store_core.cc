@@ -38,9 +38,9 @@ void StoreCore::stage_for_sealing(std::vector<detail::PageWork<ConstBuffer>>& wo
   });
 }
 
-Status StoreCore::encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_view key,
-                                    uint64_t created_ns,
-                                    std::span<std::byte, page::kHeaderBytes> block) const {
+Status StoreCore::begin_put(detail::PutEncoding& encoding, detail::PageWork<ConstBuffer>& w,
+                            std::string_view key, uint64_t created_ns,
+                            std::span<std::byte, page::kHeaderBytes> block) const {
   page::Header h;
   h.namespace_id = ns_id;
   h.key_hash = w.route.key_hash;
@@ -50,8 +50,14 @@ Status StoreCore::encode_put_header(detail::PageWork<ConstBuffer>& w, std::strin
   h.created_ns = created_ns;
   h.key = key;
   h.header_bytes = w.header_bytes;
+  return encoding.begin(sealing.get(), h, w, block);
+}
+
+Status StoreCore::encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_view key,
+                                    uint64_t created_ns,
+                                    std::span<std::byte, page::kHeaderBytes> block) const {
   detail::PutEncoding encoding;
-  KVTIER_RETURN_IF_ERROR(encoding.begin(sealing.get(), h, w, block));
+  KVTIER_RETURN_IF_ERROR(begin_put(encoding, w, key, created_ns, block));
   for (size_t c = 0; c < encoding.chunks(); ++c) KVTIER_RETURN_IF_ERROR(encoding.chunk(c));
   encoding.finish();
   return ok_status();

@@ -35,6 +35,10 @@
 
 namespace kvtier {
 
+namespace detail {
+class PutEncoding;  // window/put_encoding.h
+}  // namespace detail
+
 using detail::BatchTimer;
 using detail::bump;
 using detail::Counters;
@@ -152,6 +156,11 @@ struct StoreCore {
   Status encode_put_header(detail::PageWork<ConstBuffer>& w, std::string_view key,
                            uint64_t created_ns,
                            std::span<std::byte, page::kHeaderBytes> block) const;
+  // Its first step alone (window/put_encoding.h): the header's fixed fields of page `w`, for
+  // a writer that encodes the chunks itself, run by run (window/put_runs.h).
+  Status begin_put(detail::PutEncoding& encoding, detail::PageWork<ConstBuffer>& w,
+                   std::string_view key, uint64_t created_ns,
+                   std::span<std::byte, page::kHeaderBytes> block) const;
   // A segment record's compact header size for a key and payload (sealed ones hold more).
   uint32_t compact_header_bytes(size_t key_bytes, uint64_t payload_bytes) const {
     return sealing ? PageSealing::compact_header_bytes(key_bytes, payload_bytes)
