@@ -270,18 +270,30 @@ TEST(Cli, UnreachableS3EndpointExitsTwo) {
 
 TEST(Cli, CapacityBoundsTheBenchAndEvictionsAreMissesNotCorruption) {
   kvtier::testing::TempDir dir;
-  // 64 pages of 69,632-byte objects into a budget of about 28 of them, one file each.
+  // 64 pages of 69,632-byte objects into a budget of about 26 of them beside what the store
+  // keeps (1.1 MiB: its 256 fan-out directories, the ledger, the shared files), one file each.
   CliRun r = run("bench --dir " + dir.path() +
-                 " --layout files --page-bytes 65536 --pages 64 --batch 16 --capacity 2000000 "
+                 " --layout files --page-bytes 65536 --pages 64 --batch 16 --capacity 3000000 "
                  "--keep --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   nlohmann::json j = json_of(r);
   EXPECT_EQ(j["verified"], true);
-  EXPECT_EQ(j["capacity_bytes"], 2000000);
+  EXPECT_EQ(j["capacity_bytes"], 3000000);
   EXPECT_GT(j["evicted_pages"].get<uint64_t>(), 0u);
   EXPECT_EQ(j["read_misses"], j["evicted_pages"]);
+  // What the tree takes, as du counts it, pages and what is beside them apart.
   nlohmann::json s = json_of(run("stat " + dir.path() + " --json"));
-  EXPECT_LE(s["bytes"].get<uint64_t>(), 2000000u);
+  const uint64_t allocated = s["allocated_bytes"].get<uint64_t>();
+  EXPECT_LE(allocated, 3000000u);
+  EXPECT_GE(allocated, s["bytes"].get<uint64_t>() + s["metadata_bytes"].get<uint64_t>());
+  EXPECT_GT(s["metadata_bytes"].get<uint64_t>(), 0u);
+  // A capacity too small for what the store keeps beside its pages is refused, saying why.
+  CliRun small = run("bench --dir " + dir.path() +
+                         " --layout files --page-bytes 65536 "
+                         "--capacity 1000000",
+                     /*with_stderr=*/true);
+  EXPECT_EQ(small.exit_code, 2) << small.out;
+  EXPECT_NE(small.out.find("is too small"), std::string::npos) << small.out;
 }
 
 // The same maintenance on a segment store: records are listed, verified and repaired in

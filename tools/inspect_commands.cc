@@ -171,6 +171,14 @@ int run_stat(const InspectOptions& o) {
                   [](const NamespaceSummary& ns) { return ns.bytes; });
     per_namespace("temp_files", "Temporaries of live or crashed writers, by namespace.",
                   [](const NamespaceSummary& ns) { return ns.temp_files; });
+    if (loc->storage_class == StorageClass::kFile) {
+      per_namespace("allocated_bytes",
+                    "Bytes the namespace's tree takes on storage (st_blocks, as du counts).",
+                    [](const NamespaceSummary& ns) { return ns.allocated_bytes; });
+      per_namespace("metadata_bytes",
+                    "Of allocated_bytes, those not of pages (directories, ledger, shared files).",
+                    [](const NamespaceSummary& ns) { return ns.metadata_bytes; });
+    }
     w.family("namespaces", "gauge", "Namespaces at the location.");
     w.sample("namespaces", static_cast<uint64_t>(inv->namespaces.size()));
     if (tenant) {
@@ -196,12 +204,16 @@ int run_stat(const InspectOptions& o) {
                             {"other_files", ns.other_files},
                             {"segments", ns.segments},
                             {"segment_bytes", ns.segment_bytes},
+                            {"allocated_bytes", ns.allocated_bytes},
+                            {"metadata_bytes", ns.metadata_bytes},
                             {"manifest", manifest_of(ns)}});
     }
     nlohmann::json j = {{"uri", loc->uri()},
                         {"pages", inv->pages},
                         {"bytes", inv->bytes},
                         {"temp_files", inv->temp_files},
+                        {"allocated_bytes", inv->allocated_bytes},
+                        {"metadata_bytes", inv->metadata_bytes},
                         {"namespaces", namespaces}};
     if (tenant) {
       nlohmann::json by_id = nlohmann::json::object();
@@ -215,6 +227,11 @@ int run_stat(const InspectOptions& o) {
   }
   fmt::print("{}: {} pages, {} bytes, {} namespaces, {} temporary files\n", loc->uri(), inv->pages,
              inv->bytes, inv->namespaces.size(), inv->temp_files);
+  if (loc->storage_class == StorageClass::kFile) {
+    fmt::print("  on storage (as du counts): {} bytes, {} of them pages, {} beside them\n",
+               inv->allocated_bytes, inv->allocated_bytes - inv->metadata_bytes,
+               inv->metadata_bytes);
+  }
   if (tenant) {
     std::string ids;
     for (const auto& [id, n] : tenant->pages_by_key_id) {

@@ -25,6 +25,8 @@ from kvtier._kvtier import (
     Ticket,
     Transfer,
     __version__,
+    capacity_holding,
+    capacity_page_bytes,
 )
 
 __all__ = [
@@ -40,4 +42,6 @@ __all__ = [
     "Ticket",
     "Transfer",
     "__version__",
+    "capacity_holding",
+    "capacity_page_bytes",
 ]

@@ -30,7 +30,9 @@ _COUNTERS = {
 }
 _GAUGES = {
     "cache_bytes": "Bytes the tier's location holds (with capacity_bytes: the shared ledger "
-                   "of every process using it).",
+                   "of every process using it, and what is kept beside the chunks).",
+    "metadata_bytes": "Of capacity_bytes, what the tier sets aside for what it keeps beside "
+                      "the chunks (directories, the ledger, shared files).",
     "cache_chunks": "Chunks this process knows the location holds.",
     "capacity_bytes": "The tier's capacity_bytes (0: none).",
     "jobs_in_flight": "Load and store jobs submitted and not yet reported.",

@@ -23,8 +23,10 @@ Options (keys of the extra config; the environment variable is the fallback):
     salt          KVTIER_SALT       tenant/deployment salt: different salts never share pages
                                     ("tenant" is accepted as a synonym)
     model_revision                  weights revision, appended to the model name
-    capacity      KVTIER_CAPACITY   most bytes this deployment's pages may take ("100GiB");
-                                    least recently used pages are evicted (FILE stores only)
+    capacity      KVTIER_CAPACITY   most bytes this deployment may take on storage ("100GiB"),
+                                    as du counts them: pages and what is kept beside them
+                                    (about 1 MiB and 0.35%); least recently used pages are
+                                    evicted (FILE stores only)
     min_free      KVTIER_MIN_FREE   bytes to leave free on the filesystem ("20GiB")
     staging_mb                      memory for staged pages, per direction (default 64)
     deadline_ms   KVTIER_DEADLINE_MS  longest a get/set/exists call waits for storage: later

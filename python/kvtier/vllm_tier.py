@@ -14,9 +14,10 @@ CPU tier misses it. Options (the keys of the tier's entry besides type and modul
 
     root            a directory (or several, comma-separated); or
     uri             any kvtier location: file:///a,/b?layout=segments, s3://bucket/prefix?...
-    capacity_bytes  most bytes the tier may take ("1TiB", 500000000000); least recently used
-                    chunks are evicted; shared by every process on the location, kept across
-                    restarts (FILE locations)
+    capacity_bytes  most bytes the tier may take on storage ("1TiB", 500000000000), as du
+                    counts them: chunks and what is kept beside them (about 1 MiB and 0.35%);
+                    least recently used chunks are evicted; shared by every process on the
+                    location, kept across restarts (FILE locations)
     admission       adaptive | always (default adaptive): with capacity_bytes, whether a full
                     tier may decline a chunk's first store when its measurements of vLLM's
                     lookups say that keeps more hits (a miss later, as an evicted chunk)
@@ -360,8 +361,9 @@ class KvtierTier(_Base):  # type: ignore[misc,valid-type]
                     stats.increase_counter(_METRIC_PREFIX + name, delta)
             self._reported = now
             capacity = store["capacity_bytes"]
-            gauges = {"cache_bytes": store["used_bytes"] if capacity else store["bytes"],
-                      "cache_chunks": store["pages"], "capacity_bytes": capacity,
+            held = store["used_bytes"] + store["metadata_bytes"] if capacity else store["bytes"]
+            gauges = {"cache_bytes": held, "cache_chunks": store["pages"],
+                      "capacity_bytes": capacity, "metadata_bytes": store["metadata_bytes"],
                       "jobs_in_flight": len(self._jobs),
                       "locations_unhealthy": store["locations_unhealthy"]}
             for name, value in gauges.items():

@@ -14,6 +14,16 @@ def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
 
+def du(root):
+    """What `root` and everything under it take, as du counts it (st_blocks), links not
+    followed."""
+    total = os.lstat(root).st_blocks * 512
+    for parent, dirs, files in os.walk(root):
+        for name in dirs + files:
+            total += os.lstat(os.path.join(parent, name)).st_blocks * 512
+    return total
+
+
 def s3_test_server(monkeypatch):
     """The S3 server scripts/with-s3-server started, as (endpoint, region, bucket), with its
     credentials set in this test's environment only (read from KVTIER_TEST_S3_ENV_FILE; the

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kvtier
-from conftest import open_fds, s3_test_server, writer_and_reader
+from conftest import du, open_fds, s3_test_server, writer_and_reader
 from fakes import LAYOUTS, MLA_LAYOUTS, HostPool, OldStorageConfig, StorageConfig, host_indices
 from kvtier.sglang import HiCacheKvtier
 
@@ -30,11 +30,11 @@ def adapter(store_dir, pool, config=None, **options):
 
 
 def page_object_bytes(store_dir):
-    """What a page file of HostPool()'s pages takes: a 4 KiB header block, then the payload
-    padded to 4 KiB."""
+    """What a page file of HostPool()'s pages is charged against a capacity: a 4 KiB header
+    block, then the payload padded to 4 KiB, and its directory entry."""
     probe = adapter(store_dir + "-probe", HostPool())
     try:
-        return probe.page_bytes + 4096 + (-probe.page_bytes) % 4096
+        return kvtier.capacity_page_bytes(probe.page_bytes + 4096 + (-probe.page_bytes) % 4096)
     finally:
         probe.close()
 
@@ -566,7 +566,8 @@ def test_capacity_evicts_least_recently_used_pages(store_dir):
     pool = HostPool(tokens=256)
     pool.fill_random(seed=18)
     page_object = page_object_bytes(store_dir)
-    a = adapter(store_dir, pool, capacity=8 * page_object, file_layout="files")
+    a = adapter(store_dir, pool, capacity=kvtier.capacity_holding(8 * page_object),
+                file_layout="files")
     keys = keys_for("cap", 12)
     for i in range(0, 12, 4):
         assert a.batch_set_v1(keys[i:i + 4], host_indices(range(i, i + 4), pool.page_size)) == \
@@ -584,6 +585,35 @@ def test_capacity_evicts_least_recently_used_pages(store_dir):
     a.close()
 
 
+@pytest.mark.parametrize("layout", ["files", "segments"])
+def test_capacity_bounds_the_whole_tree_as_du_counts_it(store_dir, layout):
+    """`capacity` is what the tree under the location takes (st_blocks, as du counts it), pages
+    and what kvtier keeps beside them, within one page, from the smallest capacity accepted up;
+    one below that is refused, saying why."""
+    pool = HostPool(tokens=512)
+    pool.fill_random(seed=23)
+    page_object = page_object_bytes(store_dir)
+    smallest = kvtier.capacity_holding(page_object, layout)
+    with pytest.raises(kvtier.InvalidArgumentError, match=f"at least {smallest}"):
+        adapter(store_dir + "-small", pool, capacity=smallest - 1, file_layout=layout)
+    for capacity in (smallest, 2 * smallest, 8 << 20):
+        root = f"{store_dir}-{capacity}"
+        a = adapter(root, pool, capacity=capacity, file_layout=layout)
+        room = capacity - a.counters()["store"]["metadata_bytes"]
+        batch = max(1, min(8, room // page_object // 4))
+        # Three capacities of pages: page files of page_object bytes, or records a little
+        # larger than a page (segments).
+        stored = page_object if layout == "files" else a.page_bytes
+        for first in range(0, 3 * capacity // stored, batch):
+            keys = keys_for(f"du{first}", batch)
+            a.batch_set_v1(keys, host_indices(range(batch), pool.page_size))
+        store = a.counters()["store"]
+        a.close()
+        assert store["evicted_pages"] > 0 and store["pages"] > 0, store
+        assert store["used_bytes"] + store["metadata_bytes"] <= capacity
+        assert du(root) <= capacity + page_object, (layout, capacity, du(root))
+
+
 def test_admission_declines_one_offs_through_sglang_calls(store_dir):
     """A full store declines first writes once that measures better, from what SGLang asks
     (batch_exists), not from the adapter's own checks before a write or a read: with those
@@ -592,7 +622,8 @@ def test_admission_declines_one_offs_through_sglang_calls(store_dir):
     pool = HostPool(tokens=64)
     pool.fill_random(seed=21)
     page_object = page_object_bytes(store_dir)
-    a = adapter(store_dir, pool, capacity=128 * page_object, file_layout="files")
+    a = adapter(store_dir, pool, capacity=kvtier.capacity_holding(128 * page_object),
+                file_layout="files")
     assert a.counters()["store"]["admission"].startswith("adaptive")
     # 16 shared prompts of 4 pages; each request one of them and 8 pages never asked again.
     for r in range(400):
@@ -614,7 +645,8 @@ def test_admission_declines_one_offs_through_sglang_calls(store_dir):
     assert a.batch_set_v1(key, host_indices(range(1), pool.page_size)) == [True]
     assert a.batch_exists(key) == 0
     a.close()
-    b = adapter(store_dir + "-always", pool, capacity=128 * page_object, admission="always")
+    b = adapter(store_dir + "-always", pool, capacity=kvtier.capacity_holding(128 * page_object),
+                admission="always")
     assert b.counters()["store"]["admission"] == "always"
     b.close()
     with pytest.raises(kvtier.InvalidArgumentError, match="admission"):

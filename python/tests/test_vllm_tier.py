@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "vllm_fakes"))
 
 import vllm_variants  # noqa: E402
-from conftest import open_fds, s3_test_server  # noqa: E402
+from conftest import du, open_fds, s3_test_server  # noqa: E402
 from vllm.v1.kv_offload import base as vbase  # noqa: E402
 from vllm.v1.kv_offload import config as vconfig  # noqa: E402
 from vllm.v1.kv_offload.tiering import base as tbase  # noqa: E402
@@ -313,7 +313,8 @@ def test_drain_jobs_waits_for_every_job_and_each_is_reported_once(store_dir):
 
 def test_capacity_bounds_the_tier_and_evicts_the_oldest(store_dir):
     array, view = primary()
-    capacity = 28 * ROW_BYTES  # fewer than 28 chunks (each has a header too)
+    # Room for 24 chunk files (a 4 KiB header each) beside what the tier keeps.
+    capacity = kvtier.capacity_holding(24 * kvtier.capacity_page_bytes(ROW_BYTES + 4096))
     tier = make_tier(view, store_dir, "files", capacity_bytes=str(capacity))
     m = Manager(tier)
     try:
@@ -322,8 +323,8 @@ def test_capacity_bounds_the_tier_and_evicts_the_oldest(store_dir):
             m.submit(keys_for(f"cap{j}", 8), range(8 * j, 8 * j + 8), load=False)
             assert all(r.success for r in m.finished().values())
         stats = tier.counters()["store"]
-        assert stats["used_bytes"] <= capacity
-        assert stats["evicted_pages"] >= 48 - 28
+        assert stats["used_bytes"] + stats["metadata_bytes"] <= capacity
+        assert stats["evicted_pages"] == 48 - 24
         assert Manager(tier).lookup(keys_for("cap0", 1)[0]) is vbase.LookupResult.MISS
         assert Manager(tier).lookup(keys_for("cap5", 1)[0]) is vbase.LookupResult.HIT
     finally:
@@ -408,11 +409,40 @@ def test_stored_events_when_vllm_asks_for_them(store_dir):
         tier.shutdown()
 
 
+def test_capacity_bytes_bounds_the_whole_tree_as_du_counts_it(store_dir, layout):
+    # capacity_bytes is what the tree under the root takes (st_blocks, as du counts it), chunks
+    # and what kvtier keeps beside them, within one chunk, from the smallest capacity accepted
+    # up; one below that is refused, saying why.
+    array, view = primary()
+    fill(array, range(ROWS), seed=12)
+    chunk = kvtier.capacity_page_bytes(ROW_BYTES + 4096)
+    smallest = kvtier.capacity_holding(chunk, layout)
+    with pytest.raises(kvtier.InvalidArgumentError, match=f"at least {smallest}"):
+        make_tier(view, store_dir + "-small", layout, capacity_bytes=smallest - 1)
+    for capacity in (smallest, 2 * smallest, 8 << 20):
+        root = f"{store_dir}-{capacity}"
+        tier = make_tier(view, root, layout, capacity_bytes=capacity)
+        m = Manager(tier)
+        try:
+            room = capacity - tier._store.stats()["metadata_bytes"]
+            per_job = max(1, min(8, room // chunk // 4))
+            for j in range(3 * capacity // chunk // per_job + 1):
+                rows = [(j * per_job + i) % ROWS for i in range(per_job)]
+                m.submit(keys_for(f"du{j}", per_job), rows, load=False)
+                m.finished()
+            stats = tier._store.stats()
+        finally:
+            tier.shutdown()
+        assert stats["evicted_pages"] > 0 and stats["pages"] > 0, stats
+        assert stats["used_bytes"] + stats["metadata_bytes"] <= capacity
+        assert du(root) <= capacity + chunk, (layout, capacity, du(root))
+
+
 def test_eviction_events_under_a_capacity(store_dir, layout):
     # vLLM's KV events: a chunk reported stored and later evicted by kvtier is reported
     # removed, once; what is still held is never reported removed.
     array, view = primary()
-    capacity = 28 * ROW_BYTES
+    capacity = kvtier.capacity_holding(28 * ROW_BYTES, layout)
     tier = make_tier(view, store_dir, layout, spec=make_spec(events=True),
                      capacity_bytes=capacity)
     m = Manager(tier)
@@ -428,7 +458,8 @@ def test_eviction_events_under_a_capacity(store_dir, layout):
         assert len(stored) == 96 and len(set(stored)) == 96
         assert removed and len(set(removed)) == len(removed) and set(removed) <= set(stored)
         held = [k for k in stored if k not in set(removed)]
-        assert tier._store.stats()["used_bytes"] <= capacity
+        stats = tier._store.stats()
+        assert stats["used_bytes"] + stats["metadata_bytes"] <= capacity
         ctx = vbase.ReqContext("r")
         for key in removed:
             assert tier.lookup(key, ctx) is not vbase.LookupResult.HIT

@@ -222,6 +222,20 @@ std::unique_ptr<PyStore> open_store(
 }  // namespace
 
 void bind_store(py::module_& m) {
+  m.def("capacity_page_bytes", &capacity_page_bytes, "object_bytes"_a,
+        "What a page file of `object_bytes` is charged against a capacity_bytes (its 4 KiB "
+        "blocks and its directory entry).");
+  m.def(
+      "capacity_holding",
+      [](uint64_t page_bytes, const std::string& layout, size_t bases) {
+        Result<StoreLayout> l = parse_store_layout(layout);
+        if (!l.ok()) raise_status(l.status());
+        return capacity_holding(page_bytes, *l, bases);
+      },
+      "page_bytes"_a, "layout"_a = "files", "bases"_a = 1,
+      "The smallest capacity_bytes whose pages may take `page_bytes` (as charged: "
+      "capacity_page_bytes) beside what a store of `layout` on `bases` base directories keeps "
+      "(stats()['metadata_bytes']), on 4 KiB blocks.");
   py::class_<PyTicket>(m, "Ticket",
                        "A batch running in the background (Store.submit_put/submit_get). The "
                        "page memory it uses is kept alive until it is done.")

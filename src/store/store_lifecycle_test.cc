@@ -24,6 +24,12 @@ using testing::PagePool;
 
 constexpr size_t kPage = 16384;             // payload
 constexpr uint64_t kObject = kPage + 4096;  // header + payload (4 KiB aligned)
+// What a page object is charged against a capacity (its blocks and its directory entry), and a
+// capacity whose pages hold `n` of them beside what the store keeps (capacity/footprint.h).
+const uint64_t kCharged = capacity_page_bytes(kObject);
+uint64_t room_for(size_t n) {
+  return capacity_holding(n * kCharged, StoreLayout::kFiles);
+}
 
 NamespaceSpec fixed_namespace() {
   NamespaceSpec ns = testing::test_namespace("lifecycle-model");
@@ -164,7 +170,7 @@ TEST_F(StoreLifecycle, RestartRebuildsTheIndexExactly) {
   s.reset();
   auto capped = open(uint64_t{1} << 40, "?backend=posix&layout=files", ns);
   ASSERT_NE(capped, nullptr);
-  EXPECT_EQ(capped->stats().used_bytes, kPages * kSmallObject);
+  EXPECT_EQ(capped->stats().used_bytes, kPages * capacity_page_bytes(kSmallObject));
 }
 
 TEST_F(StoreLifecycle, AnotherProcessesPagesAreFoundOnAnIndexMiss) {
@@ -246,7 +252,7 @@ TEST_F(StoreLifecycle, AClearIsSeenByEveryStoreOfTheNamespaceOnItsNextCall) {
 }
 
 TEST_F(StoreLifecycle, EvictionFollowsReadsNotOnlyWrites) {
-  auto s = open(4 * kObject);
+  auto s = open(room_for(4));
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, 8, kPage);
   ASSERT_TRUE(put_each(*s, pool, {"p0", "p1", "p2", "p3"}));
@@ -257,20 +263,37 @@ TEST_F(StoreLifecycle, EvictionFollowsReadsNotOnlyWrites) {
   EXPECT_TRUE(s->exists("p4").value_or(false));
   const StoreStats st = s->stats();
   EXPECT_EQ(st.evicted_pages, 1u);
-  EXPECT_EQ(st.used_bytes, 4 * kObject);
+  EXPECT_EQ(st.used_bytes, 4 * kCharged);
   EXPECT_EQ(on_disk(*s).second, 4 * kObject);
-  // A page larger than the whole capacity is refused, not half-written.
-  auto tiny = open(kObject / 2);
+  // A batch larger than the whole capacity is refused, not half-written.
+  testing::TempDir other;
+  auto tiny = open_at(other.file("store"), room_for(1));
   ASSERT_NE(tiny, nullptr);
-  PagePool tpool(*tiny, 1, kPage);
-  EXPECT_EQ(put(*tiny, tpool, {"huge"}).pages[0].code(), StatusCode::kResourceExhausted);
+  PagePool tpool(*tiny, 2, kPage);
+  const BatchResult both = put(*tiny, tpool, {"huge", "r"});
+  EXPECT_EQ(both.pages[0].code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(both.pages[1].code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(on_disk(*tiny).first, 0u);
+  // A capacity that does not hold what the store keeps beside its pages and one page is
+  // refused before anything is made, naming the smallest it takes.
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri(other.file("refused") + "?backend=posix&layout=files");
+  cfg.ns = fixed_namespace();
+  cfg.capacity_bytes = room_for(1) - 1;
+  Result<std::unique_ptr<Store>> refused = Store::open(cfg);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(fmt::format("at least {}", room_for(1))),
+            std::string::npos)
+      << refused.status().to_string();
+  EXPECT_FALSE(std::filesystem::exists(other.file("refused") + "/kvtier"));
 }
 
 // Engines put and get a prompt's pages in prefix order, and a later page is of no use once an
 // earlier one is gone: within a batch the first page is the most recently used, so eviction
 // takes a prefix's last pages first, for puts and reads alike.
 TEST_F(StoreLifecycle, EvictionTakesABatchsLastPagesFirst) {
-  auto s = open(4 * kObject);
+  auto s = open(room_for(4));
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, 8, kPage);
   ASSERT_TRUE(put(*s, pool, {"a0", "a1", "a2", "a3"}).all_ok());  // a3 a2 a1 a0
@@ -293,7 +316,7 @@ TEST_F(StoreLifecycle, EvictionTakesABatchsLastPagesFirst) {
 // The same for a batch longer than a window (the store works 128 pages at a time at most).
 TEST_F(StoreLifecycle, ALongBatchsFirstPageIsItsMostRecentlyUsed) {
   constexpr size_t kPages = 300;
-  auto s = open(kPages * kObject);
+  auto s = open(room_for(kPages));
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, kPages, kPage);
   std::vector<std::string> keys;
@@ -320,8 +343,8 @@ TEST_F(StoreLifecycle, ALongBatchsFirstPageIsItsMostRecentlyUsed) {
 // read since (its read mark) is spared by this store's eviction once, and goes at its turn
 // after that unless read again. Its own reads never buy a spare: its index already has them.
 TEST_F(StoreLifecycle, EvictionSparesOnceWhatAnotherStoreRead) {
-  auto writer = open(4 * kObject);
-  auto reader = open(4 * kObject);
+  auto writer = open(room_for(4));
+  auto reader = open(room_for(4));
   ASSERT_NE(writer, nullptr);
   ASSERT_NE(reader, nullptr);
   PagePool pool(*writer, 8, kPage), rpool(*reader, 1, kPage);
@@ -344,7 +367,7 @@ TEST_F(StoreLifecycle, EvictionSparesOnceWhatAnotherStoreRead) {
   EXPECT_EQ(st.kept_for_others, 1u);
   EXPECT_EQ(st.evicted_pages, 4u);
   EXPECT_EQ(on_disk(*writer).second, 4 * kObject);
-  EXPECT_EQ(st.used_bytes, 4 * kObject);
+  EXPECT_EQ(st.used_bytes, 4 * kCharged);
 }
 
 // Stores of a namespace on one host share what they evict and remove: a page another store
@@ -352,8 +375,8 @@ TEST_F(StoreLifecycle, EvictionSparesOnceWhatAnotherStoreRead) {
 // engine is not promised a page its read then misses (before, the index kept such a page until
 // a read missed it). A page written again afterwards is found again.
 TEST_F(StoreLifecycle, APageAnotherStoreRemovedIsNotReported) {
-  auto writer = open(2 * kObject);
-  auto other = open(2 * kObject);
+  auto writer = open(room_for(2));
+  auto other = open(room_for(2));
   ASSERT_NE(writer, nullptr);
   ASSERT_NE(other, nullptr);
   PagePool pool(*writer, 4, kPage);
@@ -385,7 +408,7 @@ TEST_F(StoreLifecycle, APageAnotherStoreRemovedIsNotReported) {
 // take_evicted names exactly the pages eviction removed, by their key hashes, once; nothing
 // until watch_evictions; beyond max_pending the oldest are dropped and counted.
 TEST_F(StoreLifecycle, EvictedPagesAreNamedOnceWhenWatched) {
-  auto s = open(4 * kObject);
+  auto s = open(room_for(4));
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, 8, kPage);
   ASSERT_TRUE(put_each(*s, pool, {"p0", "p1", "p2", "p3"}));
@@ -408,7 +431,7 @@ TEST_F(StoreLifecycle, EvictedPagesAreNamedOnceWhenWatched) {
 }
 
 TEST_F(StoreLifecycle, EvictionNeverTearsAReadInFlight) {
-  auto s = open(2 * kObject);
+  auto s = open(room_for(2));
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, 4, kPage);
   ASSERT_TRUE(put(*s, pool, {"held"}).all_ok());
@@ -437,7 +460,7 @@ TEST_F(StoreLifecycle, EvictionNeverTearsAReadInFlight) {
       SIZE_MAX);
 }
 
-constexpr uint64_t kSharedCapacity = 64 * kObject;
+const uint64_t kSharedCapacity = room_for(64);
 
 // A writer of CapacityIsOneBudgetAcrossProcesses: args are the store's directory and the
 // writer's number. 3: a put failed, 4: the shared usage passed the capacity.
@@ -455,7 +478,8 @@ KVTIER_CHILD(lifecycle_capacity_writer, args) {
     if (!put_pages(*s, pool, keys).all_ok()) code = 3;
     // The shared usage, which bounds what is published at every moment. (A directory walk is
     // no snapshot while others evict and write: it is checked at the end.)
-    if (s->stats().used_bytes > kSharedCapacity) code = 4;
+    const StoreStats st = s->stats();
+    if (st.used_bytes + st.metadata_bytes > kSharedCapacity) code = 4;
   }
   return code;
 }
@@ -477,7 +501,8 @@ TEST_F(StoreLifecycle, CapacityIsOneBudgetAcrossProcesses) {
   const auto [n, bytes] = on_disk(*s);
   EXPECT_LE(bytes, kSharedCapacity);
   EXPECT_GT(n, 0u);
-  EXPECT_EQ(s->stats().used_bytes, bytes);  // alone again: exact
+  EXPECT_EQ(s->stats().used_bytes, n * kCharged);  // alone again: exact
+  EXPECT_EQ(bytes, n * kObject);
 }
 
 constexpr size_t kCrashKeys = 40, kCrashBatch = 8;

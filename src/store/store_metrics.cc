@@ -24,6 +24,7 @@ StoreStats Store::stats() const {
   s.pages = impl_->index.pages();
   s.bytes = impl_->index.bytes();
   s.capacity_bytes = impl_->config.capacity_bytes;
+  s.metadata_bytes = impl_->capacity.metadata_bytes();
   s.min_free_bytes = impl_->config.min_free_bytes;
   if (impl_->capacity.bounded() && impl_->serving(0)) {  // the ledger lives on base 0
     Result<uint64_t> used = impl_->capacity.used();

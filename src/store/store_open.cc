@@ -8,6 +8,8 @@
 #include <charconv>
 #include <cstdio>
 
+#include "capacity/footprint.h"
+#include "format/page_format.h"
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/cpus.h"
 #include "kvtier/store/store.h"
@@ -137,6 +139,18 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   KVTIER_ASSIGN_OR_RETURN(LayoutChoice chosen, choose_layout(*impl, named));
   impl->layout_summary = std::move(chosen.summary);
   impl->layout = make_layout(*impl, chosen.kind);
+  // A capacity holds what the store keeps beside its pages too: a capacity too small for it
+  // is refused before anything is made (capacity/footprint.h).
+  KVTIER_RETURN_IF_ERROR(impl->capacity.plan(
+      {config.capacity_bytes, config.min_free_bytes},
+      {.page_files = impl->layout->fans_out(),
+       .bases = impl->router.base_count(),
+       .unit = config.capacity_bytes != 0 || config.min_free_bytes != 0
+                   ? footprint::allocation_unit(impl->router.base(0))
+                   : footprint::kBlockBytes},
+      config.ns.piece_bytes != 0
+          ? page::object_bytes(config.ns.piece_bytes * config.ns.pieces_per_page)
+          : 0));
   KVTIER_RETURN_IF_ERROR(impl->open_namespace().with_context(
       fmt::format("opening store at {}", config.location.uri())));
   KVTIER_RETURN_IF_ERROR(impl->layout->open().with_context(
@@ -144,10 +158,10 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   impl->generation.start();
   // What is charged when this store is alone: what its layout holds on storage.
   KVTIER_RETURN_IF_ERROR(impl->capacity.open(impl->router.namespace_dir(0),
-                                             {config.capacity_bytes, config.min_free_bytes},
                                              [&impl] { return impl->layout->charged_bytes(); }));
   if (impl->capacity.bounded()) impl->layout->with_capacity(impl->capacity.opened_alone());
   KVTIER_RETURN_IF_ERROR(impl->capacity.choose_admission(cfg.admission));
+  impl->capacity.account_shared_files();
   KVTIER_RETURN_IF_ERROR(impl->start_guard());
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }

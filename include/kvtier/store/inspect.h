@@ -27,6 +27,11 @@ struct NamespaceSummary {
   // (`pages` and `bytes` count the live records among them).
   uint64_t segments = 0;
   uint64_t segment_bytes = 0;
+  // A FILE location: what the namespace's tree takes as `du` counts it (st_blocks), and of
+  // that what is not pages (directories, the manifest, the capacity ledger and the shared
+  // files beside it, temporaries): the bytes a capacity_bytes bounds. 0 on object stores.
+  uint64_t allocated_bytes = 0;
+  uint64_t metadata_bytes = 0;
 };
 
 struct Inventory {
@@ -34,6 +39,8 @@ struct Inventory {
   uint64_t pages = 0;
   uint64_t bytes = 0;
   uint64_t temp_files = 0;
+  uint64_t allocated_bytes = 0;  // FILE locations, as above
+  uint64_t metadata_bytes = 0;
 };
 
 // kNotFound when a base directory does not exist.

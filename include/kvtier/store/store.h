@@ -172,13 +172,18 @@ struct StoreConfig {
   size_t max_open_objects = 0;
   // Threads that run submitted batches (submit_put/submit_get), started on first use.
   size_t async_threads = 4;
-  // Capacity (FILE stores): the namespace's objects never take more than `capacity_bytes`
-  // (0: no limit), and writes leave at least `min_free_bytes` free on the first base's
-  // filesystem (0: no floor). Least recently used pages (reads count) are evicted to make
-  // room; the segment layout charges its segment files and reclaims whole sealed segments,
-  // oldest first, writing the pages read since they were put forward first (segment_bytes
-  // is then at most 1/64 of the capacity). Every process opening the namespace shares one budget
-  // (see docs/architecture.md).
+  // Capacity (FILE stores): what the namespace keeps on storage never takes more than
+  // `capacity_bytes` (0: no limit) plus one page, counted as `du` counts it: its pages as the
+  // filesystem allocates them, and what it keeps beside them (directories, the capacity ledger,
+  // the shared files of eviction and admission), which the store sets aside when it opens
+  // (StoreStats::metadata_bytes: a fixed part, 1 MiB of it the page-file layout's 256 fan-out
+  // directories, and 0.35% of the capacity; docs/architecture.md, "Capacity and eviction"). A
+  // capacity that does not hold that and one page is refused (kInvalidArgument). Writes leave at
+  // least `min_free_bytes` free on the first base's filesystem (0: no floor). Least recently used
+  // pages (reads count) are evicted to make room; the segment layout charges its segment files and
+  // reclaims whole sealed segments, oldest first, writing the pages read since they were put
+  // forward first (segment_bytes is then at most 1/64 of the capacity). Every process opening the
+  // namespace shares one budget (see docs/architecture.md).
   uint64_t capacity_bytes = 0;
   uint64_t min_free_bytes = 0;
   // Which new pages a store at its capacity takes (docs/architecture.md, "What is admitted"):
@@ -311,15 +316,16 @@ struct LatencyHistogram {
   X(deadline_misses, "Pages (and exists calls) whose location missed the deadline.")    \
   X(unhealthy_refusals, "Pages refused at once: their location is not answering.")
 // Gauges, X(name, help): sampled when stats() is taken (Prometheus kvtier_<name>).
-#define KVTIER_STORE_GAUGES(X)                                      \
-  X(pages, "Pages in this process's index.")                        \
-  X(bytes, "Object bytes in this process's index.")                 \
-  X(used_bytes, "Bytes used against the capacity (all processes).") \
-  X(capacity_bytes, "The capacity (0: none).")                      \
-  X(min_free_bytes, "Free space kept on the filesystem (0: none).") \
-  X(batches_in_flight, "Batch calls running now.")                  \
-  X(objects_open, "Objects (descriptors) held open now.")           \
-  X(locations_unhealthy, "Isolated locations not answering now.")   \
+#define KVTIER_STORE_GAUGES(X)                                                       \
+  X(pages, "Pages in this process's index.")                                         \
+  X(bytes, "Object bytes in this process's index.")                                  \
+  X(used_bytes, "Bytes used against the capacity (all processes).")                  \
+  X(capacity_bytes, "The capacity (0: none).")                                       \
+  X(metadata_bytes, "Of the capacity, set aside for what is kept beside the pages.") \
+  X(min_free_bytes, "Free space kept on the filesystem (0: none).")                  \
+  X(batches_in_flight, "Batch calls running now.")                                   \
+  X(objects_open, "Objects (descriptors) held open now.")                            \
+  X(locations_unhealthy, "Isolated locations not answering now.")                    \
   X(threads_stuck, "Guard threads still busy for a call whose deadline passed.")
 // Latency histograms of batch calls, X(name, metric, help) (Prometheus
 // kvtier_<metric>_seconds; put/get: whole batches, single pages included; exists: batches).
@@ -445,6 +451,16 @@ class PrometheusWriter {
   std::string common_labels_;
   std::string out_;
 };
+
+// Capacity planning (FILE stores on a filesystem of 4 KiB blocks; docs/architecture.md,
+// "Capacity and eviction"). capacity_page_bytes(): what a page file of `object_bytes` is
+// charged against a capacity (its blocks and its directory entry). capacity_holding(): the
+// smallest capacity_bytes whose pages may take `page_bytes` as charged, beside what a store of
+// `layout` on `bases` base directories keeps (StoreStats::metadata_bytes) and, for segments,
+// the segment of room that reclaiming needs; capacity_holding(capacity_page_bytes(a page
+// object)) is the smallest capacity a store accepts.
+uint64_t capacity_page_bytes(uint64_t object_bytes);
+uint64_t capacity_holding(uint64_t page_bytes, StoreLayout layout, size_t bases = 1);
 
 // A page store on one location. Safe for concurrent use by the threads of the process that
 // opened it. In any other process (a forked child, whose copy has none of its threads and may

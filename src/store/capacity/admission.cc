@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "capacity/footprint.h"
 #include "naming/routing.h"
 
 namespace kvtier {
@@ -14,13 +15,9 @@ namespace {
 constexpr uint64_t kShadowPages = 16384;   // sampled pages per shadow, at most (about)
 constexpr uint64_t kGhostFactor = 4;       // the ghost list: keys missed once, x shadow pages
 constexpr uint64_t kDoorkeeperFactor = 8;  // keys per doorkeeper generation, x capacity pages
-constexpr uint64_t kBitsPerKey = 10;       // with 4 probes: about 1% false positives
-constexpr uint64_t kMaxGenerationBits = uint64_t{1} << 28;  // 32 MiB per generation
-constexpr int kProbes = 4;
+constexpr int kProbes = 4;  // with 10 bits a key (footprint.h): about 1% false positives
 constexpr uint64_t kDoorkeeperMagic = 0x3144524f4f44564b;  // "KVDOORD1"
-constexpr uint64_t kSmallestPage = 16384;  // a shared doorkeeper is sized for pages this small
-constexpr uint64_t kLookupsMagic = 0x3144454b5341564b;  // "KVASKED1"
-constexpr uint64_t kLookupSlots = 65536;                // keys the ring of keys asked holds
+constexpr uint64_t kLookupsMagic = 0x3144454b5341564b;     // "KVASKED1"
 constexpr uint64_t kWindow = 8;   // hits are halved every kWindow x shadow pages of keys asked
 constexpr double kMargin = 1.05;  // the better shadow must lead by 5% ...
 constexpr double kSlack = 8;      // ... and by this many hits
@@ -63,11 +60,6 @@ bool AdmissionPolicy::KeyLru::erase(uint64_t k) {
 
 namespace {
 
-// Words of one generation's filter for `keys_per_generation` keys.
-uint64_t generation_words(uint64_t keys_per_generation) {
-  return std::clamp<uint64_t>(keys_per_generation * kBitsPerKey, 64 * 64, kMaxGenerationBits) / 64;
-}
-
 uint64_t load(const uint64_t* word) {
   return std::atomic_ref<const uint64_t>(*word).load(std::memory_order_relaxed);
 }
@@ -75,7 +67,7 @@ uint64_t load(const uint64_t* word) {
 }  // namespace
 
 void AdmissionPolicy::Doorkeeper::size_for(uint64_t keys_per_generation) {
-  half_words_ = generation_words(keys_per_generation);
+  half_words_ = footprint::generation_words(keys_per_generation);
   own_.assign(3 + 2 * half_words_, 0);
   state_ = own_.data();
   words_ = own_.data() + 3;
@@ -131,13 +123,14 @@ void AdmissionPolicy::Doorkeeper::add(const Hash128& key) {
 
 Result<std::unique_ptr<SharedFile>> AdmissionPolicy::open_doorkeeper_file(const std::string& dir,
                                                                           uint64_t capacity_bytes) {
-  const uint64_t keys = std::max<uint64_t>(capacity_bytes / kSmallestPage, 1) * kDoorkeeperFactor;
   return SharedFile::open(dir + "/" + std::string(routing::kDoorkeeperFile), kDoorkeeperMagic,
-                          2 * generation_words(keys), sizeof(uint64_t));
+                          footprint::doorkeeper_words(capacity_bytes), sizeof(uint64_t));
 }
 
-Result<std::unique_ptr<KeyRing>> AdmissionPolicy::open_lookups_file(const std::string& dir) {
-  return KeyRing::open(dir + "/" + std::string(routing::kLookupsFile), kLookupsMagic, kLookupSlots);
+Result<std::unique_ptr<KeyRing>> AdmissionPolicy::open_lookups_file(const std::string& dir,
+                                                                    uint64_t capacity_bytes) {
+  return KeyRing::open(dir + "/" + std::string(routing::kLookupsFile), kLookupsMagic,
+                       footprint::ring_slots(capacity_bytes));
 }
 
 AdmissionPolicy::AdmissionPolicy(uint64_t capacity_bytes, std::unique_ptr<SharedFile> written,

@@ -40,8 +40,9 @@
 // Bounds: the shadows sample keys (those whose hash is 0 modulo S, S = pages / 16,384, at
 // least 1; spatial sampling keeps hit ratios), so they hold at most ~100,000 keys whatever the
 // capacity; the doorkeeper takes ~10 bits per page of eight capacities, per generation (at
-// most 64 MiB in all); the ring holds the last 65,536 sampled keys asked (2 MiB): a store
-// idle while the others were asked for more replays what it still holds. Across hosts (FUSE)
+// most 64 MiB in all); the ring holds the last sampled keys asked, a slot per 32 KiB of
+// capacity (1,024 to 65,536: footprint.h): a store idle while the others were asked for more
+// replays what it still holds. Across hosts (FUSE)
 // both are per process: each decides from what it sees (docs/architecture.md, "Admission").
 //
 // Thread-safety: safe for concurrent use (one mutex; a lookup or write batch takes it once).
@@ -75,8 +76,10 @@ class AdmissionPolicy {
   // pages of 16 KiB or more).
   static Result<std::unique_ptr<SharedFile>> open_doorkeeper_file(const std::string& dir,
                                                                   uint64_t capacity_bytes);
-  // Maps the namespace's ring of keys asked in `dir` (creating it: key_ring.h).
-  static Result<std::unique_ptr<KeyRing>> open_lookups_file(const std::string& dir);
+  // Maps the namespace's ring of keys asked in `dir` (creating it, sized for `capacity_bytes`:
+  // footprint.h, key_ring.h).
+  static Result<std::unique_ptr<KeyRing>> open_lookups_file(const std::string& dir,
+                                                            uint64_t capacity_bytes);
   AdmissionPolicy(const AdmissionPolicy&) = delete;
   AdmissionPolicy& operator=(const AdmissionPolicy&) = delete;
 

@@ -153,7 +153,8 @@ TEST(AdmissionDoorkeeper, StoresOfANamespaceShareWhatWasWritten) {
 TEST(AdmissionShadows, StoresOfANamespaceReplayEachOthersLookups) {
   TempDir dir;
   auto file = [&]() {
-    Result<std::unique_ptr<KeyRing>> f = AdmissionPolicy::open_lookups_file(dir.path());
+    Result<std::unique_ptr<KeyRing>> f =
+        AdmissionPolicy::open_lookups_file(dir.path(), kCapacityPages * 16384);
     EXPECT_TRUE(f.ok()) << f.status().to_string();
     return f.ok() ? std::move(f).value() : nullptr;
   };
@@ -177,7 +178,8 @@ TEST(AdmissionShadows, StoresOfANamespaceReplayEachOthersLookups) {
 
   // A store asked nothing since it looked replays the others' requests the next time it is
   // asked, as many as the ring still holds: through b alone, the workload shifts to pages
-  // asked again at once (72,000 keys, more than the ring's 65,536), and a, asked one request,
+  // asked again at once (72,000 keys, more than the ring's 1,024 at this capacity), and a, asked
+  // one request,
   // follows.
   for (const auto& keys : asked_twice(9000)) {
     b.on_lookup(hashes(keys));

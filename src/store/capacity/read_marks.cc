@@ -17,7 +17,7 @@ constexpr uint64_t kMaxSlots = uint64_t{1} << 24;  // 64 MiB of marks at most
 
 Result<std::unique_ptr<ReadMarks>> ReadMarks::open(const std::string& dir, uint64_t slots) {
   const std::string path = dir + "/" + std::string(routing::kReadMarksFile);
-  slots = std::clamp<uint64_t>(slots, 4096, kMaxSlots) / kWays * kWays;
+  slots = std::clamp<uint64_t>(slots, kWays, kMaxSlots) / kWays * kWays;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SharedFile> file,
                           SharedFile::open(path, kMagic, slots, sizeof(uint32_t)));
   if (file->count() > kMaxSlots || file->count() % kWays != 0) {

@@ -3,6 +3,7 @@
 #include "capacity/store_capacity.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -10,11 +11,32 @@
 
 namespace kvtier {
 
-Status StoreCapacity::open(const std::string& dir, Limits limits,
+Status StoreCapacity::plan(Limits limits, footprint::Shape shape, uint64_t page_bytes) {
+  limits_ = limits;
+  shape_ = shape;
+  shape_.capacity_bytes = limits.capacity_bytes;
+  charging_ = limits.capacity_bytes != 0 || limits.min_free_bytes != 0;
+  if (limits.capacity_bytes == 0) return ok_status();
+  KVTIER_RETURN_IF_ERROR(footprint::check_floor(shape_, page_bytes));
+  metadata_ = footprint::metadata_bytes(shape_);
+  return ok_status();
+}
+
+void StoreCapacity::account_shared_files() {
+  if (!ledger_ || limits_.capacity_bytes == 0) return;
+  for (const footprint::SharedFileBytes& f : footprint::shared_files(shape_)) {
+    struct stat st {};
+    const std::string path = dir_ + "/" + std::string(f.name);
+    if (::stat(path.c_str(), &st) == 0 && uint64_t(st.st_blocks) * 512 > f.bytes) {
+      metadata_ += uint64_t(st.st_blocks) * 512 - f.bytes;
+    }
+  }
+}
+
+Status StoreCapacity::open(const std::string& dir,
                            const std::function<Result<uint64_t>()>& charged) {
   dir_ = dir;
-  limits_ = limits;
-  if (limits.capacity_bytes == 0 && limits.min_free_bytes == 0) return ok_status();
+  if (!charging_) return ok_status();
   KVTIER_ASSIGN_OR_RETURN(const uint64_t bytes, charged());
   KVTIER_ASSIGN_OR_RETURN(ledger_, Ledger::open(dir, bytes));
   return ok_status();
@@ -38,10 +60,12 @@ Status StoreCapacity::choose_admission(std::string_view mode) {
       if (auto f = AdmissionPolicy::open_doorkeeper_file(dir_, limits_.capacity_bytes); f.ok()) {
         written = std::move(f).value();
       }
-      if (auto f = AdmissionPolicy::open_lookups_file(dir_); f.ok()) asked = std::move(f).value();
+      if (auto f = AdmissionPolicy::open_lookups_file(dir_, limits_.capacity_bytes); f.ok())
+        asked = std::move(f).value();
     }
-    admission_ = std::make_unique<AdmissionPolicy>(limits_.capacity_bytes, std::move(written),
-                                                   std::move(asked));
+    // Its shadows hold as many pages as the store can: the capacity less its metadata.
+    admission_ = std::make_unique<AdmissionPolicy>(limits_.capacity_bytes - metadata_,
+                                                   std::move(written), std::move(asked));
   }
   return ok_status();
 }
@@ -56,7 +80,12 @@ Result<uint64_t> StoreCapacity::used() const {
 }
 
 uint64_t StoreCapacity::limit(uint64_t used) const {
-  uint64_t limit = limits_.capacity_bytes != 0 ? limits_.capacity_bytes : UINT64_MAX;
+  // The metadata's share is set aside: the pages get the rest (plan() made sure some is left,
+  // unless larger shared files than this store's took it: account_shared_files()).
+  uint64_t limit = UINT64_MAX;
+  if (limits_.capacity_bytes != 0) {
+    limit = limits_.capacity_bytes > metadata_ ? limits_.capacity_bytes - metadata_ : 0;
+  }
   if (limits_.min_free_bytes != 0) {
     struct statvfs fs {};
     if (::statvfs(dir_.c_str(), &fs) == 0) {

@@ -3,6 +3,10 @@
 // of the pages it evicted (eviction_journal.h). reserve() is the protocol every layout
 // shares; a layout says what it would evict (Evictor).
 //
+// A bounded store charges what its pages take on storage, and sets aside from its capacity what
+// it keeps beside them (footprint.h): plan() before anything is indexed, open() once the layout
+// has looked at what the namespace holds.
+//
 // A store without capacity_bytes or min_free_bytes is unbounded: nothing is charged, reserve()
 // is never asked, and every page is admitted.
 //
@@ -18,6 +22,7 @@
 
 #include "capacity/admission.h"
 #include "capacity/eviction_journal.h"
+#include "capacity/footprint.h"
 #include "capacity/ledger.h"
 #include "kvtier/core/status.h"
 
@@ -44,14 +49,31 @@ class StoreCapacity {
     std::string_view none_left;  // how a refusal says that nothing is left to evict
   };
 
-  // Joins the ledger of the namespace directory `dir` when `limits` bound the store; alone
+  // The store's limits, and its shape on storage (`shape.capacity_bytes` is ignored): what its
+  // metadata takes, how a page is charged. kInvalidArgument, before anything is made, for a
+  // capacity that does not hold the metadata and one page of `page_bytes` (0: not known).
+  Status plan(Limits limits, footprint::Shape shape, uint64_t page_bytes);
+  // What an object of `bytes` is charged (footprint::file_bytes), or `bytes` when unbounded.
+  uint64_t charge(uint64_t bytes) const {
+    return charging_ ? footprint::file_bytes(bytes, shape_.unit) : bytes;
+  }
+  // What a file appended to is charged at `bytes` (footprint::appended_file_bytes), likewise.
+  uint64_t charge_appended(uint64_t bytes) const {
+    return charging_ ? footprint::appended_file_bytes(bytes, shape_.unit) : bytes;
+  }
+  // What a bounded store set aside for its metadata (0: none).
+  uint64_t metadata_bytes() const { return metadata_; }
+
+  // Joins the ledger of the namespace directory `dir` when the limits bound the store; alone
   // there (no other store of the namespace open), the usage starts from `charged()`, what
   // the layout holds on storage.
-  Status open(const std::string& dir, Limits limits,
-              const std::function<Result<uint64_t>()>& charged);
+  Status open(const std::string& dir, const std::function<Result<uint64_t>()>& charged);
   // Admission `mode`: "adaptive" (empty: the default) or "always". Adaptive needs a
   // capacity_bytes; without one every page is taken, and describe_admission() says why.
   Status choose_admission(std::string_view mode);
+  // Once the shared files are open: any an earlier store made larger than this one would
+  // (another capacity, an older kvtier) is set aside at its size.
+  void account_shared_files();
 
   bool bounded() const { return ledger_ != nullptr; }
   // Opened with no other store of the namespace open (Ledger::reset_on_open).
@@ -84,6 +106,9 @@ class StoreCapacity {
 
   std::string dir_;
   Limits limits_;
+  footprint::Shape shape_;
+  bool charging_ = false;
+  uint64_t metadata_ = 0;
   std::unique_ptr<Ledger> ledger_;
   std::unique_ptr<AdmissionPolicy> admission_;
   std::string admission_summary_;

@@ -14,6 +14,7 @@
 #include "format/page_format.h"
 #include "format/sealed_page.h"
 #include "format/segment_format.h"
+#include "inspect/allocation.h"
 #include "inspect/walk.h"
 #include "kvtier/backends/builtin.h"
 #include "kvtier/core/aligned_buffer.h"
@@ -67,6 +68,17 @@ Result<Inventory> take_inventory(const StoreLocation& location) {
   KVTIER_ASSIGN_OR_RETURN(Agent agent, agent_for(location));
   Inventory inv;
   KVTIER_RETURN_IF_ERROR(walk(agent, location, &inv, nullptr));
+  if (location.storage_class == StorageClass::kFile) {
+    for (NamespaceSummary& ns : inv.namespaces) {
+      Result<inspect::Allocation> a = inspect::allocation_of(ns.dir);
+      if (!a.ok() && a.status().code() == StatusCode::kNotFound) continue;  // cleared meanwhile
+      KVTIER_RETURN_IF_ERROR(a.status());
+      ns.allocated_bytes = a->page_bytes + a->metadata_bytes;
+      ns.metadata_bytes = a->metadata_bytes;
+      inv.allocated_bytes += ns.allocated_bytes;
+      inv.metadata_bytes += ns.metadata_bytes;
+    }
+  }
   return inv;
 }
 

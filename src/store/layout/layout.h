@@ -37,6 +37,9 @@ class Layout {
   Layout& operator=(const Layout&) = delete;
 
   virtual StoreLayout kind() const = 0;
+  // Whether pages fan out over directories of their own, one object each: what the layout
+  // keeps beside its pages on storage depends on it (capacity/footprint.h).
+  virtual bool fans_out() const = 0;
 
   // Opening, in this order. open(): creates what the layout keeps on storage and indexes the
   // pages already there. charged_bytes(): what the capacity ledger charges when it starts

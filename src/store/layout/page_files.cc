@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "capacity/footprint.h"
 #include "capacity/page_index.h"
 #include "naming/namespace_walk.h"
 #include "window/put_runs.h"
@@ -17,11 +18,11 @@
 namespace kvtier {
 namespace {
 
-// The ring of pages removed (capacity/key_ring.h), "KVEVICT1": the last 65,536 (2 MiB), many
-// windows of evictions between two exists() calls of a store; one that falls further behind
-// keeps the pages it missed indexed until a read misses them, as across hosts.
+// The ring of pages removed (capacity/key_ring.h), "KVEVICT1": a slot per 32 KiB of capacity
+// (1,024 to 65,536: capacity/footprint.h), many windows of evictions between two exists()
+// calls of a store; one that falls further behind keeps the pages it missed indexed until a
+// read misses them, as across hosts.
 constexpr uint64_t kGoneMagic = 0x315443495645564b;
-constexpr uint64_t kGoneSlots = 65536;
 
 }  // namespace
 
@@ -58,12 +59,13 @@ void PageFiles::with_capacity(bool /*alone*/) {
   // One slot per 16 KiB of capacity: four per page of 64 KiB. Marks are hints: a store that
   // cannot map them evicts by its own reads alone, as it does across hosts.
   if (Result<std::unique_ptr<ReadMarks>> marks =
-          ReadMarks::open(dir, s_.config.capacity_bytes / 16384);
+          ReadMarks::open(dir, footprint::read_mark_slots(s_.config.capacity_bytes));
       marks.ok()) {
     read_marks_ = std::move(marks).value();
   }
   if (Result<std::unique_ptr<KeyRing>> gone =
-          KeyRing::open(dir + "/" + std::string(routing::kGoneFile), kGoneMagic, kGoneSlots);
+          KeyRing::open(dir + "/" + std::string(routing::kGoneFile), kGoneMagic,
+                        footprint::ring_slots(s_.config.capacity_bytes));
       gone.ok()) {
     gone_ = std::move(gone).value();
   }
@@ -82,7 +84,7 @@ Result<bool> PageFiles::look_up(const routing::Route& r) {
   Result<ObjectInfo> info = s_.agent.stat(r.path);
   if (info.ok()) {
     if (info->is_dir || info->size <= kHeaderBytes) return false;
-    s_.index.put_cold({r.key_hash, static_cast<uint32_t>(r.base), info->size});
+    s_.index.put_cold({r.key_hash, static_cast<uint32_t>(r.base), s_.capacity.charge(info->size)});
     return true;
   }
   if (info.status().code() == StatusCode::kNotFound) return false;
@@ -105,7 +107,8 @@ size_t PageFiles::look_up_from(std::span<const std::string_view> keys, size_t n)
   for (; found < infos.size(); ++found) {
     const Result<ObjectInfo>& info = infos[found];
     if (!info.ok() || info->is_dir || info->size <= kHeaderBytes) break;
-    s_.index.put_cold({rest[found].key_hash, static_cast<uint32_t>(rest[found].base), info->size});
+    s_.index.put_cold({rest[found].key_hash, static_cast<uint32_t>(rest[found].base),
+                       s_.capacity.charge(info->size)});
   }
   // The keys the index could not answer, up to and including the one that ended the prefix.
   bump(s_.counters.index_stats, found + (found < infos.size() ? 1 : 0));
@@ -116,7 +119,7 @@ Status PageFiles::remove(const routing::Route& r) {
   uint64_t bytes = 0;
   if (s_.capacity.bounded()) {
     Result<ObjectInfo> info = s_.agent.stat(r.path);
-    if (info.ok()) bytes = info->size;
+    if (info.ok()) bytes = s_.capacity.charge(info->size);
   }
   Status st = s_.agent.remove(r.path);
   s_.index.erase(r.key_hash);
@@ -141,7 +144,7 @@ Status PageFiles::clear() {
           for (size_t i = 0; i < removed.size(); ++i) {
             if (removed[i].ok()) {
               bump(s_.counters.cleared);
-              freed += pages[i].size;
+              freed += s_.capacity.charge(pages[i].size);
             } else if (removed[i].code() != StatusCode::kNotFound && first.ok()) {
               first = removed[i];
             }
@@ -178,7 +181,7 @@ std::string PageFiles::where(const detail::PageWork<MutableBuffer>& w) const {
 void PageFiles::drop_corrupt(detail::PageWork<MutableBuffer>& w) {
   if (!w.target.valid()) return;
   const ObjectIdentity identity = w.target.identity();
-  const uint64_t bytes = w.target.size();
+  const uint64_t bytes = s_.capacity.charge(w.target.size());
   w.target.reset();
   if (!s_.config.drop_corrupt) return;
   // Removed only if it is still the object that was read.
@@ -192,7 +195,8 @@ void PageFiles::drop_corrupt(detail::PageWork<MutableBuffer>& w) {
 void PageFiles::index_hit(const detail::PageWork<MutableBuffer>& w, uint64_t now) {
   if (read_marks_) read_marks_->mark(w.route.key_hash);
   if (!s_.index.touch(w.route.key_hash, now)) {
-    s_.index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), object_bytes(w.payload)});
+    s_.index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base),
+                  s_.capacity.charge(object_bytes(w.payload))});
   }
 }
 
@@ -210,7 +214,7 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
   // Capacity: the window's bytes are reserved (evicting as needed) before anything is written.
   uint64_t reserved = 0;
   if (s_.capacity.bounded() && !work.empty()) {
-    for (const auto& w : work) reserved += object_bytes(w.payload);
+    for (const auto& w : work) reserved += s_.capacity.charge(object_bytes(w.payload));
     Status st = reserve(reserved);
     if (!st.ok()) {
       for (const auto& w : work) out[w.page] = st;
@@ -277,7 +281,7 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
   uint64_t give_back = 0;
   for (auto it = work.rbegin(); it != work.rend(); ++it) {
     const auto& w = *it;
-    const uint64_t bytes = object_bytes(w.payload);
+    const uint64_t bytes = s_.capacity.charge(object_bytes(w.payload));
     if (out[w.page].ok()) {
       const std::optional<uint64_t> old =
           s_.index.put({w.route.key_hash, static_cast<uint32_t>(w.route.base), bytes});
@@ -453,7 +457,8 @@ Status PageFiles::scan_index(bool as_recent) {
             const std::optional<Hash128> h = parse_hash_hex(e.name);
             if (h && (fixed || e.size > kHeaderBytes)) {
               found.push_back(
-                  {{*h, static_cast<uint32_t>(b), fixed ? fixed_bytes : e.size}, e.mtime_ns});
+                  {{*h, static_cast<uint32_t>(b), s_.capacity.charge(fixed ? fixed_bytes : e.size)},
+                   e.mtime_ns});
             }
           }
           return ok_status();

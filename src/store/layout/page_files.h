@@ -27,6 +27,7 @@ class PageFiles final : public Layout {
   static Result<bool> holds_pages(StoreCore& store);
 
   StoreLayout kind() const override { return StoreLayout::kFiles; }
+  bool fans_out() const override { return true; }
   Status open() override;
   Result<uint64_t> charged_bytes() override;
   void with_capacity(bool alone) override;

@@ -15,6 +15,7 @@
 #include <random>
 #include <utility>
 
+#include "capacity/footprint.h"
 #include "kvtier/core/cpus.h"
 #include "naming/object_io.h"
 #include "window/store_core.h"
@@ -56,9 +57,11 @@ size_t SegmentLayout::slot_base(size_t slot) const {
 Status SegmentLayout::open() {
   if (s_.config.capacity_bytes != 0) {
     // Capacity is reclaimed a segment at a time: segments of at most 1/64 of it (1 MiB at
-    // least) keep the budget's grain fine.
-    s_.config.segment_bytes = std::min(s_.config.segment_bytes,
-                                       std::max<uint64_t>(s_.config.capacity_bytes / 64, 1 << 20));
+    // least, which the smallest capacity holds: capacity/footprint.h) keep the budget's grain
+    // fine.
+    s_.config.segment_bytes =
+        std::min(s_.config.segment_bytes,
+                 std::max<uint64_t>(s_.config.capacity_bytes / 64, footprint::kMinSegmentBytes));
   }
   return segments_open();
 }
@@ -470,7 +473,7 @@ Status SegmentLayout::clear() {
       std::vector<Status> removed = s_.agent.remove_many(paths);
       for (size_t i = 0; i < removed.size(); ++i) {
         const Status& r = removed[i];
-        if (r.ok()) freed += sizes[i];
+        if (r.ok()) freed += s_.capacity.charge_appended(sizes[i]);
         if (!r.ok() && r.code() != StatusCode::kNotFound && result.ok()) result = r;
       }
       MutexLock lock(seg->mu);

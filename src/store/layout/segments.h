@@ -39,6 +39,7 @@ class SegmentLayout : public Layout {
   static Result<bool> holds_pages(StoreCore& store);
 
   StoreLayout kind() const override { return StoreLayout::kSegments; }
+  bool fans_out() const override { return false; }
   Status open() override;
   Result<uint64_t> charged_bytes() override;
   void with_capacity(bool alone) override;

@@ -60,7 +60,9 @@ Result<uint64_t> SegmentLayout::segment_file_bytes() {
   for (size_t b = 0; b < s_.router.base_count(); ++b) {
     Status st = s_.agent.list(segment_dir(s_.router, b), ListOptions{.with_details = true},
                               [&](const ObjectInfo& e) {
-                                if (segment::is_segment_file(e.name)) bytes += e.size;
+                                if (segment::is_segment_file(e.name)) {
+                                  bytes += s_.capacity.charge_appended(e.size);
+                                }
                                 return ok_status();
                               });
     if (st.code() != StatusCode::kNotFound) KVTIER_RETURN_IF_ERROR(st);
@@ -272,7 +274,8 @@ Status SegmentLayout::reserve_segments(uint64_t need, bool copy_forward_pages) {
         continue;
       }
       f.in_clock = false;
-      freeing += f.ours ? f.end + f.summary_end : f.record_end + f.summary_read;
+      freeing += s_.capacity.charge_appended(f.ours ? f.end : f.record_end) +
+                 s_.capacity.charge_appended(f.ours ? f.summary_end : f.summary_read);
       victims.push_back(id);
     }
     return !victims.empty();
@@ -316,7 +319,7 @@ Status SegmentLayout::reserve_segments(uint64_t need, bool copy_forward_pages) {
         Result<ObjectInfo> info = s_.agent.stat(path);
         Status removed = s_.agent.remove(path);
         if (removed.ok()) {
-          *freed += info.ok() ? info->size : 0;
+          *freed += info.ok() ? s_.capacity.charge_appended(info->size) : 0;
         } else if (removed.code() != StatusCode::kNotFound) {
           removed_all = false;
           if (failed.ok()) failed = removed.with_context("reclaiming a segment");

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "capacity/footprint.h"
 #include "format/page_format.h"
 #include "format/segment_format.h"
 #include "kvtier/backends/fault/fault_backend.h"
@@ -31,9 +32,10 @@ inline uint64_t seed_of(const std::string& key) {
 }
 
 struct SegFiles {
-  std::vector<std::string> segments;
-  std::vector<std::string> summaries;
-  uint64_t bytes = 0;
+  std::vector<std::string> segments, summaries;
+  uint64_t bytes = 0;      // their sizes
+  uint64_t charged = 0;    // as the capacity ledger charges them (capacity/footprint.h)
+  uint64_t allocated = 0;  // their blocks (st_blocks)
 };
 
 inline SegFiles seg_files(const Store& s) {
@@ -44,9 +46,12 @@ inline SegFiles seg_files(const Store& s) {
       const std::string p = e.path().string();
       if (p.ends_with(".seg")) out.segments.push_back(p);
       if (p.ends_with(".sum")) out.summaries.push_back(p);
-      // Allocated bytes: what the records take on disk, holes not counted.
       struct stat st;
-      if (::stat(p.c_str(), &st) == 0) out.bytes += static_cast<uint64_t>(st.st_size);
+      if (::stat(p.c_str(), &st) == 0) {
+        out.bytes += static_cast<uint64_t>(st.st_size);
+        out.charged += footprint::appended_file_bytes(st.st_size, footprint::kBlockBytes);
+        out.allocated += static_cast<uint64_t>(st.st_blocks) * 512;
+      }
     }
   }
   std::sort(out.segments.begin(), out.segments.end());

@@ -127,7 +127,9 @@ Status SegmentLayout::roll_segment(size_t slot, uint64_t* grown) {
       object_io::write_object(s_.agent, f.sum_path, s_.router.temp_dir(b), begin, publish));
   f.end = segment::kSegmentHeaderBytes;
   f.summary_end = segment::kEntryBytes;
-  *grown += segment::kSegmentHeaderBytes + segment::kEntryBytes;
+  // Both files as charged from the start: what they take beyond their bytes is charged now.
+  *grown += s_.capacity.charge_appended(segment::kSegmentHeaderBytes) +
+            s_.capacity.charge_appended(segment::kEntryBytes);
   MutexLock lock(seg->mu);
   const auto id = static_cast<uint32_t>(seg->files.size());
   seg->by_name.emplace(f.name, id);
@@ -199,7 +201,10 @@ void SegmentLayout::put_window_segments(std::span<const std::string_view> keys,
     }
     const uint64_t rolls = std::min<uint64_t>(
         work.size(), s_.router.base_count() * lanes + 2 * records / s_.config.segment_bytes + 1);
-    reserved = records + rolls * (segment::kSegmentHeaderBytes + 2 * segment::kEntryBytes);
+    // A segment started: both its files as charged when made (roll_segment), and its seal.
+    reserved = records +
+               rolls * (s_.capacity.charge_appended(segment::kSegmentHeaderBytes) +
+                        s_.capacity.charge_appended(segment::kEntryBytes) + segment::kEntryBytes);
     Status st = reserve_segments(reserved, /*copy_forward=*/!relocating);
     if (!st.ok()) {
       for (const auto& w : work) out[w.page] = st;

@@ -53,8 +53,8 @@ TEST_F(StoreSegmentsCapacity, CapacityHoldsWhileWritingFarMoreThanIt) {
     for (size_t first = 0; first < keys.size(); first += 8) {
       ASSERT_TRUE(put(*s, pool, {keys.begin() + first, keys.begin() + first + 8}).all_ok());
       const SegFiles f = seg_files(*s);
-      ASSERT_LE(f.bytes, kCapacity) << first;
-      ASSERT_EQ(s->stats().used_bytes, f.bytes) << first;
+      ASSERT_LE(f.allocated + s->stats().metadata_bytes, kCapacity) << first;
+      ASSERT_EQ(s->stats().used_bytes, f.charged) << first;
       ASSERT_EQ(testing::open_fds(), fds);
     }
     const auto st = s->stats();
@@ -68,12 +68,12 @@ TEST_F(StoreSegmentsCapacity, CapacityHoldsWhileWritingFarMoreThanIt) {
     EXPECT_GT(hits, 50u);
     EXPECT_LT(hits * kPage, kCapacity);
     EXPECT_EQ(testing::open_fds(), fds);
-    on_disk = seg_files(*s).bytes;
+    on_disk = seg_files(*s).charged;
   }
   // Restart, alone: the ledger is set to the bytes on disk, which did not change.
   auto s = open_capped(kCapacity);
   ASSERT_NE(s, nullptr);
-  EXPECT_EQ(seg_files(*s).bytes, on_disk);
+  EXPECT_EQ(seg_files(*s).charged, on_disk);
   EXPECT_EQ(s->stats().used_bytes, on_disk);
   EXPECT_EQ(s->stats().capacity_bytes, kCapacity);
 }
@@ -122,8 +122,8 @@ TEST_F(StoreSegmentsCapacity, OnlyPagesReadAreCopiedForward) {
     ASSERT_TRUE(put(*s, pool, {filler.begin() + first, filler.begin() + first + 8}).all_ok());
     ASSERT_EQ(read_all(*s, pool, hot), hot.size()) << first;
     const SegFiles f = seg_files(*s);
-    ASSERT_LE(f.bytes, kCapacity) << first;
-    ASSERT_EQ(s->stats().used_bytes, f.bytes) << first;
+    ASSERT_LE(f.allocated + s->stats().metadata_bytes, kCapacity) << first;
+    ASSERT_EQ(s->stats().used_bytes, f.charged) << first;
   }
   const auto st = s->stats();
   // Each round of the clock copies the four read pages (and only them: the filler is never
@@ -385,7 +385,8 @@ KVTIER_CHILD(segments_capacity_process, args) {
   const auto mine = testing::keys_for("proc" + p + "-", kProcKeys);
   for (size_t i = 0; i < kProcKeys; i += 8) {
     if (!testing::put_keys(*s, pool, {mine.begin() + i, mine.begin() + i + 8}).all_ok()) return 3;
-    if (s->stats().used_bytes > kSharedCapacity) return 4;
+    const StoreStats st = s->stats();
+    if (st.used_bytes + st.metadata_bytes > kSharedCapacity) return 4;
     for (int q = 0; q < kProcs; ++q) {
       for (size_t back : {size_t{0}, size_t{40}, size_t{200}}) {
         if (i < back) continue;
@@ -416,8 +417,8 @@ TEST_F(StoreSegmentsCapacity, CapacityIsOneBudgetAcrossThreeProcessesReadingEach
   auto s = open_capped(kSharedCapacity);
   ASSERT_NE(s, nullptr);
   const SegFiles f = seg_files(*s);
-  EXPECT_LE(f.bytes, kSharedCapacity);
-  EXPECT_EQ(s->stats().used_bytes, f.bytes);  // alone again: exact
+  EXPECT_LE(f.allocated + s->stats().metadata_bytes, kSharedCapacity);
+  EXPECT_EQ(s->stats().used_bytes, f.charged);  // alone again: exact
   PagePool pool(*s, 1, kPage);
   size_t hits = 0;
   for (int p = 0; p < kProcs; ++p) {
@@ -513,7 +514,7 @@ TEST_F(StoreSegmentsCapacity, SegmentsOfKilledWritersAreReclaimedAfterALoneOpen)
   auto s = open_capped(kCapacity);
   ASSERT_NE(s, nullptr);
   PagePool pool(*s, 8, kPage);
-  EXPECT_EQ(s->stats().used_bytes, seg_files(*s).bytes);
+  EXPECT_EQ(s->stats().used_bytes, seg_files(*s).charged);
   const auto keys = testing::keys_for("live-", 240);  // two capacities
   for (size_t i = 0; i < keys.size(); i += 8) {
     ASSERT_TRUE(put(*s, pool, {keys.begin() + i, keys.begin() + i + 8}).all_ok());
