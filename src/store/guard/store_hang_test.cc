@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -209,6 +210,54 @@ size_t thread_count() {
   }
   return n;
 }
+
+#ifdef KVTIER_CLI
+// The CLI run with `args`, its stdout and stderr into one pipe: its exit status, what it
+// wrote, and how long until it exited.
+struct CliRun {
+  int status = -1;
+  std::string output;
+  milliseconds took{0};
+};
+CliRun run_cli(const std::vector<std::string>& args) {
+  CliRun run;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return run;
+  UniqueFd rd(fds[0]), wr(fds[1]);
+  std::vector<std::string> all{KVTIER_CLI};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, wr.get(), 1);
+  posix_spawn_file_actions_adddup2(&fa, wr.get(), 2);
+  const auto t0 = Clock::now();
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  wr.reset();
+  if (rc != 0) return run;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(rd.get(), buf, sizeof buf)) > 0;) {
+    run.output.append(buf, static_cast<size_t>(n));
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  run.took = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
+  run.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return run;
+}
+
+// Waits (within the hang ceiling) until process `pid`, not a child of this one, has ended.
+bool wait_process_end(pid_t pid) {
+  UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!fd.valid()) return errno == ESRCH;  // gone already
+  pollfd p{fd.get(), POLLIN, 0};
+  return ::poll(&p, 1, static_cast<int>(milliseconds(kHungCeiling).count())) == 1;
+}
+#endif
 
 // The lines a store reports about its bases' health, and a way to wait for the next one.
 struct HealthLog {
@@ -776,6 +825,54 @@ TEST_P(StoreHang, CloseReturnsByItsDeadlineWhenReleasingTouchesTheMount) {
       << guard::threads_alive() << " guard threads, " << threads_before << " before";
   EXPECT_EQ(open_fds(), fds_before);
   EXPECT_EQ(health_.count(), 0u) << "a line after the close returned";
+}
+
+// The CLI's commands on the hung mount: each stops waiting by its deadline, exits with status
+// 3 and says why; their processes go on alone once the mount answers, and the clear among them
+// then clears the whole namespace.
+TEST_P(StoreHang, CliCommandsStopWaitingByTheirDeadline) {
+#ifndef KVTIER_CLI
+  GTEST_SKIP() << "the kvtier CLI is not built";
+#else
+  Written w = written("hang-cli");
+  ASSERT_NE(w.store, nullptr);
+  const std::string ns = w.store->namespace_id().hex();
+  w.store.reset();
+  const std::string where = fs_.mount() + "/store";
+  const std::string ms = std::to_string(kDeadlineMs);
+  const std::vector<std::vector<std::string>> commands = {
+      {"stat", "file://" + where + "?deadline_ms=" + ms},
+      {"ls", where, "--deadline-ms", ms},
+      {"verify", where, "--deadline-ms", ms},
+      {"gc", where, "--to", "1GiB", "--deadline-ms", ms},
+      {"clear", where, "--namespace", ns, "--deadline-ms", ms},
+  };
+  fs_.hang();
+  std::vector<pid_t> left;
+  for (const auto& args : commands) {
+    CliRun run = run_cli(args);
+    std::printf("hung call: kvtier %s %lld ms\n", args[0].c_str(),
+                static_cast<long long>(run.took.count()));
+    EXPECT_LT(run.took, milliseconds(kDeadlineMs) + kSlack) << args[0];
+    EXPECT_EQ(run.status, 3) << args[0] << ": " << run.output;
+    EXPECT_NE(run.output.find("did not answer within the deadline of " + ms + " ms"),
+              std::string::npos)
+        << run.output;
+    const size_t at = run.output.find("process ");
+    ASSERT_NE(at, std::string::npos) << run.output;
+    left.push_back(static_cast<pid_t>(std::stol(run.output.substr(at + 8))));
+  }
+  fs_.release();
+  for (pid_t pid : left) EXPECT_TRUE(wait_process_end(pid)) << pid;
+  // The clear ended whole: no page of the namespace is left.
+  Result<StoreLocation> loc = parse_store_uri(fs_.backing() + "/store");
+  ASSERT_TRUE(loc.ok());
+  Result<std::vector<PageListing>> pages = list_pages(*loc);
+  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
+  EXPECT_EQ(pages->size(), 0u);
+  CliRun stat = run_cli({"stat", where, "--deadline-ms", ms});
+  EXPECT_EQ(stat.status, 0) << stat.output;
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, StoreHang, ::testing::Values("files", "segments"),
