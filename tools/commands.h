@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kvtier::cli {
 
@@ -61,6 +62,9 @@ struct InspectOptions {
   // given: every page, sealed ones by their headers
   std::string key_file;
   std::string tenant;
+  // --deadline-ms: how long the command waits for a location that stops answering (unset: the
+  // URI's deadline_ms, else 10000; 0: no deadline); see watchdog.h.
+  std::optional<uint64_t> deadline_ms;
 };
 
 int run_stat(const InspectOptions& options);

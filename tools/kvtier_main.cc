@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "kvtier/backends/builtin.h"
 #include "progress.h"
+#include "watchdog.h"
 
 namespace {
 
@@ -15,7 +16,10 @@ constexpr const char* kDescription =
     "mem://name, or s3://bucket/prefix?endpoint=http://host:port&region=R (credentials from "
     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). bench, verify, ls, gc and clear draw a "
     "progress bar on stderr when it is a terminal (not with --quiet); Ctrl-C stops them "
-    "cleanly (bench clears its pages), prints the counts so far and exits with status 130.";
+    "cleanly (bench clears its pages), prints the counts so far and exits with status 130. On a "
+    "location that can hang (a "
+    "network or FUSE filesystem), stat, ls, verify, gc and clear stop waiting once it has not "
+    "answered for --deadline-ms and exit with status 3.";
 
 }  // namespace
 
@@ -131,12 +135,23 @@ int main(int argc, char** argv) {
                     "the key file $KVTIER_KEY_FILE names");
   };
 
+  // The deadline of every command that inspects or maintains a location.
+  auto deadline_option = [](CLI::App* cmd, InspectOptions& o) {
+    cmd->add_option(
+        "--deadline-ms", o.deadline_ms,
+        "On a location that can hang: stop waiting once it has not answered for MS (its "
+        "directories are asked every quarter of it), print why and exit with status 3; a "
+        "removal under way ends on its own once it answers (0: no deadline; default: the "
+        "URI's deadline_ms, else 10000)");
+  };
+
   InspectOptions stat;
   CLI::App* s = app.add_subcommand(
       "stat", "Pages, bytes, namespaces and leftover temporaries of a store location");
   s->add_option("location", stat.location, "Directory or URI")->required();
   s->add_flag("--json", stat.json, "Print one JSON object");
   s->add_flag("--prometheus", stat.prometheus, "Print Prometheus text (gauges per namespace)");
+  deadline_option(s, stat);
   tenant_options(s, stat, "also count the tenant's pages, by key id");
 
   InspectOptions verify;
@@ -147,6 +162,7 @@ int main(int argc, char** argv) {
   v->add_option("location", verify.location, "Directory or URI")->required();
   v->add_flag("--json", verify.json, "Print one JSON object");
   v->add_flag("--repair", verify.repair, "Remove the corrupt pages found");
+  deadline_option(v, verify);
   tenant_options(v, verify,
                  "also open every chunk of the tenant's sealed pages (each tag checked)");
   v->add_flag("--quiet", verify.quiet,
@@ -157,6 +173,7 @@ int main(int argc, char** argv) {
   l->add_option("location", ls.location, "Directory or URI")->required();
   l->add_option("--namespace", ls.namespace_prefix, "Only namespaces whose id starts with this");
   l->add_flag("--json", ls.json, "Print one JSON array");
+  deadline_option(l, ls);
   tenant_options(l, ls, "list the tenant's pages alone, with their key ids");
   l->add_flag("--quiet", ls.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");
@@ -181,6 +198,7 @@ int main(int argc, char** argv) {
                 "no key is needed); with a --to as large as the location, nothing else goes")
       ->check(CLI::Range(uint32_t{1}, UINT32_MAX));
   g->add_flag("--json", gc.json, "Print one JSON object");
+  deadline_option(g, gc);
   tenant_options(g, gc, "--to bounds the tenant's pages alone, and only they are removed by it");
   g->add_flag("--quiet", gc.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");
@@ -190,6 +208,7 @@ int main(int argc, char** argv) {
   c->add_option("location", clear.location, "Directory or URI")->required();
   c->add_option("--namespace", clear.namespace_prefix, "Namespace id (or a unique prefix)")
       ->required();
+  deadline_option(c, clear);
   tenant_options(c, clear, "remove the tenant's pages of the namespace alone");
   c->add_flag("--quiet", clear.quiet,
               "No progress bar (one is drawn on stderr only when it is a terminal)");
@@ -209,10 +228,14 @@ int main(int argc, char** argv) {
   // Ctrl-C stops bench, verify, ls, gc and clear cleanly (exit 130), see progress.h.
   catch_interrupts();
   if (b->parsed()) return run_bench(bench);
-  if (s->parsed()) return run_stat(stat);
-  if (v->parsed()) return run_verify(verify);
-  if (l->parsed()) return run_ls(ls);
-  if (g->parsed()) return run_gc(gc);
-  if (c->parsed()) return run_clear(clear);
+  // On a location that can hang, each runs where the CLI can stop waiting for it (watchdog.h).
+  auto watched = [](const char* name, const InspectOptions& o, int (*run)(const InspectOptions&)) {
+    return run_watched(name, o.location, o.deadline_ms, [&] { return run(o); });
+  };
+  if (s->parsed()) return watched("stat", stat, run_stat);
+  if (v->parsed()) return watched("verify", verify, run_verify);
+  if (l->parsed()) return watched("ls", ls, run_ls);
+  if (g->parsed()) return watched("gc", gc, run_gc);
+  if (c->parsed()) return watched("clear", clear, run_clear);
   return kExitUsage;
 }

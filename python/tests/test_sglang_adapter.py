@@ -554,6 +554,37 @@ def test_a_hung_mount_costs_misses_by_the_deadline_never_a_hung_call(hangfs):
     a.close()
 
 
+def test_a_hung_mount_bounds_clear_and_start_up_too(hangfs):
+    """SGLang clears the store on reset and opens it at start-up: on a hung mount both return
+    by deadline_ms (clear: False, the failure logged; opening: an error naming the deadline),
+    and once the mount answers the clear has been finished whole."""
+    pool = HostPool()
+    pool.fill_random(seed=12)
+    a = adapter(os.path.join(hangfs.mount, "kv"), pool, deadline_ms=400)
+    keys = keys_for("hung-clear", 8)
+    assert a.batch_set_v1(keys, host_indices(range(8), pool.page_size)) == [True] * 8
+
+    hangfs.hang()
+    start = time.monotonic()
+    assert a.clear() is False
+    assert time.monotonic() - start < 0.4 + 1.5  # the deadline, and scheduling slack
+    start = time.monotonic()
+    b = HiCacheKvtier(StorageConfig(), {"uri": f"file://{os.path.join(hangfs.mount, 'kv2')}",
+                                        "deadline_ms": 400})
+    with pytest.raises(kvtier.Error, match="deadline"):
+        b.register_mem_pool_host(HostPool())
+    assert time.monotonic() - start < 0.4 + 1.5
+    b.close()
+
+    hangfs.release()
+    assert a._store.wait_health(answering=True, timeout_s=120)
+    assert a.batch_exists(keys) == 0
+    fresh = adapter(os.path.join(hangfs.mount, "kv"), HostPool(), deadline_ms=400)
+    assert fresh.batch_exists(keys) == 0
+    fresh.close()
+    a.close()
+
+
 def test_deadline_and_isolate_options(store_dir):
     a = adapter(store_dir, HostPool(), deadline_ms=250, isolate="on")
     assert a.counters()["store"]["isolation"].endswith(": on")

@@ -49,7 +49,23 @@ Store::~Store() {
     abandon(impl_);  // a forked child's copy: the threads to wait for are not here
     return;
   }
-  impl_->close();
+  if (!impl_->guard) {
+    impl_->close();
+    return;
+  }
+  // Submitted batches end here (each by its deadline: their callbacks are the caller's), and
+  // no health line is written after the return. The rest (the guard's threads given the
+  // deadline to end, the store's state released) runs on a thread that the caller waits for
+  // until the deadline: on a location that hangs it finishes alone, holding the state.
+  impl_->wait_for_submitted();
+  impl_->guard->close_health();
+  const std::chrono::milliseconds deadline = impl_->guard_deadline;
+  std::function<bool()> rest = [impl = std::move(impl_)]() mutable {
+    impl->close();
+    impl.reset();
+    return true;
+  };
+  (void)guard::run_alone(deadline, std::move(rest));
 }
 
 namespace {
@@ -180,15 +196,27 @@ size_t Store::Impl::batch_exists_here(std::span<const std::string_view> keys) {
 Status Store::remove(std::string_view key) {
   KVTIER_RETURN_IF_ERROR(impl_->owner.check(kStoreName));
   KVTIER_RETURN_IF_ERROR(routing::validate_key(key));
+  if (!impl_->guard) return impl_->remove_here(key);
+  // The bases its names lie on: they must answer, and a late removal holds them.
+  std::vector<size_t> bases;
+  for (size_t n = 0; n < impl_->names_of(); ++n) {
+    const size_t b = impl_->route(key, n).base;
+    if (std::find(bases.begin(), bases.end(), b) == bases.end()) bases.push_back(b);
+  }
+  return impl_->maintain(std::move(bases), "a remove",
+                         [impl = impl_, key = std::string(key)] { return impl->remove_here(key); });
+}
+
+Status Store::Impl::remove_here(std::string_view key) {
   // Under every name it may have (a sealed store's earlier keys' too): OK when it was under
   // any, else the first fault, else kNotFound.
   Status failed;
   bool removed = false;
-  for (size_t n = 0; n < impl_->names_of(); ++n) {
-    Status st = impl_->layout->remove(impl_->route(key, n));
+  for (size_t n = 0; n < names_of(); ++n) {
+    Status st = layout->remove(route(key, n));
     if (st.ok()) {
       removed = true;
-      bump(impl_->counters.removes);
+      bump(counters.removes);
     } else if (failed.ok() ||
                (failed.code() == StatusCode::kNotFound && st.code() != StatusCode::kNotFound)) {
       failed = std::move(st);  // the first fault, else the first kNotFound
@@ -199,11 +227,63 @@ Status Store::remove(std::string_view key) {
 
 Status Store::clear() {
   KVTIER_RETURN_IF_ERROR(impl_->owner.check(kStoreName));
-  Status result = impl_->layout->clear();
+  if (!impl_->guard) return impl_->clear_here();
+  std::vector<size_t> bases(impl_->router.base_count());
+  for (size_t b = 0; b < bases.size(); ++b) bases[b] = b;
+  return impl_->maintain(std::move(bases), "a clear",
+                         [impl = impl_] { return impl->clear_here(); });
+}
+
+Status Store::Impl::clear_here() {
+  Status result = layout->clear();
   // Every other store of the namespace drops its index on its next exists call.
-  Status published = impl_->generation.publish();
+  Status published = generation.publish();
   if (result.ok()) result = published;
   return result;
+}
+
+Status Store::Impl::maintain(std::vector<size_t> bases, std::string_view what,
+                             std::function<Status()> body) {
+  for (size_t b : bases) {
+    if (!guard->healthy(b)) {
+      return unavailable_error(
+          fmt::format("location {} is not answering; {} not started", guard->base_name(b), what));
+    }
+  }
+  auto result = std::make_shared<Status>();
+  auto task = [result, body = std::move(body)] { *result = body(); };
+  switch (guard->run_task(std::move(task), std::move(bases), what)) {
+    case guard::Guard::TaskEnd::kDone:
+      return *result;
+    case guard::Guard::TaskEnd::kLate:
+      return deadline_exceeded_error(fmt::format(
+          "{} did not end within the deadline of {} ms: it goes on and ends once the location "
+          "answers, and the store serves again after it",
+          what, guard->deadline().count()));
+    case guard::Guard::TaskEnd::kNotRun:
+      break;
+  }
+  return deadline_exceeded_error(
+      fmt::format("{} did not start within the deadline of {} ms (the store's threads for it are "
+                  "held by a location that does not answer); nothing was done",
+                  what, guard->deadline().count()));
+}
+
+Result<uint64_t> Store::Impl::ledger_used() {
+  if (!guard) return capacity.used();
+  auto used = std::make_shared<Result<uint64_t>>(uint64_t{0});
+  auto task = [self = shared_from_this(), used] { *used = self->capacity.used(); };
+  if (guard->run_task(std::move(task), {}, "a read of the capacity ledger") ==
+      guard::Guard::TaskEnd::kDone) {
+    return std::move(*used);
+  }
+  // The ledger lives on base 0.
+  guard->mark_unhealthy(0, fmt::format("a read of its capacity ledger missed the deadline of {} ms",
+                                       guard->deadline().count()));
+  return deadline_exceeded_error(
+      fmt::format("used_bytes unknown: the capacity ledger on {} did not answer within the "
+                  "deadline of {} ms",
+                  guard->base_name(0), guard->deadline().count()));
 }
 
 bool Store::wait_health(bool answering, std::chrono::nanoseconds timeout) {

@@ -164,6 +164,16 @@ struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
   // Whether `key` is indexed or on storage under any name it may have (names_of()).
   Result<bool> stored_under_any_name(std::string_view key);
   size_t batch_exists_here(std::span<const std::string_view> keys);
+  // remove and clear on this thread (Store::remove and Store::clear go through the guard
+  // where a base is isolated).
+  Status remove_here(std::string_view key);
+  Status clear_here();
+  // `body` (a remove or clear, `what`) on the guard's maintenance lane: its result by the
+  // deadline, else DEADLINE_EXCEEDED while it runs on to its end, `bases` not serving until
+  // then (Guard::run_task); UNAVAILABLE at once when one of `bases` is not answering.
+  Status maintain(std::vector<size_t> bases, std::string_view what, std::function<Status()> body);
+  // The capacity ledger's used bytes, by the deadline where there is a guard (stats()).
+  Result<uint64_t> ledger_used();
   // Sets up the guard when a base is isolated and the deadline is not 0 (store_open.cc).
   Status start_guard();
   // Copies a batch into a ticket's state and runs it on the async pool (store_async.cc).

@@ -26,9 +26,11 @@ StoreStats Store::stats() const {
   s.capacity_bytes = impl_->config.capacity_bytes;
   s.metadata_bytes = impl_->capacity.metadata_bytes();
   s.min_free_bytes = impl_->config.min_free_bytes;
+  Status unknown;                                        // what could not be learnt by the deadline
   if (impl_->capacity.bounded() && impl_->serving(0)) {  // the ledger lives on base 0
-    Result<uint64_t> used = impl_->capacity.used();
+    Result<uint64_t> used = impl_->ledger_used();
     if (used.ok()) s.used_bytes = *used;
+    if (used.status().code() == StatusCode::kDeadlineExceeded) unknown = used.status();
   }
   s.batches_in_flight = v(c.batches_in_flight);
   s.objects_open = impl_->budget.in_use();
@@ -46,6 +48,7 @@ StoreStats Store::stats() const {
     s.threads_stuck = g.threads_stuck;
     s.health = std::move(g.health);
   }
+  if (!unknown.ok()) s.health += fmt::format("; {}", unknown.message());
   for (size_t code = 1; code < c.errors_by_code.size(); ++code) {
     if (const uint64_t n = v(c.errors_by_code[code]); n != 0) {
       s.errors_by_code[std::string(status_code_name(static_cast<StatusCode>(code)))] = n;

@@ -91,9 +91,41 @@ Status resolve_guard_params(StoreConfig& cfg) {
   return ok_status();
 }
 
+// How long Store::open may take: the deadline of a FILE store that may be isolated (deciding
+// whether it is asks the filesystem, which may hang), else 0: none.
+Result<uint64_t> open_deadline_ms(const StoreConfig& config) {
+  if (config.location.storage_class != StorageClass::kFile) return uint64_t{0};
+  StoreConfig cfg = config;
+  KVTIER_RETURN_IF_ERROR(resolve_guard_params(cfg));
+  if (cfg.isolate == "off") return uint64_t{0};
+  return *cfg.deadline_ms;
+}
+
+// Stops an open whose caller gave up (run_alone): it would only be closed again.
+Status still_wanted() {
+  if (!guard::call_abandoned()) return ok_status();
+  return cancelled_error("the open's caller gave up (its deadline passed)");
+}
+
 }  // namespace
 
+// Where a location may hang, the open runs on a thread of its own (guard::run_alone) that the
+// caller waits for until the deadline; a late open stops at its next step, and a store it
+// opened meanwhile is closed on that thread.
 Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
+  KVTIER_ASSIGN_OR_RETURN(const uint64_t deadline_ms, open_deadline_ms(config));
+  if (deadline_ms == 0) return open_here(config);
+  std::function<Result<std::unique_ptr<Store>>()> body = [config] { return open_here(config); };
+  std::optional<Result<std::unique_ptr<Store>>> opened =
+      guard::run_alone(std::chrono::milliseconds(deadline_ms), std::move(body));
+  if (opened) return std::move(*opened);
+  return deadline_exceeded_error(
+      fmt::format("opening store at {}: the location did not answer within the deadline of {} "
+                  "ms (deadline_ms)",
+                  config.location.uri(), deadline_ms));
+}
+
+Result<std::unique_ptr<Store>> Store::open_here(const StoreConfig& config) {
   KVTIER_RETURN_IF_ERROR(config.ns.validate());
   if (config.location.bases.empty()) {
     return invalid_argument_error("store location has no base directory");
@@ -130,6 +162,7 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
   if (agent.storage_class() == StorageClass::kFile) {
     KVTIER_ASSIGN_OR_RETURN(bases, store_root::prepare(agent, cfg.location));
   }
+  KVTIER_RETURN_IF_ERROR(still_wanted());
   // A sealed store names its pages by keyed hashes (window/sealing.h).
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<PageSealing> sealing, PageSealing::open(cfg));
   routing::KeyNamer namer;
@@ -153,8 +186,10 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
           : 0));
   KVTIER_RETURN_IF_ERROR(impl->open_namespace().with_context(
       fmt::format("opening store at {}", config.location.uri())));
+  KVTIER_RETURN_IF_ERROR(still_wanted());
   KVTIER_RETURN_IF_ERROR(impl->layout->open().with_context(
       fmt::format("indexing the store at {}", config.location.uri())));
+  KVTIER_RETURN_IF_ERROR(still_wanted());
   impl->generation.start();
   // What is charged when this store is alone: what its layout holds on storage.
   KVTIER_RETURN_IF_ERROR(impl->capacity.open(impl->router.namespace_dir(0),

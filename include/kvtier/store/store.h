@@ -469,8 +469,14 @@ uint64_t capacity_holding(uint64_t page_bytes, StoreLayout layout, size_t bases 
 class Store {
  public:
   // Opens (creating directories as needed) the store's namespace at `config.location`, sweeps
-  // temporaries left by dead writers, and records the namespace's description beside it.
+  // temporaries left by dead writers, and records the namespace's description beside it. On
+  // a FILE location that may hang (deadline_ms not 0, isolate not off) it returns by the
+  // deadline: kDeadlineExceeded when the location did not answer by then (the open goes on
+  // alone, stops at its next step and closes what it opened).
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config);
+  // Waits for submitted batches (each ends by its deadline), then, where the store has a
+  // deadline, at most that long for the rest: threads still in the kernel finish alone,
+  // holding the store's state, and release it when they return.
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -532,13 +538,20 @@ class Store {
   void watch_evictions(size_t max_pending);
   Evicted take_evicted();
 
-  // kNotFound when absent.
+  // kNotFound when absent. Where the store has a deadline (a location that may hang), it
+  // returns by it: kUnavailable at once when the key's location is not answering (nothing
+  // done), kDeadlineExceeded when the removal did not end in time: it goes on to its end once
+  // the location answers (the page is then gone), and the location serves no page until then.
   Status remove(std::string_view key);
   // Removes every page of this store's namespace (and no other) from every base directory,
   // then publishes a new clear generation: every store of the namespace, in any process,
-  // answers exists/batch_exists from storage again on its next call.
+  // answers exists/batch_exists from storage again on its next call. With a deadline, as
+  // remove(): a clear that misses it is finished once the locations answer, before they serve
+  // again, so the namespace is never left half cleared.
   Status clear();
 
+  // Never waits past the deadline: what could not be read in time (used_bytes, from the
+  // capacity ledger) is left 0 and named in `health`.
   StoreStats stats() const;
   // Locations that hang (StoreConfig::isolate): waits, without polling, until every location
   // answers and no I/O of a call that gave up is still running (`answering`), or until a
@@ -561,6 +574,9 @@ class Store {
 
  private:
   explicit Store(std::shared_ptr<Impl> impl);
+  // open()'s steps, on the calling thread (open() runs them on a thread it waits for until
+  // the deadline where the location may hang).
+  static Result<std::unique_ptr<Store>> open_here(const StoreConfig& config);
   // Shared with the guard's threads while they run (a thread blocked in the kernel keeps the
   // store's state alive after the Store is gone).
   std::shared_ptr<Impl> impl_;

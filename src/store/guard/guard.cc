@@ -34,6 +34,10 @@ bool call_abandoned(const std::atomic<bool>* call) noexcept {
   return call != nullptr && call->load(std::memory_order_acquire);
 }
 
+void enter_call(const std::atomic<bool>* call) noexcept {
+  t_abandoned = call;
+}
+
 // ---- the pieces ----
 
 // One guarded call: its jobs report here, and the caller marks it abandoned when it leaves.
@@ -55,7 +59,11 @@ struct Guard::Job {
   std::shared_ptr<Call> call;
   const Ops* ops = nullptr;
   size_t base = 0;  // the lane: a base, or the exists lane
-  enum class Kind : uint8_t { kPut, kGet, kExists } kind = Kind::kGet;
+  enum class Kind : uint8_t { kPut, kGet, kExists, kTask } kind = Kind::kGet;
+  std::function<void()> task;  // kTask
+  // kTask: set by a caller that gave up on it while it ran (under call->mu): the bases whose
+  // `owed` it holds, released when it ends.
+  std::vector<std::shared_ptr<Health>> owing;
   std::vector<size_t> pages;  // indexes in the caller's batch
   std::vector<std::string> keys;
   std::vector<std::string_view> views;
@@ -71,6 +79,10 @@ struct Guard::Job {
   bool started = false;                    // under the lane's mutex
 
   void execute() {
+    if (kind == Kind::kTask) {
+      run_to_end();
+      return;
+    }
     if (!call->abandoned.load(std::memory_order_acquire)) {
       t_abandoned = &call->abandoned;
       switch (kind) {
@@ -93,6 +105,8 @@ struct Guard::Job {
             exists_found = ops->batch_exists(views);
           }
           break;
+        case Kind::kTask:
+          break;  // run_to_end()
       }
       t_abandoned = nullptr;
     }
@@ -102,6 +116,27 @@ struct Guard::Job {
       --call->pending;
     }
     call->cv.notify_all();
+  }
+
+  // A task runs to its end once started, even when its caller gave up meanwhile (a clear or
+  // remove half done is worse than one done late); the bases it owes serve again after.
+  void run_to_end() {
+    t_abandoned = &call->abandoned;
+    task();
+    task = nullptr;  // what it captured goes now (the store's state, maybe its last reference)
+    t_abandoned = nullptr;
+    std::vector<std::shared_ptr<Health>> owed;
+    {
+      MutexLock lock(call->mu);
+      done = true;
+      --call->pending;
+      owed = std::move(owing);
+    }
+    call->cv.notify_all();
+    for (const auto& h : owed) {
+      h->owed.fetch_sub(1, std::memory_order_acq_rel);
+      h->report();
+    }
   }
 
   // The caller's pages into staging, while its call is live; false when it is not.
@@ -175,7 +210,7 @@ struct Guard::Lane {
 Guard::Guard(GuardConfig config, Ops ops, std::weak_ptr<void> owner)
     : config_(std::move(config)), ops_(std::move(ops)), owner_(std::move(owner)) {
   const size_t bases = config_.isolation.size();
-  for (size_t b = 0; b <= bases; ++b) {
+  for (size_t b = 0; b < bases + 2; ++b) {
     lanes_.push_back(std::make_shared<Lane>(std::max<size_t>(1, config_.threads_per_lane)));
   }
   for (size_t b = 0; b < bases; ++b) {
@@ -192,11 +227,15 @@ Guard::Guard(GuardConfig config, Ops ops, std::weak_ptr<void> owner)
 
 Guard::~Guard() {
   // Threads still busy end on their own; they hold their lane and what their job uses.
+  close_health();
   for (const auto& lane : lanes_) {
     MutexLock lock(lane->mu);
     lane->stop = true;
     lane->cv.notify_all();
   }
+}
+
+void Guard::close_health() {
   for (const auto& h : health_) h->shut();
 }
 
@@ -453,7 +492,7 @@ std::shared_ptr<Guard::Job> Guard::exists_job(std::span<const std::string_view> 
   job->owner = owner_.lock();
   job->call = std::make_shared<Call>();
   job->ops = &ops_;
-  job->base = lanes_.size() - 1;
+  job->base = exists_lane();
   job->kind = Job::Kind::kExists;
   job->keys.assign(keys.begin(), keys.end());
   job->views.assign(job->keys.begin(), job->keys.end());
@@ -466,7 +505,7 @@ bool Guard::run_exists(const std::shared_ptr<Job>& job) {
     MutexLock lock(call.mu);
     call.pending = 1;
   }
-  submit(lanes_.back(), job);
+  submit(lanes_[exists_lane()], job);
   {
     MutexLock lock(call.mu);
     if (lock.wait_for(call.cv, config_.deadline,
@@ -476,7 +515,7 @@ bool Guard::run_exists(const std::shared_ptr<Job>& job) {
     call.abandoned.store(true, std::memory_order_release);
   }
   {
-    Lane& lane = *lanes_.back();
+    Lane& lane = *lanes_[exists_lane()];
     MutexLock lock(lane.mu);
     if (!job->started) std::erase(lane.queue, job);
   }
@@ -489,9 +528,68 @@ bool Guard::run_exists(const std::shared_ptr<Job>& job) {
   return false;
 }
 
+Guard::TaskEnd Guard::run_task(std::function<void()> task, std::vector<size_t> owes,
+                               std::string_view why) {
+  auto job = std::make_shared<Job>();
+  job->owner = owner_.lock();
+  job->call = std::make_shared<Call>();
+  job->ops = &ops_;
+  job->base = task_lane();
+  job->kind = Job::Kind::kTask;
+  job->task = std::move(task);
+  Call& call = *job->call;
+  {
+    MutexLock lock(call.mu);
+    call.pending = 1;
+  }
+  submit(lanes_[task_lane()], job);
+  {
+    MutexLock lock(call.mu);
+    if (lock.wait_for(call.cv, config_.deadline,
+                      [&]() KVTIER_REQUIRES(call.mu) { return call.pending == 0; })) {
+      return TaskEnd::kDone;
+    }
+  }
+  {
+    Lane& lane = *lanes_[task_lane()];
+    MutexLock lock(lane.mu);
+    if (!job->started) {
+      std::erase(lane.queue, job);
+      call.abandoned.store(true, std::memory_order_release);
+      deadline_misses_.fetch_add(1, std::memory_order_relaxed);
+      return TaskEnd::kNotRun;
+    }
+  }
+  std::vector<std::shared_ptr<Health>> owing;
+  {
+    MutexLock lock(call.mu);
+    call.abandoned.store(true, std::memory_order_release);
+    if (call.pending == 0) return TaskEnd::kDone;  // it ended just now
+    for (size_t b : owes) {
+      if (!isolated(b)) continue;
+      health_[b]->owed.fetch_add(1, std::memory_order_acq_rel);
+      owing.push_back(health_[b]);
+    }
+    job->owing = owing;
+  }
+  deadline_misses_.fetch_add(1, std::memory_order_relaxed);
+  const std::string reason = fmt::format(
+      "{} missed its deadline of {} ms and finishes once the "
+      "location answers",
+      why, config_.deadline.count());
+  for (const auto& h : owing) {
+    {
+      MutexLock lock(h->mu);
+      if (!h->failed.load()) h->reason = reason;
+    }
+    h->report();
+  }
+  return TaskEnd::kLate;
+}
+
 size_t Guard::shut_down(std::chrono::milliseconds bound) {
   const auto until = std::chrono::steady_clock::now() + bound;
-  for (const auto& h : health_) h->shut();
+  close_health();
   size_t left = 0;
   for (const auto& lane : lanes_) {
     MutexLock lock(lane->mu);

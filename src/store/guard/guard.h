@@ -18,6 +18,12 @@
 //   unhealthy. Each change of state is reported once (StoreConfig::on_health_change).
 // - exists/batch_exists run on a store-wide lane with the same deadline; when one misses it,
 //   every isolated base is probed, and those whose probe does not answer become unhealthy.
+// - The store's other calls that touch storage (clear, remove, the ledger's read in stats())
+//   run as tasks on a store-wide maintenance lane with the same deadline (run_task). A task
+//   that misses it runs on alone to its end, and the bases it names do not serve until then:
+//   a clear or remove is finished, never left half done, before the store serves again.
+// - Opening and closing a store, when a location may hang, run on a thread of their own that
+//   the caller waits for until the deadline (run_alone).
 //
 // Bounds: at most StoreConfig::guard_threads threads per isolated base and for the exists
 // lane, plus one probe thread per base; threads are started on demand and never more. A thread
@@ -30,10 +36,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -41,6 +49,7 @@
 
 #include "guard/isolation.h"
 #include "guard/threads.h"
+#include "kvtier/core/mutex.h"
 #include "kvtier/core/status.h"
 #include "kvtier/store/store.h"
 
@@ -58,6 +67,43 @@ bool call_abandoned() noexcept;
 // while it waits for them: call_abandoned(call) there answers as call_abandoned() does here.
 const std::atomic<bool>* current_call() noexcept;
 bool call_abandoned(const std::atomic<bool>* call) noexcept;
+
+// Marks the calling thread as running `call` (null: none), as call_abandoned() answers.
+void enter_call(const std::atomic<bool>* call) noexcept;
+
+// Runs `body` on a guard thread of its own and waits for it at most `deadline`: what it
+// returned when it ended by then. Otherwise (nullopt) the caller goes on and `body` runs on
+// alone, owning what it captured (nothing of the caller's), call_abandoned() true on its
+// thread; what it returns then is destroyed there.
+template <typename T>
+std::optional<T> run_alone(std::chrono::milliseconds deadline, std::function<T()> body) {
+  struct Alone {
+    Mutex mu;
+    std::condition_variable cv;
+    std::optional<T> out KVTIER_GUARDED_BY(mu);
+    std::atomic<bool> abandoned{false};
+  };
+  auto state = std::make_shared<Alone>();
+  spawn([state, body = std::move(body)]() mutable {
+    enter_call(&state->abandoned);
+    std::optional<T> out(body());
+    body = nullptr;
+    enter_call(nullptr);
+    {
+      MutexLock lock(state->mu);
+      // Handed over only while the caller waits; else it goes here, on this thread.
+      if (!state->abandoned.load(std::memory_order_relaxed)) std::swap(state->out, out);
+    }
+    state->cv.notify_all();
+  });
+  MutexLock lock(state->mu);
+  if (!lock.wait_for(state->cv, deadline,
+                     [&]() KVTIER_REQUIRES(state->mu) { return state->out.has_value(); })) {
+    state->abandoned.store(true, std::memory_order_release);
+    return std::nullopt;
+  }
+  return std::move(state->out);
+}
 
 // Called with a page's index in its batch as the page checks out (the read path's hook).
 using PageDone = std::function<void(size_t)>;
@@ -116,6 +162,24 @@ class Guard {
   // DEADLINE_EXCEEDED (not answered in time and not in the index).
   Result<bool> exists(std::string_view key);
 
+  // How a task of run_task() ended.
+  enum class TaskEnd : uint8_t {
+    kDone,    // by the deadline
+    kLate,    // not by the deadline: it runs on alone, and the bases it owes do not serve
+              // until it ends (reported as not answering, with `why`)
+    kNotRun,  // not started by the deadline (the lane's threads are stuck): it never will be
+  };
+  // Runs `task` on the maintenance lane and waits for it until the deadline. A late task owes
+  // `owes` (bases); `why` says what it is ("a clear"), for the health line.
+  TaskEnd run_task(std::function<void()> task, std::vector<size_t> owes, std::string_view why);
+  // Marks base `b` as not answering for `reason` and probes it until it answers.
+  void mark_unhealthy(size_t b, std::string reason);
+  // Stops every probe and health line: none is reported after it returns (closing).
+  void close_health();
+  std::chrono::milliseconds deadline() const { return config_.deadline; }
+  const std::string& base_name(size_t b) const { return config_.base_names[b]; }
+  size_t bases() const { return config_.isolation.size(); }
+
   // Waits (no polling) until every isolated base answers and no thread is busy for a call
   // that gave up (`answering`), or until a base does not answer (!answering); false when
   // `timeout` passed first.
@@ -148,7 +212,6 @@ class Guard {
   // deadline; false when it did not (abandoned, counted, every isolated base probed).
   std::shared_ptr<Job> exists_job(std::span<const std::string_view> keys);
   bool run_exists(const std::shared_ptr<Job>& job);
-  void mark_unhealthy(size_t b, std::string reason);
   void start_probe(size_t b);
   // Threads busy for a call that gave up.
   size_t threads_stuck();
@@ -156,7 +219,10 @@ class Guard {
   GuardConfig config_;
   Ops ops_;
   std::weak_ptr<void> owner_;
-  std::vector<std::shared_ptr<Lane>> lanes_;  // per base, then the exists lane
+  // Per base, then the exists lane, then the maintenance lane.
+  std::vector<std::shared_ptr<Lane>> lanes_;
+  size_t exists_lane() const { return config_.isolation.size(); }
+  size_t task_lane() const { return config_.isolation.size() + 1; }
   std::vector<std::shared_ptr<Health>> health_;
   std::atomic<uint64_t> deadline_misses_{0};
   std::atomic<uint64_t> unhealthy_refusals_{0};

@@ -20,7 +20,9 @@ void Health::report() {
     MutexLock lock(mu);
     if (!now) {
       since_ns = now_ns();
-      if (!failed.load()) reason = "a probe has had no answer within the deadline";
+      if (!failed.load() && owed.load() == 0) {
+        reason = "a probe has had no answer within the deadline";
+      }
       line = fmt::format(
           "kvtier: location {} is not answering ({}); its pages are misses until a probe "
           "answers (every {} ms)",

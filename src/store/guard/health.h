@@ -19,7 +19,8 @@
 namespace kvtier::guard {
 
 // A base's health: failed (a deadline missed, or a probe that did not answer) until a probe
-// answers; a probe in the kernel longer than the deadline also counts as not answering.
+// answers; a probe in the kernel longer than the deadline, or a late task still running on
+// it, also counts as not answering.
 struct Health {
   std::string name;
   std::string probe_dir;
@@ -28,6 +29,9 @@ struct Health {
   std::function<void(std::string_view)> log;
   std::atomic<bool> failed{false};
   std::atomic<uint64_t> probe_since_ns{0};  // when the probe in the kernel started; 0: none
+  // Tasks that missed their deadline and run on (a clear, a remove): the base serves again
+  // only once each has ended (Guard::run_task).
+  std::atomic<size_t> owed{0};
   std::atomic<bool> reported_serving{true};
   Mutex mu;
   std::condition_variable cv;
@@ -42,6 +46,7 @@ struct Health {
 
   bool serving() const {
     if (failed.load(std::memory_order_acquire)) return false;
+    if (owed.load(std::memory_order_acquire) != 0) return false;
     const uint64_t s = probe_since_ns.load(std::memory_order_acquire);
     return s == 0 || now_ns() - s <= deadline_ns;
   }

@@ -7,21 +7,25 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "guard/guard.h"
 #include "kvtier/core/unique_fd.h"
+#include "kvtier/store/inspect.h"
 #include "src/store/store_test_util.h"
 
 extern char** environ;
@@ -37,6 +41,24 @@ constexpr uint64_t kDeadlineMs = 400;
 // What a call may take beyond its deadline in these tests: scheduling on a loaded 2-core
 // machine under sanitizers (the slack measured on an idle one is in docs/benchmarks.md).
 constexpr milliseconds kSlack{1500};
+
+// Times a call on the hung mount: it must return by the deadline plus the slack. Each time is
+// printed ("hung call: clear 402 ms"), so a run shows the longest of each call.
+class HungCall {
+ public:
+  explicit HungCall(std::string name) : name_(std::move(name)), t0_(Clock::now()) {}
+  ~HungCall() {
+    const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - t0_);
+    std::printf("hung call: %s %lld ms\n", name_.c_str(), static_cast<long long>(took.count()));
+    EXPECT_LT(took, milliseconds(kDeadlineMs) + kSlack) << name_;
+  }
+  HungCall(const HungCall&) = delete;
+  HungCall& operator=(const HungCall&) = delete;
+
+ private:
+  std::string name_;
+  Clock::time_point t0_;
+};
 
 // Deadline misses so far: a call that fails fast (its base known not to answer) waits for no
 // deadline, so it adds none. Counted, not timed: on a loaded machine a call that waited for
@@ -189,6 +211,54 @@ size_t thread_count() {
   return n;
 }
 
+#ifdef KVTIER_CLI
+// The CLI run with `args`, its stdout and stderr into one pipe: its exit status, what it
+// wrote, and how long until it exited.
+struct CliRun {
+  int status = -1;
+  std::string output;
+  milliseconds took{0};
+};
+CliRun run_cli(const std::vector<std::string>& args) {
+  CliRun run;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return run;
+  UniqueFd rd(fds[0]), wr(fds[1]);
+  std::vector<std::string> all{KVTIER_CLI};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, wr.get(), 1);
+  posix_spawn_file_actions_adddup2(&fa, wr.get(), 2);
+  const auto t0 = Clock::now();
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  wr.reset();
+  if (rc != 0) return run;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(rd.get(), buf, sizeof buf)) > 0;) {
+    run.output.append(buf, static_cast<size_t>(n));
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  run.took = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
+  run.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return run;
+}
+
+// Waits (within the hang ceiling) until process `pid`, not a child of this one, has ended.
+bool wait_process_end(pid_t pid) {
+  UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!fd.valid()) return errno == ESRCH;  // gone already
+  pollfd p{fd.get(), POLLIN, 0};
+  return ::poll(&p, 1, static_cast<int>(milliseconds(kHungCeiling).count())) == 1;
+}
+#endif
+
 // The lines a store reports about its bases' health, and a way to wait for the next one.
 struct HealthLog {
   std::mutex mu;
@@ -224,6 +294,9 @@ class StoreHang : public ::testing::TestWithParam<std::string> {
   // A store on the mount (and on `local` too when given), deadline kDeadlineMs (0: none).
   std::unique_ptr<Store> open(const std::string& extra_base = {},
                               uint64_t deadline_ms = kDeadlineMs) {
+    return open_store(config(extra_base, deadline_ms));
+  }
+  StoreConfig config(const std::string& extra_base = {}, uint64_t deadline_ms = kDeadlineMs) {
     StoreConfig cfg;
     std::string uri = "file://" + fs_.mount() + "/store";
     if (!extra_base.empty()) uri += "," + extra_base;
@@ -236,7 +309,7 @@ class StoreHang : public ::testing::TestWithParam<std::string> {
     cfg.ns.piece_bytes = kPage;
     cfg.ns.pieces_per_page = 1;
     cfg.on_health_change = health_.sink();
-    return open_store(std::move(cfg));
+    return cfg;
   }
 
   // A store on the mount with kPages pages written through a registered pool (slots
@@ -575,15 +648,231 @@ TEST_P(StoreHang, CloseReturnsWhileIoIsStuckAndThreadsStayBounded) {
     round(20);
     EXPECT_LE(thread_count(), after_first) << "threads grew while the mount hung";
     EXPECT_LE(store->stats().threads_stuck, 4u) << "more than guard_threads stuck";
-    const auto t0 = Clock::now();
+    HungCall t("close (threads stuck)");
     store.reset();
-    EXPECT_LT(Clock::now() - t0, milliseconds(kDeadlineMs) + kSlack);
   }
   fs_.release();
   // The stuck threads return, finish and end; they held every descriptor they opened.
   EXPECT_TRUE(guard::wait_threads_at_most(guard_threads_before, kHungCeiling))
       << guard::threads_alive() << " guard threads, " << guard_threads_before << " before";
   EXPECT_EQ(open_fds(), fds_before);
+}
+
+// An open whose location hangs returns DEADLINE_EXCEEDED by the deadline. The open goes on
+// alone once the mount answers, gives up at its next step, and leaves no thread or descriptor.
+TEST_P(StoreHang, OpenReturnsByItsDeadline) {
+  open().reset();
+  ASSERT_TRUE(guard::wait_threads_at_most(0, kHungCeiling));
+  const size_t threads_before = guard::threads_alive();
+  const size_t fds_before = open_fds();
+  fs_.hang();
+  std::optional<Result<std::unique_ptr<Store>>> s;
+  {
+    HungCall t("open");
+    s.emplace(Store::open(config()));
+  }
+  ASSERT_FALSE(s->ok());
+  EXPECT_EQ(s->status().code(), StatusCode::kDeadlineExceeded) << s->status().to_string();
+  EXPECT_NE(s->status().message().find("deadline"), std::string_view::npos);
+  EXPECT_GE(fs_.blocked(), 1u) << "the open did not reach the mount";
+  fs_.release();
+  EXPECT_TRUE(guard::wait_threads_at_most(threads_before, kHungCeiling))
+      << guard::threads_alive() << " guard threads, " << threads_before << " before";
+  EXPECT_EQ(open_fds(), fds_before);
+  EXPECT_EQ(health_.count(), 0u) << "a store the caller never got said nothing";
+  auto again = open();
+  ASSERT_NE(again, nullptr);
+}
+
+// A clear that misses its deadline reports it; the store serves nothing until the clear has
+// ended, and once the mount answers the namespace holds none of its pages: the clear was
+// finished, not left half done.
+TEST_P(StoreHang, AClearThatMissesItsDeadlineIsFinishedOnceTheMountAnswers) {
+  Written w = written("hang-clear");
+  ASSERT_NE(w.store, nullptr);
+  auto& store = w.store;
+  fs_.hang();
+  Status st;
+  {
+    HungCall t("clear");
+    st = store->clear();
+  }
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.to_string();
+  EXPECT_GE(fs_.blocked(), 1u);
+  ASSERT_TRUE(health_.wait_for(1));
+  EXPECT_NE(health_.lines[0].find("a clear missed its deadline"), std::string::npos)
+      << health_.lines[0];
+  // While it is owed: calls fail at once, a second clear too.
+  const uint64_t missed = misses(*store);
+  EXPECT_EQ(store->clear().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(store->put("after-clear", w.batch.in[0].data, kPage).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(misses(*store), missed);
+  EXPECT_EQ(store->stats().locations_unhealthy, 1u);
+  fs_.release();
+  wait_recovered(*store);
+  ASSERT_TRUE(health_.wait_for(2));
+  EXPECT_NE(health_.lines[1].find("answers again"), std::string::npos) << health_.lines[1];
+  // The namespace after recovery: no page, for this store, a fresh one, and on storage.
+  EXPECT_EQ(store->batch_exists(views(w.keys)), 0u);
+  auto fresh = open({}, /*deadline_ms=*/0);
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_EQ(fresh->batch_exists(views(w.keys)), 0u);
+  Result<StoreLocation> loc = parse_store_uri(fs_.backing() + "/store");
+  ASSERT_TRUE(loc.ok());
+  Result<std::vector<PageListing>> pages = list_pages(*loc);
+  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
+  EXPECT_EQ(pages->size(), 0u);
+  // And it serves again.
+  EXPECT_TRUE(store->batch_put(views(w.keys), w.batch.in).all_ok());
+  EXPECT_EQ(fresh->batch_exists(views(w.keys)), kPages);
+}
+
+// A remove that misses its deadline happens once the mount answers (one unlink, or one remove
+// entry): after recovery the page is gone and every other page is there.
+TEST_P(StoreHang, ARemoveThatMissesItsDeadlineHappensOnceTheMountAnswers) {
+  Written w = written("hang-remove");
+  ASSERT_NE(w.store, nullptr);
+  auto& store = w.store;
+  fs_.hang();
+  Status st;
+  {
+    HungCall t("remove");
+    st = store->remove(w.keys[0]);
+  }
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.to_string();
+  EXPECT_EQ(store->remove(w.keys[1]).code(), StatusCode::kUnavailable);
+  fs_.release();
+  wait_recovered(*store);
+  auto fresh = open({}, /*deadline_ms=*/0);
+  ASSERT_NE(fresh, nullptr);
+  Result<bool> gone = fresh->exists(w.keys[0]);
+  ASSERT_TRUE(gone.ok()) << gone.status().to_string();
+  EXPECT_FALSE(*gone);
+  Result<StoreLocation> loc = parse_store_uri(fs_.backing() + "/store");
+  ASSERT_TRUE(loc.ok());
+  Result<std::vector<PageListing>> pages = list_pages(*loc);
+  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
+  EXPECT_EQ(pages->size(), kPages - 1);
+  const std::vector<std::string_view> all = views(w.keys);
+  const std::vector<std::string_view> rest(all.begin() + 1, all.end());
+  EXPECT_EQ(fresh->batch_exists(rest), kPages - 1);
+  EXPECT_EQ(store->batch_exists(rest), kPages - 1);
+}
+
+// stats() of a store whose capacity ledger is on the hung mount returns by the deadline,
+// used_bytes named as unknown; closing that store (whose ledger descriptors close on the
+// mount) returns by the deadline too, and its thread ends once the mount answers.
+TEST_P(StoreHang, StatsAndCloseReturnByTheDeadlineWhenTheLedgerHangs) {
+  open().reset();
+  ASSERT_TRUE(guard::wait_threads_at_most(0, kHungCeiling));
+  const size_t threads_before = guard::threads_alive();
+  const size_t fds_before = open_fds();
+  {
+    StoreConfig cfg = config();
+    cfg.capacity_bytes = uint64_t{1} << 30;
+    auto store = open_store(cfg);
+    ASSERT_NE(store, nullptr);
+    PagePool pool(*store, kPages, kPage);
+    const auto keys = keys_for("hang-stats", kPages);
+    ASSERT_TRUE(store->batch_put(views(keys), pool.fill_batch(kPages, kPage).in).all_ok());
+    const uint64_t used = store->stats().used_bytes;
+    EXPECT_GT(used, 0u);
+    fs_.hang();
+    StoreStats s;
+    {
+      HungCall t("stats");
+      s = store->stats();
+    }
+    EXPECT_EQ(s.used_bytes, 0u);
+    EXPECT_NE(s.health.find("used_bytes unknown"), std::string::npos) << s.health;
+    EXPECT_EQ(s.locations_unhealthy, 1u) << s.health;
+    {
+      HungCall t("stats (again)");
+      s = store->stats();
+    }
+    EXPECT_EQ(s.locations_unhealthy, 1u) << s.health;
+    {
+      HungCall t("close");
+      store.reset();
+    }
+  }
+  fs_.release();
+  EXPECT_TRUE(guard::wait_threads_at_most(threads_before, kHungCeiling))
+      << guard::threads_alive() << " guard threads, " << threads_before << " before";
+  EXPECT_EQ(open_fds(), fds_before);
+}
+
+// Closing a store whose state holds descriptors on the mount (its capacity ledger's files,
+// which the kernel flushes on close) returns by the deadline while the mount hangs: the rest
+// of the close ends alone once it answers, and releases every descriptor.
+TEST_P(StoreHang, CloseReturnsByItsDeadlineWhenReleasingTouchesTheMount) {
+  open().reset();
+  ASSERT_TRUE(guard::wait_threads_at_most(0, kHungCeiling));
+  const size_t threads_before = guard::threads_alive();
+  const size_t fds_before = open_fds();
+  {
+    StoreConfig cfg = config();
+    cfg.capacity_bytes = uint64_t{1} << 30;
+    auto store = open_store(cfg);
+    ASSERT_NE(store, nullptr);
+    fs_.hang();
+    HungCall t("close (descriptors on the mount)");
+    store.reset();
+  }
+  EXPECT_GE(fs_.blocked(), 1u) << "closing did not reach the mount";
+  fs_.release();
+  EXPECT_TRUE(guard::wait_threads_at_most(threads_before, kHungCeiling))
+      << guard::threads_alive() << " guard threads, " << threads_before << " before";
+  EXPECT_EQ(open_fds(), fds_before);
+  EXPECT_EQ(health_.count(), 0u) << "a line after the close returned";
+}
+
+// The CLI's commands on the hung mount: each stops waiting by its deadline, exits with status
+// 3 and says why; their processes go on alone once the mount answers, and the clear among them
+// then clears the whole namespace.
+TEST_P(StoreHang, CliCommandsStopWaitingByTheirDeadline) {
+#ifndef KVTIER_CLI
+  GTEST_SKIP() << "the kvtier CLI is not built";
+#else
+  Written w = written("hang-cli");
+  ASSERT_NE(w.store, nullptr);
+  const std::string ns = w.store->namespace_id().hex();
+  w.store.reset();
+  const std::string where = fs_.mount() + "/store";
+  const std::string ms = std::to_string(kDeadlineMs);
+  const std::vector<std::vector<std::string>> commands = {
+      {"stat", "file://" + where + "?deadline_ms=" + ms},
+      {"ls", where, "--deadline-ms", ms},
+      {"verify", where, "--deadline-ms", ms},
+      {"gc", where, "--to", "1GiB", "--deadline-ms", ms},
+      {"clear", where, "--namespace", ns, "--deadline-ms", ms},
+  };
+  fs_.hang();
+  std::vector<pid_t> left;
+  for (const auto& args : commands) {
+    CliRun run = run_cli(args);
+    std::printf("hung call: kvtier %s %lld ms\n", args[0].c_str(),
+                static_cast<long long>(run.took.count()));
+    EXPECT_LT(run.took, milliseconds(kDeadlineMs) + kSlack) << args[0];
+    EXPECT_EQ(run.status, 3) << args[0] << ": " << run.output;
+    EXPECT_NE(run.output.find("did not answer within the deadline of " + ms + " ms"),
+              std::string::npos)
+        << run.output;
+    const size_t at = run.output.find("process ");
+    ASSERT_NE(at, std::string::npos) << run.output;
+    left.push_back(static_cast<pid_t>(std::stol(run.output.substr(at + 8))));
+  }
+  fs_.release();
+  for (pid_t pid : left) EXPECT_TRUE(wait_process_end(pid)) << pid;
+  // The clear ended whole: no page of the namespace is left.
+  Result<StoreLocation> loc = parse_store_uri(fs_.backing() + "/store");
+  ASSERT_TRUE(loc.ok());
+  Result<std::vector<PageListing>> pages = list_pages(*loc);
+  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
+  EXPECT_EQ(pages->size(), 0u);
+  CliRun stat = run_cli({"stat", where, "--deadline-ms", ms});
+  EXPECT_EQ(stat.status, 0) << stat.output;
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, StoreHang, ::testing::Values("files", "segments"),
