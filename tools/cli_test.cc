@@ -242,9 +242,9 @@ TEST(Cli, PrometheusEscapesTheDirectoryLabel) {
 TEST(Cli, SizesTakeUnitsLikePython) {
   kvtier::testing::TempDir dir;
   CliRun r = run("bench --dir " + dir.path() +
-                 " --page-bytes 65536 --pages 8 --batch 8 --capacity 2MiB --keep --json");
+                 " --page-bytes 65536 --pages 8 --batch 8 --capacity 3MiB --keep --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_EQ(json_of(r)["capacity_bytes"], 2097152);
+  EXPECT_EQ(json_of(r)["capacity_bytes"], 3145728);
   EXPECT_EQ(run("gc " + dir.path() + " --to 200kb --json").exit_code, 0);
   EXPECT_LE(json_of(run("stat " + dir.path() + " --json"))["bytes"].get<uint64_t>(), 200000u);
   EXPECT_EQ(run("gc " + dir.path() + " --to lots").exit_code, 2);

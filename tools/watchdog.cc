@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -19,6 +20,7 @@
 
 #include "kvtier/core/unique_fd.h"
 #include "kvtier/store/uri.h"
+#include "progress.h"
 
 namespace kvtier::cli {
 namespace {
@@ -53,6 +55,18 @@ void write_all(int fd, const char* data, size_t n) {
     data += w;
     n -= static_cast<size_t>(w);
   }
+}
+
+// The command's process, which this one's SIGINTs go to (forward()).
+std::atomic<pid_t> g_child{0};
+
+// Each SIGINT this process gets goes to the child, once: the child runs in a process group of
+// its own, so a Ctrl-C at the terminal reaches it only this way, and as many times as pressed
+// (the first stops the command cleanly, a second ends it: progress.h).
+void forward(int sig) {
+  const int saved = errno;
+  if (const pid_t p = g_child.load(std::memory_order_relaxed); p > 0) ::kill(p, sig);
+  errno = saved;
 }
 
 struct Pipe {
@@ -114,9 +128,21 @@ int run_watched(const char* name, const std::string& location,
   const pid_t pid = ::fork();
   if (pid < 0) return command();
   if (pid == 0) {
+    ::setpgid(0, 0);  // SIGINT comes from this process alone (forward())
     if (out) ::dup2(out->write.get(), STDOUT_FILENO);
     if (err) ::dup2(err->write.get(), STDERR_FILENO);
     child(*loc, *deadline_ms, beats->write.get(), command);
+  }
+  g_child.store(pid, std::memory_order_relaxed);
+  // SIGINT goes to the child from now on, unless it was ignored on entry (a background job of a
+  // shell without job control), which the child inherited.
+  struct sigaction current {};
+  if (::sigaction(SIGINT, nullptr, &current) == 0 && current.sa_handler != SIG_IGN) {
+    struct sigaction sa {};
+    sa.sa_handler = forward;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, nullptr);
+    if (interrupted()) ::kill(pid, SIGINT);  // one that came before the handler did
   }
   beats->write.reset();
   if (out) out->write.reset();
@@ -147,7 +173,7 @@ int run_watched(const char* name, const std::string& location,
         std::chrono::duration_cast<std::chrono::milliseconds>(last + deadline - Clock::now());
     const int wait = rc ? 0 : static_cast<int>(std::max<int64_t>(left.count(), 0));
     const int n = ::poll(fds.data(), fds.size(), wait);
-    if (n < 0 && errno == EINTR) continue;  // Ctrl-C: the child stops at its next step
+    if (n < 0 && errno == EINTR) continue;  // Ctrl-C, forwarded: the child stops at its next step
     if (n <= 0) {
       if (rc) break;
       if (Clock::now() - last < deadline) continue;

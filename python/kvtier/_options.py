@@ -116,10 +116,12 @@ class StoreSettings:
     def open(self, *, model: str, dtype: str, layout: str, page_tokens: int, piece_bytes: int,
              pieces: int, tp: tuple = (0, 1), pp: tuple = (0, 1), cp: tuple = (0, 1),
              mla: bool = False, page_bytes: int = 0,
-             geometry: Optional[Dict[str, Any]] = None) -> "kvtier.Store":
+             geometry: Optional[Dict[str, Any]] = None, shares: int = 1) -> "kvtier.Store":
         """A store of one page geometry. `geometry`: what else makes pages interchangeable
         in the engine's own terms; it joins the salt, so any difference is a namespace of its
-        own (a miss, never another geometry's bytes)."""
+        own (a miss, never another geometry's bytes). `shares`: how many namespaces of the
+        deployment split capacity_bytes evenly (each a ledger of its own: shards of a model
+        split across ranks), this store's being one."""
         salt = self.salt
         if geometry is not None:
             salt = "\n".join([json.dumps(geometry, sort_keys=True)] + ([salt] if salt else []))
@@ -127,7 +129,8 @@ class StoreSettings:
             self.location(), model=model, dtype=dtype, layout=layout, page_tokens=page_tokens,
             piece_bytes=piece_bytes, pieces_per_page=pieces, tp=tp, pp=pp, cp=cp, mla=mla,
             salt=salt, fsync=self.fsync, direct_io=self.direct_io,
-            capacity_bytes=self.capacity_bytes, min_free_bytes=self.min_free_bytes,
+            capacity_bytes=self.capacity_bytes // max(shares, 1),
+            min_free_bytes=self.min_free_bytes,
             file_layout=self.file_layout, page_bytes=page_bytes, key_file=self.key_file,
             tenant=self.tenant if self.sealed() else "")
 

@@ -25,8 +25,10 @@ Options (keys of the extra config; the environment variable is the fallback):
     model_revision                  weights revision, appended to the model name
     capacity      KVTIER_CAPACITY   most bytes this deployment may take on storage ("100GiB"),
                                     as du counts them: pages and what is kept beside them
-                                    (about 1 MiB and 0.35%); least recently used pages are
-                                    evicted (FILE stores only)
+                                    (about 1 MiB and 0.35%), split evenly between the model's
+                                    shards (TP ranks unless MLA, PP stages, CP ranks; a hybrid
+                                    model's pools each take as much); least recently used
+                                    pages are evicted (FILE stores only)
     min_free      KVTIER_MIN_FREE   bytes to leave free on the filesystem ("20GiB")
     staging_mb                      memory for staged pages, per direction (default 64)
     deadline_ms   KVTIER_DEADLINE_MS  longest a get/set/exists call waits for storage: later
@@ -212,10 +214,14 @@ class HiCacheKvtier(LegacyCalls, HybridCalls, _HiCacheStorage):
                    pieces: int, tp: tuple, mla: bool, page_bytes: int = 0) -> "kvtier.Store":
         """A store of this deployment (model, shard, salt, options) for one page geometry
         (`page_bytes`: the page's size where its pieces differ, for file_layout auto)."""
+        # `capacity` is the deployment's: every shard of the model (a TP rank's heads, unless
+        # replicated; a PP stage; a CP rank) is a namespace with a ledger of its own, and each
+        # takes its even share.
+        shares = (1 if mla else tp[1]) * self.pp_size * self.cp_size
         return self.settings.open(
             model=self.model_name, dtype=dtype, layout=layout, page_tokens=page_tokens,
             piece_bytes=piece_bytes, pieces=pieces, tp=tp, pp=(self.pp_rank, self.pp_size),
-            cp=(self.cp_rank, self.cp_size), mla=mla, page_bytes=page_bytes)
+            cp=(self.cp_rank, self.cp_size), mla=mla, page_bytes=page_bytes, shares=shares)
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Registers the KV host pool (or a pool group's anchor) once and opens its

@@ -645,6 +645,32 @@ def test_capacity_bounds_the_whole_tree_as_du_counts_it(store_dir, layout):
         assert du(root) <= capacity + page_object, (layout, capacity, du(root))
 
 
+def test_capacity_is_the_deployments_whatever_its_tp_ranks(store_dir):
+    """Each TP rank of a model whose heads are split keeps its pages in a namespace of its own,
+    with a ledger of its own: `capacity` is split between them, so the deployment's tree stays
+    within it; a replicated (MLA) pool is one namespace for every rank, with the whole."""
+    page_object = page_object_bytes(store_dir)
+    capacity = 2 * kvtier.capacity_holding(24 * page_object)
+    ranks = []
+    for rank in range(2):
+        pool = HostPool(tokens=256)
+        pool.fill_random(seed=30 + rank)
+        ranks.append((adapter(store_dir, pool, StorageConfig(tp_rank=rank, tp_size=2),
+                              capacity=capacity, file_layout="files"), pool))
+    for first in range(0, 3 * capacity // page_object, 8):
+        for a, pool in ranks:
+            a.batch_set_v1(keys_for(f"tp{first}", 8), host_indices(range(8), pool.page_size))
+    for a, _ in ranks:
+        store = a.counters()["store"]
+        assert store["capacity_bytes"] == capacity // 2 and store["evicted_pages"] > 0, store
+        a.close()
+    assert du(store_dir) <= capacity + page_object, (capacity, du(store_dir))
+    mla = adapter(store_dir + "-mla", HostPool(tokens=256),
+                  StorageConfig(tp_rank=1, tp_size=2, is_mla_model=True), capacity=capacity)
+    assert mla.counters()["store"]["capacity_bytes"] == capacity
+    mla.close()
+
+
 def test_admission_declines_one_offs_through_sglang_calls(store_dir):
     """A full store declines first writes once that measures better, from what SGLang asks
     (batch_exists), not from the adapter's own checks before a write or a read: with those

@@ -101,13 +101,14 @@ Status check_floor(const Shape& shape, uint64_t page_bytes) {
   return invalid_argument_error(fmt::format(
       "capacity_bytes {} is too small: a store of {} on {} base{} keeps {} bytes beside its "
       "pages (directories, the capacity ledger, the shared files of eviction and admission), "
-      "and {} takes {} bytes; give it at least {}",
+      "and {} take{} {} bytes; give it at least {}",
       shape.capacity_bytes, shape.page_files ? "page files" : "segments", shape.bases,
       shape.bases == 1 ? "" : "s", metadata,
       shape.page_files ? (page_bytes ? "a page" : "the smallest page")
-                       : (page_bytes ? "a page and a segment beside it"
-                                     : "a segment and the smallest page beside it"),
-      page, metadata + page));
+                       : (page_bytes ? "a page and the two 1 MiB segments reclaiming needs"
+                                     : "the smallest page and the two 1 MiB segments reclaiming "
+                                       "needs"),
+      shape.page_files ? "s" : "", page, metadata + page));
 }
 
 }  // namespace kvtier::footprint
