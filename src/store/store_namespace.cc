@@ -44,7 +44,16 @@ Status Store::Impl::open_namespace() {
   std::optional<DirectIoAlignment> dio_seen;
   for (size_t b = 0; b < router.base_count(); ++b) {
     const std::string temp_dir = router.temp_dir(b);
-    KVTIER_RETURN_IF_ERROR(agent.make_dirs(temp_dir));
+    // Each in the one above, the base first, which store_root::prepare made or found: nothing
+    // above the namespace is made here, so an open that outlives a network mount detached
+    // under it (its caller gone by the deadline) makes nothing on what lies beneath.
+    for (const std::string& dir :
+         {routing::Router::root_dir(router.base(b)), router.namespace_dir(b), temp_dir}) {
+      if (guard::call_abandoned()) {
+        return cancelled_error("the open's caller gave up (its deadline passed)");
+      }
+      KVTIER_RETURN_IF_ERROR(agent.make_dir(dir));
+    }
     if (agent.storage_class() == StorageClass::kFile) {
       // Directories someone else made in the store's place are refused; an older tree's
       // modes are narrowed to the store's sharing.

@@ -160,7 +160,7 @@ Result<std::unique_ptr<Store>> Store::open_here(const StoreConfig& config) {
   // there (naming/store_root.h); keys are spread by the names the location gives them.
   std::vector<std::string> bases = config.location.bases;
   if (agent.storage_class() == StorageClass::kFile) {
-    KVTIER_ASSIGN_OR_RETURN(bases, store_root::prepare(agent, cfg.location));
+    KVTIER_ASSIGN_OR_RETURN(bases, store_root::prepare(agent, cfg.location, still_wanted));
   }
   KVTIER_RETURN_IF_ERROR(still_wanted());
   // A sealed store names its pages by keyed hashes (window/sealing.h).
@@ -184,6 +184,7 @@ Result<std::unique_ptr<Store>> Store::open_here(const StoreConfig& config) {
       config.ns.piece_bytes != 0
           ? page::object_bytes(config.ns.piece_bytes * config.ns.pieces_per_page)
           : 0));
+  KVTIER_RETURN_IF_ERROR(still_wanted());  // before it makes the namespace's directories
   KVTIER_RETURN_IF_ERROR(impl->open_namespace().with_context(
       fmt::format("opening store at {}", config.location.uri())));
   KVTIER_RETURN_IF_ERROR(still_wanted());

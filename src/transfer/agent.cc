@@ -260,6 +260,10 @@ Status Agent::make_dirs(std::string_view path) {
   KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   return core_->backend->make_dirs(path);
 }
+Status Agent::make_dir(std::string_view path) {
+  KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
+  return core_->backend->make_dir(path);
+}
 Result<ObjectInfo> Agent::stat(std::string_view path) {
   KVTIER_RETURN_IF_ERROR(core_->owner.check(kAgentName));
   return core_->backend->stat(path);

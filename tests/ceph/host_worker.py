@@ -212,6 +212,9 @@ def main():
             elif op == "clear":
                 st = stores[req["name"]].store.clear()
                 res = {"code": st.code}
+            elif op == "remove":
+                st = stores[req["name"]].store.remove(req["key"])
+                res = {"code": st.code}
             elif op == "close":
                 hs = stores.pop(req["name"])
                 del hs.reg

@@ -233,6 +233,7 @@ class Agent {
 
   // Object management, forwarded to the backend.
   Status make_dirs(std::string_view path);
+  Status make_dir(std::string_view path);  // one level: the parent must exist
   Result<ObjectInfo> stat(std::string_view path);
   std::vector<Result<ObjectInfo>> stat_many(std::span<const std::string> paths, bool until_missing);
   Status remove(std::string_view path, const ObjectIdentity* if_identity = nullptr);

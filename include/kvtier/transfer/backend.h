@@ -200,6 +200,9 @@ class Backend {
   virtual Status sync(BackendTarget& target);
 
   virtual Status make_dirs(std::string_view path) = 0;
+  // One directory, in a parent that must exist (kNotFound when it does not): what lies above
+  // is never made. The default, for backends without directories, is make_dirs().
+  virtual Status make_dir(std::string_view path) { return make_dirs(path); }
   virtual Result<ObjectInfo> stat(std::string_view path) = 0;
   // stat() of many paths, one result per path. With `until_missing`, paths after the first
   // one that is not an object may be left unchecked (kNotFound, "not checked"). The default
@@ -258,6 +261,7 @@ class BackendWrapper : public Backend {
   }
   Status sync(BackendTarget& target) override { return inner_->sync(target); }
   Status make_dirs(std::string_view path) override { return inner_->make_dirs(path); }
+  Status make_dir(std::string_view path) override { return inner_->make_dir(path); }
   Result<ObjectInfo> stat(std::string_view path) override { return inner_->stat(path); }
   std::vector<Result<ObjectInfo>> stat_many(std::span<const std::string> paths,
                                             bool until_missing) override {

@@ -223,6 +223,10 @@ class FaultBackend final : public BackendWrapper {
     if (int e = injector_->check(FaultOp::kMakeDirs, path)) return errno_status(e, "mkdir", path);
     return BackendWrapper::make_dirs(path);
   }
+  Status make_dir(std::string_view path) override {
+    if (int e = injector_->check(FaultOp::kMakeDirs, path)) return errno_status(e, "mkdir", path);
+    return BackendWrapper::make_dir(path);
+  }
 
   Result<ObjectInfo> stat(std::string_view path) override {
     if (int e = injector_->check(FaultOp::kStat, path)) return errno_status(e, "stat", path);

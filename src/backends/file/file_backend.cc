@@ -292,18 +292,18 @@ Status FileBackend::sync(BackendTarget& base) {
 // is there, and when one is gone so may be the filesystem (a network mount detached while a
 // writer was blocked in it): recreating them would put pages on whatever lies beneath.
 Status FileBackend::make_dir_in_place(const std::string& dir) {
-  return make_dir(dir.c_str(), modes_);
+  return ::kvtier::make_dir(dir.c_str(), modes_);
 }
 
 Status FileBackend::make_dirs(std::string_view path) {
   const std::string p(path);
   if (p.empty()) return invalid_argument_error("make_dirs: empty path");
-  Status st = make_dir(p.c_str(), modes_);
+  Status st = ::kvtier::make_dir(p.c_str(), modes_);
   if (st.code() != StatusCode::kNotFound) return st;
   const std::string parent = dirname_of(p);
   if (parent == p) return st;
   KVTIER_RETURN_IF_ERROR(make_dirs(parent));
-  return make_dir(p.c_str(), modes_);
+  return ::kvtier::make_dir(p.c_str(), modes_);
 }
 
 Result<ObjectInfo> FileBackend::stat(std::string_view path) {

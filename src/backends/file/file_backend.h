@@ -95,6 +95,7 @@ class FileBackend : public Backend {
   // fdatasync of the target's descriptor (posix and uring alike: one call, no ring needed).
   Status sync(BackendTarget& target) override;
   Status make_dirs(std::string_view path) override;
+  Status make_dir(std::string_view path) override { return make_dir_in_place(std::string(path)); }
   Status make_dir_in_place(const std::string& dir);
   Result<ObjectInfo> stat(std::string_view path) override;
   Status remove(std::string_view path, const ObjectIdentity* if_identity) override;

@@ -4,8 +4,8 @@
 //
 // Pages are charged as the filesystem allocates them: a page file is its size rounded up to the
 // filesystem's allocation unit, plus kEntryBytes for its name in its directory; a segment or
-// summary file, which grows, its size plus a unit and kEntryBytes. Everything else a namespace keeps is its metadata, set aside from the capacity
-// when the store opens (the pages get the rest):
+// summary file, which grows, its size plus a unit and kEntryBytes. Everything else a namespace
+// keeps is its metadata, set aside from the capacity when the store opens (the pages get the rest):
 //
 //   fixed, per base:   the kvtier and namespace directories, the temporaries directory,
 //                      the manifest; page files: 256 fan-out directories (a block each; the

@@ -109,7 +109,7 @@ Status SegmentLayout::segments_open() {
     seg->active.assign(s_.router.base_count() * (seg->lanes + 1), std::nullopt);
   }
   for (size_t b = 0; b < s_.router.base_count(); ++b) {
-    KVTIER_RETURN_IF_ERROR(s_.agent.make_dirs(segment_dir(s_.router, b)));
+    KVTIER_RETURN_IF_ERROR(s_.agent.make_dir(segment_dir(s_.router, b)));  // in the namespace
   }
   return segments_scan();
 }

@@ -24,7 +24,8 @@ std::string opened_as(const std::string& dir) {
   return real.ok() ? *std::move(real) : dir;
 }
 
-Result<std::vector<std::string>> prepare(Agent& agent, const StoreLocation& loc) {
+Result<std::vector<std::string>> prepare(Agent& agent, const StoreLocation& loc,
+                                         const std::function<Status()>& may_make) {
   KVTIER_ASSIGN_OR_RETURN(const Sharing sharing, sharing_of(loc));
   std::vector<std::string> real;
   for (const std::string& base : loc.bases) {
@@ -32,6 +33,7 @@ Result<std::vector<std::string>> prepare(Agent& agent, const StoreLocation& loc)
     // them before the store's own paths, which may not.
     Result<std::string> r = real_dir(base);
     if (r.status().code() == StatusCode::kNotFound) {
+      if (may_make) KVTIER_RETURN_IF_ERROR(may_make());
       KVTIER_RETURN_IF_ERROR(agent.make_dirs(base));
       r = real_dir(base);
     }

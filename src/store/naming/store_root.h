@@ -4,6 +4,7 @@
 // itself must hold none), and checked before anything is put there.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,11 @@ Result<std::string> real_dir(const std::string& dir);
 std::string opened_as(const std::string& dir);
 
 // Makes each base where missing (with the location's sharing), resolves it and checks it
-// (check_store_root). The real paths, in the location's order.
-Result<std::vector<std::string>> prepare(Agent& agent, const StoreLocation& loc);
+// (check_store_root). The real paths, in the location's order. `may_make`, when given, is
+// asked before a base is made, and its error returned (an open whose caller gave up makes
+// nothing: the base may be a mount point whose filesystem went away meanwhile).
+Result<std::vector<std::string>> prepare(Agent& agent, const StoreLocation& loc,
+                                         const std::function<Status()>& may_make = {});
 
 // After the store made its own directories under a base: each must be its own
 // (check_own_dir), narrowed to the sharing's mode where an older tree granted more.
