@@ -212,6 +212,9 @@ def main():
             elif op == "clear":
                 st = stores[req["name"]].store.clear()
                 res = {"code": st.code}
+            elif op == "capacity_holding":
+                res = {"capacity": kvtier.capacity_holding(req["page_bytes"],
+                                                           req.get("layout", "files"))}
             elif op == "remove":
                 st = stores[req["name"]].store.remove(req["key"])
                 res = {"code": st.code}

@@ -443,19 +443,21 @@ def test_one_capacity_budget_for_the_whole_cluster(cluster, hosts, kind):
     a = hosts["a"]
     if loc.segments:
         # Segments of 1 MiB (capacity / 64, at least 1 MiB), evicted whole: room for 10 of
-        # them, 3 of which are the writers' active ones (windows of 512 KiB use one lane).
+        # them beside what the store keeps (76 KiB), 3 of which are the writers' active ones
+        # (windows of 512 KiB use one lane).
         object_bytes = 0
         capacity = 10 << 20
         min_batches = 30  # 3 x 30 x 8 pages of 64 KiB: over 4 times the capacity
     else:
-        # Objects are the 64 KiB payload plus a header, padded to 4 KiB blocks: measure one.
+        # Objects are the 64 KiB payload plus a header, padded to 4 KiB blocks, charged with
+        # their directory entry: measure one. Room for 40 of them beside what the store keeps.
         probe = Location(cluster, "file", "budget-probe")
         a.call("open", name="probe", uri=probe.uri("a"), model=MODEL, capacity_bytes=1 << 30)
         assert a.call("put", name="probe", keys=["x"], writer="a")["codes"] == ["OK"]
         object_bytes = a.call("stats", name="probe")["stats"]["used_bytes"]
         a.call("close", name="probe")
         assert PAGE_BYTES < object_bytes <= PAGE_BYTES + 8192, object_bytes
-        capacity = 40 * object_bytes
+        capacity = a.call("capacity_holding", page_bytes=40 * object_bytes)["capacity"]
         min_batches = 15
     for h in hosts.values():
         h.call("open", name="s", uri=loc.uri(h.name), model=MODEL, capacity_bytes=capacity)
@@ -470,8 +472,9 @@ def test_one_capacity_budget_for_the_whole_cluster(cluster, hosts, kind):
     deadline = time.monotonic() + CEILING
     while True:
         for h in hosts.values():
-            used = h.call("stats", name="s")["stats"]["used_bytes"]
-            assert used <= capacity, (h.name, used, capacity)
+            stats = h.call("stats", name="s")["stats"]
+            used = stats["used_bytes"]
+            assert used + stats["metadata_bytes"] <= capacity, (h.name, stats, capacity)
             samples += 1
         if min(h.call("loop_batches", loop="w")["batches"]
                for h in hosts.values()) >= min_batches:
@@ -496,22 +499,33 @@ def test_one_capacity_budget_for_the_whole_cluster(cluster, hosts, kind):
         assert pages == 0 and size == 0
         seg = segment_files(loc.path("a"))
         size = seg["bytes"]
+        files = seg["segments"] + seg["summaries"]
         assert outcomes["OK"] * PAGE_BYTES > 4 * capacity, outcomes
         evicted = sum(h.call("stats", name="s")["stats"]["evicted_pages"] for h in hosts.values())
         assert evicted > 0, evicted
         print(f"segments: {seg['segments']} of {size} bytes left, {evicted} pages evicted")
     else:
-        assert size == pages * object_bytes
+        files = pages
     assert size <= capacity, (size, capacity)
     for h in hosts.values():
         used = h.call("stats", name="s")["stats"]["used_bytes"]
         assert size <= used <= capacity, (h.name, size, used, capacity)  # drift: safe side only
-    # Every host restarts: the first to open alone recounts, and the count is exact.
+    # Every host restarts: the first to open alone recounts, and the count is exact: the files'
+    # bytes, each file with what its last block and its directory entry are charged (the same
+    # for every file: page files, all of one size, exactly what one was charged above).
     for h in hosts.values():
         h.call("close", name="s")
+    counted = set()
     for h in hosts.values():
         h.call("open", name="s", uri=loc.uri(h.name), model=MODEL, capacity_bytes=capacity)
-        assert h.call("stats", name="s")["stats"]["used_bytes"] == size, h.name
+        counted.add(h.call("stats", name="s")["stats"]["used_bytes"])
+    assert len(counted) == 1, counted
+    used = counted.pop()
+    if loc.segments:
+        assert (used - size) % files == 0 and 0 < (used - size) // files <= (64 << 10) + 128, \
+            (used, size, files)
+    else:
+        assert used == pages * object_bytes, (used, pages, object_bytes)
     # Pages each host reads are whole and its own.
     for h in hosts.values():
         got = h.call("get", name="s", keys=keys(h.name, 60), writers=[h.name])["got"]
