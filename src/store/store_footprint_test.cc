@@ -134,6 +134,41 @@ TEST_P(StoreFootprint, ACapacityBelowTheSmallestIsRefusedSayingWhy) {
   EXPECT_NE(testing::open_store(cfg), nullptr);
 }
 
+// What `kvtier gc` removes from page files is given back to the ledger as the store charged
+// it: the usage a store that stayed open sees afterwards is what a lone open counts.
+TEST(StoreFootprintGc, WhatGcRemovesGoesBackAsCharged) {
+  testing::TempDir dir;
+  StoreConfig cfg;
+  cfg.location = *parse_store_uri(dir.file("store") + "?backend=posix&layout=files");
+  cfg.ns = footprint_namespace();
+  cfg.capacity_bytes = uint64_t{8} << 20;
+  auto s = testing::open_store(cfg);
+  ASSERT_NE(s, nullptr);
+  PagePool pool(*s, 8, kPage);
+  for (size_t first = 0; first < 48; first += 8) {
+    std::vector<std::string> keys;
+    std::vector<ConstBuffer> in;
+    for (size_t i = 0; i < 8; ++i) {
+      keys.push_back(fmt::format("gc-{}", first + i));
+      pool.fill(i, kPage, first + i);
+      in.push_back(pool.in(i, kPage));
+    }
+    ASSERT_TRUE(s->batch_put(testing::views(keys), in).all_ok());
+  }
+  Result<std::vector<PageListing>> pages = list_pages(cfg.location, "", {});
+  ASSERT_TRUE(pages.ok()) << pages.status().to_string();
+  pages->resize(pages->size() / 2);
+  Result<RemovalReport> removed = remove_pages(cfg.location, *pages, {});
+  ASSERT_TRUE(removed.ok()) << removed.status().to_string();
+  EXPECT_EQ(removed->pages, 24u);
+  const uint64_t after_gc = s->stats().used_bytes;
+  s.reset();
+  s = testing::open_store(cfg);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(after_gc, s->stats().used_bytes);
+  EXPECT_EQ(after_gc, 24 * capacity_page_bytes(page::object_bytes(kPage)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, StoreFootprint,
                          ::testing::Values(Case{StoreLayout::kFiles, "files"},
                                            Case{StoreLayout::kSegments, "segments"}),

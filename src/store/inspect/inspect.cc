@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "capacity/footprint.h"
 #include "capacity/ledger.h"
 #include "capacity/page_index.h"
 #include "format/page_format.h"
@@ -168,7 +169,14 @@ Result<RemovalReport> remove_pages(const StoreLocation& location,
   for (size_t i : files) file_pages.push_back(pages[i]);
   pages = file_pages;
 
-  std::map<std::string, uint64_t> freed;  // namespace dir -> bytes
+  // What a capacity ledger charges for a file (capacity/footprint.h), by namespace directory.
+  std::map<std::string, uint64_t> units;
+  const auto unit_of = [&](const std::string& dir) {
+    auto [it, made] = units.try_emplace(dir, 0);
+    if (made) it->second = footprint::allocation_unit(dir);
+    return it->second;
+  };
+  std::map<std::string, uint64_t> freed;  // namespace dir -> bytes, as charged
   for (size_t begin = 0; begin < pages.size();) {
     const size_t end = std::min(pages.size(), begin + kRemovalGroup);
     std::vector<std::string> paths;
@@ -179,7 +187,8 @@ Result<RemovalReport> remove_pages(const StoreLocation& location,
       if (st.ok()) {
         ++report.pages;
         report.bytes += pages[i].bytes;
-        freed[pages[i].namespace_dir] += pages[i].bytes;
+        freed[pages[i].namespace_dir] +=
+            footprint::file_bytes(pages[i].bytes, unit_of(pages[i].namespace_dir));
       } else if (st.code() != StatusCode::kNotFound && report.first_error.ok()) {
         report.first_error = st;
       }
@@ -194,15 +203,25 @@ Result<RemovalReport> remove_pages(const StoreLocation& location,
   if (location.storage_class == StorageClass::kFile) {
     // Alone, a ledger is reset from a fresh count; with stores open, given the bytes back.
     // One walk counts every namespace (taken when the first ledger needs it).
-    std::optional<std::map<std::string, uint64_t>> now;  // namespace dir -> bytes
+    std::optional<std::map<std::string, uint64_t>> now;  // namespace dir -> bytes, as charged
     for (const auto& [dir, bytes] : freed) {
       const std::string usage = dir + "/" + std::string(routing::kUsageFile);
       if (::access(usage.c_str(), F_OK) != 0) continue;
       if (!now) {
         now.emplace();
         Inventory inv;
-        if (walk(agent, location, &inv, nullptr).ok()) {
-          for (const NamespaceSummary& ns : inv.namespaces) (*now)[ns.dir] = ns.bytes;
+        std::vector<PageListing> left;
+        if (walk(agent, location, &inv, &left).ok()) {
+          // Page files as a store charges them; segment and summary files likewise.
+          for (const PageListing& p : left) {
+            if (p.summary.empty()) {
+              (*now)[p.namespace_dir] += footprint::file_bytes(p.bytes, unit_of(p.namespace_dir));
+            }
+          }
+          for (const NamespaceSummary& ns : inv.namespaces) {
+            (*now)[ns.dir] += ns.segment_bytes +
+                              2 * ns.segments * footprint::appended_file_bytes(0, unit_of(ns.dir));
+          }
         }
       }
       const auto it = now->find(dir);
