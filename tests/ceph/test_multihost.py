@@ -7,6 +7,7 @@ tests/ceph/run-tests.sh, which starts the cluster and names its env file in KVTI
 (or the reason there is none in KVTIER_CEPH_UNAVAILABLE).
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -196,6 +197,23 @@ def found_within_refresh(host, kind, ks, since):
             f"host {host.name}: {n} of {len(ks)} keys found by a lookup that began "
             f"{began - since:.3f} s after their puts returned (refresh {REFRESH_S[kind]} s + "
             f"{VISIBLE_SLACK_S} s)")
+
+
+@contextlib.contextmanager
+def cable_pulled(cluster, host):
+    """`host`'s cable pulled for the body, then plugged back and its mount remounted however the
+    body ended: the remount's CompletedProcess is in the dict yielded, under "remount"."""
+    state = cluster["STATE_DIR"]
+    script = os.path.join(HERE, "cluster.sh")
+    out = {}
+    try:
+        subprocess.run([script, "down", state, host], check=True, timeout=CEILING)
+        yield out
+    finally:
+        subprocess.run([script, "up", state, host], timeout=CEILING)
+        # remount's own ceilings (cluster.sh's KVTIER_CEPH_TIMEOUT, 300 s) come first.
+        out["remount"] = subprocess.run([script, "remount", state, host], timeout=2 * CEILING,
+                                        capture_output=True, text=True)
 
 
 def wait_batches(host, loop, at_least, timeout=CEILING):
@@ -758,10 +776,7 @@ def test_a_host_whose_mount_hangs_returns_every_call_by_its_deadline(cluster, ho
     a.call("loop_start", name="s", loop="w", kind="put", keys=ka[32:], writer="a", batch=16)
     wait_batches(a, "r", 2)
     wait_batches(a, "w", 2)
-    state = cluster["STATE_DIR"]
-    script = os.path.join(HERE, "cluster.sh")
-    try:
-        subprocess.run([script, "down", state, "a"], check=True, timeout=CEILING)
+    with cable_pulled(cluster, "a") as cut:
         marks = {"r": a.call("loop_batches", loop="r")["batches"],
                  "w": a.call("loop_batches", loop="w")["batches"]}
         # The loops go on while the mount hangs: every batch returns.
@@ -784,10 +799,7 @@ def test_a_host_whose_mount_hangs_returns_every_call_by_its_deadline(cluster, ho
         # The cut reached the store: a call missed its deadline and the mount was skipped.
         assert stats["deadline_misses"] >= 1 and stats["unhealthy_refusals"] >= 1, stats
         assert stats["threads_stuck"] <= 4, stats  # guard_threads
-    finally:
-        subprocess.run([script, "up", state, "a"], timeout=CEILING)
-        remount = subprocess.run([script, "remount", state, "a"], timeout=2 * CEILING,
-                                 capture_output=True, text=True)
+    remount = cut["remount"]
     # The remount finds the mount point empty: nothing of A's (late calls included) made a
     # directory beneath the detached mount.
     assert remount.returncode == 0, remount.stderr
@@ -835,10 +847,7 @@ def test_a_cut_host_returns_every_maintenance_call_by_its_deadline(cluster, host
         a.send("open", name="o", uri=loc.uri("a"), model=MODEL + "-o")
         return a.receive(errors_ok=True)
 
-    state = cluster["STATE_DIR"]
-    script = os.path.join(HERE, "cluster.sh")
-    try:
-        subprocess.run([script, "down", state, "a"], check=True, timeout=CEILING)
+    with cable_pulled(cluster, "a") as cut:
         # Until a put of new pages misses its deadline: the mount no longer answers (a client
         # with room in its cache takes writes for a while first).
         give_up = time.monotonic() + CEILING
@@ -866,10 +875,7 @@ def test_a_cut_host_returns_every_maintenance_call_by_its_deadline(cluster, host
         assert not opened.get("error") or "did not answer" in opened["error"], opened
         assert cli.returncode in (0, 3), (cli.returncode, cli.stderr)
         assert cli.returncode == 0 or "did not answer" in cli.stderr, cli.stderr
-    finally:
-        subprocess.run([script, "up", state, "a"], timeout=CEILING)
-        remount = subprocess.run([script, "remount", state, "a"], timeout=2 * CEILING,
-                                 capture_output=True, text=True)
+    remount = cut["remount"]
     # Nothing the late calls did after the detach made anything beneath the mount point.
     assert remount.returncode == 0, remount.stderr + subprocess.run(
         ["find", cluster["KVTIER_CEPH_MNT_a"]], capture_output=True, text=True).stdout

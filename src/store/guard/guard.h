@@ -208,6 +208,10 @@ class Guard {
   BatchResult run_pages(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
                         size_t per_page);
   void submit(const std::shared_ptr<Lane>& lane, const std::shared_ptr<Job>& job);
+  // `job`, its call's one job, on `lane`, waited for until the deadline: true when it ended
+  // by then. unqueue(): takes it off the lane's queue if no thread started it (true then).
+  bool run_one(const std::shared_ptr<Job>& job, size_t lane);
+  bool unqueue(const std::shared_ptr<Job>& job, size_t lane);
   // An exists job for `keys` on the exists lane, and running it: true when it ended by the
   // deadline; false when it did not (abandoned, counted, every isolated base probed).
   std::shared_ptr<Job> exists_job(std::span<const std::string_view> keys);

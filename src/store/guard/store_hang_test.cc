@@ -350,7 +350,25 @@ class StoreHang : public ::testing::TestWithParam<std::string> {
 
   static constexpr size_t kPage = 64 << 10;
   static constexpr size_t kPages = 16;
+  // The guard threads and descriptors a test's store starts from, taken after a store was
+  // opened and closed first (what the process starts once and keeps, a sanitizer's background
+  // thread, is then in it); back_to_baseline(): once the mount answers, the threads left alone
+  // end and every descriptor they held is released.
+  void take_baseline() {
+    open().reset();
+    ASSERT_TRUE(guard::wait_threads_at_most(0, kHungCeiling));  // that store's threads ended
+    threads_before_ = guard::threads_alive();
+    fds_before_ = open_fds();
+  }
+  void back_to_baseline() const {
+    EXPECT_TRUE(guard::wait_threads_at_most(threads_before_, kHungCeiling))
+        << guard::threads_alive() << " guard threads, " << threads_before_ << " before";
+    EXPECT_EQ(open_fds(), fds_before_);
+  }
+
   HangFs fs_;
+  size_t threads_before_ = 0;
+  size_t fds_before_ = 0;
   HealthLog health_;
 };
 
@@ -613,12 +631,7 @@ TEST_P(StoreHang, APutStuckOnOneBaseHoldsUpNoOtherBase) {
 }
 
 TEST_P(StoreHang, CloseReturnsWhileIoIsStuckAndThreadsStayBounded) {
-  // A store opened and closed first: what the process starts once and keeps (a sanitizer's
-  // background thread) is in the baseline.
-  open().reset();
-  ASSERT_TRUE(guard::wait_threads_at_most(0, kHungCeiling));  // that store's threads have ended
-  const size_t guard_threads_before = guard::threads_alive();
-  const size_t fds_before = open_fds();
+  ASSERT_NO_FATAL_FAILURE(take_baseline());
   {
     Written w = written("close");
     ASSERT_NE(w.store, nullptr);
@@ -648,23 +661,18 @@ TEST_P(StoreHang, CloseReturnsWhileIoIsStuckAndThreadsStayBounded) {
     round(20);
     EXPECT_LE(thread_count(), after_first) << "threads grew while the mount hung";
     EXPECT_LE(store->stats().threads_stuck, 4u) << "more than guard_threads stuck";
-    HungCall t("close (threads stuck)");
+    HungCall t("closing, threads stuck");
     store.reset();
   }
   fs_.release();
   // The stuck threads return, finish and end; they held every descriptor they opened.
-  EXPECT_TRUE(guard::wait_threads_at_most(guard_threads_before, kHungCeiling))
-      << guard::threads_alive() << " guard threads, " << guard_threads_before << " before";
-  EXPECT_EQ(open_fds(), fds_before);
+  back_to_baseline();
 }
 
 // An open whose location hangs returns DEADLINE_EXCEEDED by the deadline. The open goes on
 // alone once the mount answers, gives up at its next step, and leaves no thread or descriptor.
 TEST_P(StoreHang, OpenReturnsByItsDeadline) {
-  open().reset();
-  ASSERT_TRUE(guard::wait_threads_at_most(0, kHungCeiling));
-  const size_t threads_before = guard::threads_alive();
-  const size_t fds_before = open_fds();
+  ASSERT_NO_FATAL_FAILURE(take_baseline());
   fs_.hang();
   std::optional<Result<std::unique_ptr<Store>>> s;
   {
@@ -676,9 +684,7 @@ TEST_P(StoreHang, OpenReturnsByItsDeadline) {
   EXPECT_NE(s->status().message().find("deadline"), std::string_view::npos);
   EXPECT_GE(fs_.blocked(), 1u) << "the open did not reach the mount";
   fs_.release();
-  EXPECT_TRUE(guard::wait_threads_at_most(threads_before, kHungCeiling))
-      << guard::threads_alive() << " guard threads, " << threads_before << " before";
-  EXPECT_EQ(open_fds(), fds_before);
+  back_to_baseline();
   EXPECT_EQ(health_.count(), 0u) << "a store the caller never got said nothing";
   auto again = open();
   ASSERT_NE(again, nullptr);
@@ -763,10 +769,7 @@ TEST_P(StoreHang, ARemoveThatMissesItsDeadlineHappensOnceTheMountAnswers) {
 // used_bytes named as unknown; closing that store (whose ledger descriptors close on the
 // mount) returns by the deadline too, and its thread ends once the mount answers.
 TEST_P(StoreHang, StatsAndCloseReturnByTheDeadlineWhenTheLedgerHangs) {
-  open().reset();
-  ASSERT_TRUE(guard::wait_threads_at_most(0, kHungCeiling));
-  const size_t threads_before = guard::threads_alive();
-  const size_t fds_before = open_fds();
+  ASSERT_NO_FATAL_FAILURE(take_baseline());
   {
     StoreConfig cfg = config();
     cfg.capacity_bytes = uint64_t{1} << 30;
@@ -797,33 +800,26 @@ TEST_P(StoreHang, StatsAndCloseReturnByTheDeadlineWhenTheLedgerHangs) {
     }
   }
   fs_.release();
-  EXPECT_TRUE(guard::wait_threads_at_most(threads_before, kHungCeiling))
-      << guard::threads_alive() << " guard threads, " << threads_before << " before";
-  EXPECT_EQ(open_fds(), fds_before);
+  back_to_baseline();
 }
 
 // Closing a store whose state holds descriptors on the mount (its capacity ledger's files,
 // which the kernel flushes on close) returns by the deadline while the mount hangs: the rest
 // of the close ends alone once it answers, and releases every descriptor.
 TEST_P(StoreHang, CloseReturnsByItsDeadlineWhenReleasingTouchesTheMount) {
-  open().reset();
-  ASSERT_TRUE(guard::wait_threads_at_most(0, kHungCeiling));
-  const size_t threads_before = guard::threads_alive();
-  const size_t fds_before = open_fds();
+  ASSERT_NO_FATAL_FAILURE(take_baseline());
   {
     StoreConfig cfg = config();
     cfg.capacity_bytes = uint64_t{1} << 30;
     auto store = open_store(cfg);
     ASSERT_NE(store, nullptr);
     fs_.hang();
-    HungCall t("close (descriptors on the mount)");
+    HungCall t("closing, descriptors on the mount");
     store.reset();
   }
   EXPECT_GE(fs_.blocked(), 1u) << "closing did not reach the mount";
   fs_.release();
-  EXPECT_TRUE(guard::wait_threads_at_most(threads_before, kHungCeiling))
-      << guard::threads_alive() << " guard threads, " << threads_before << " before";
-  EXPECT_EQ(open_fds(), fds_before);
+  back_to_baseline();
   EXPECT_EQ(health_.count(), 0u) << "a line after the close returned";
 }
 
