@@ -8,6 +8,7 @@ Prints per shape and build the median write and read GB/s, and B / A of the medi
   bench/builds_ab.py --a OLD/build/bin/kvtier --b build/bin/kvtier
       [--shapes 64K:segments,8M:files] [--rounds 8] [--mib 512] [--dir DIR]
       [--sglang llama-ps16:segments,mla-ps16:files] [--key-file FILE [--threads N]]
+      [--batch 128]
 
 A shape is PAGE_BYTES:LAYOUT (K and M suffixes). --key-file runs both builds' benches sealed
 under FILE's keys (docs/security.md); --threads sets their client threads. Build the other revision in a directory of
@@ -45,6 +46,9 @@ def main():
     ap.add_argument("--sglang", default="", help="SHAPE:LAYOUT,... through SGLang's calls")
     ap.add_argument("--key-file", default="", help="seal every run's pages under FILE's keys")
     ap.add_argument("--threads", type=int, default=1, help="kvtier bench's client threads")
+    ap.add_argument("--batch", type=int, default=128,
+                    help="kvtier bench's pages per batch (a client thread takes a batch at a "
+                    "time: with several threads, --mib must hold a batch for each)")
     args = ap.parse_args()
     extra = ["--threads", str(args.threads)]
     if args.key_file:
@@ -62,7 +66,7 @@ def main():
         compare(builds, args.rounds, f"{size} | {layout}",
                 lambda kvtier, name: bench(os.path.join(args.dir, name), page,
                                            ["--layout", layout or "auto"] + extra, kvtier=kvtier,
-                                           total=args.mib << 20))
+                                           total=args.mib << 20, batch=args.batch))
     for shape in filter(None, args.sglang.split(",")):
         name, _, layout = shape.partition(":")
         compare(builds, args.rounds, f"SGLang {name} | {layout}",

@@ -128,7 +128,7 @@ struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
                        std::span<const ConstBuffer> pieces) {
     BatchResult r = run_batch(
         keys, pieces, [this](auto&&... args) { layout->put_window(args...); },
-        layout->orders_batches());
+        layout->orders_batches(), layout->seals_whole_pages());
     count_errors(r);
     return r;
   }

@@ -147,7 +147,8 @@ struct StoreConfig {
   bool fsync = false;
   DirectIo direct_io = DirectIo::kOff;
   // Most memory held in staging buffers for direct I/O (kOn) and for sealing pages (a sealed
-  // put seals each page into staging; a batch's windows are cut to fit it).
+  // put seals page files run by run into buffers of about 1 MiB, and segments and object
+  // stores' pages whole into staging, a batch's windows cut to fit it).
   uint64_t staging_bytes = uint64_t{256} << 20;
   // Sealed pages (docs/security.md): a key file (`<key id> <64 hex digits>` per line, the
   // first current; owner-only) seals every page with AES-256-GCM under the tenant's keys and

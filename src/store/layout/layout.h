@@ -69,6 +69,9 @@ class Layout {
   // Batches touch their earlier windows' pages again so the first page is the most recently
   // used (run_batch): only where the index's order decides eviction.
   virtual bool orders_batches() const = 0;
+  // Whether a sealed store's put windows seal each page whole into staging before it goes out
+  // (StoreCore::stage_for_sealing), so that a window holds no more pages than fit the staging.
+  virtual bool seals_whole_pages() const = 0;
 
   // The read path's steps that depend on where pages lie (store_read.cc runs the rest).
   // trusts_sizes(): pages may be opened without asking their size (an object store's page

@@ -161,6 +161,14 @@ bool PageFiles::orders_batches() const {
   return s_.capacity.bounded();  // order matters only to eviction
 }
 
+bool PageFiles::writes_in_runs() const {
+  return s_.config.location.storage_class == StorageClass::kFile;
+}
+
+bool PageFiles::seals_whole_pages() const {
+  return !writes_in_runs();
+}
+
 bool PageFiles::trusts_sizes() const {
   return s_.config.location.storage_class == StorageClass::kObject;
 }
@@ -204,6 +212,7 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
                            std::span<const ConstBuffer> pieces, size_t k, std::span<Status> out) {
   auto work = s_.plan(keys, pieces, k, out);
   s_.admit(work, out);
+  s_.stage_for_sealing(work, out, seals_whole_pages());
 
   Result<HeaderPool::Lease> lease = s_.headers.acquire(work.size());
   if (!lease.ok()) {
@@ -252,7 +261,7 @@ void PageFiles::put_window(std::span<const std::string_view> keys,
   }
 
   const uint64_t created = wall_ns();
-  if (s_.config.location.storage_class == StorageClass::kFile) {
+  if (writes_in_runs()) {
     // In runs spread over the store's threads (window/put_runs.h).
     std::vector<Status> written(work.size());
     for (size_t i = 0; i < work.size(); ++i) {

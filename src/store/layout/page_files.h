@@ -39,6 +39,7 @@ class PageFiles final : public Layout {
   Status remove(const routing::Route& route) override;
   Status clear() override;
   bool orders_batches() const override;
+  bool seals_whole_pages() const override;
   bool trusts_sizes() const override;
   void open_for_read(detail::ReadWindow& rw, std::span<Status> out, bool trust_size) override;
   void after_read(const detail::ReadWindow&) override {}
@@ -50,6 +51,9 @@ class PageFiles final : public Layout {
   void index_hit(const detail::PageWork<MutableBuffer>& w, uint64_t now) override;
 
  private:
+  // Whether put windows go out in runs spread over the store's threads (window/put_runs.h):
+  // on a FILE location, where an object is written in place from any offset.
+  bool writes_in_runs() const;
   // Lists the namespace's pages into the index: `as_recent` puts them in their modification
   // order as used; otherwise they go in as least recently used (found later).
   Status scan_index(bool as_recent);

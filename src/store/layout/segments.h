@@ -49,6 +49,7 @@ class SegmentLayout : public Layout {
   Status remove(const routing::Route& route) override;
   Status clear() override;
   bool orders_batches() const override { return false; }  // segments go whole
+  bool seals_whole_pages() const override { return true; }
   bool trusts_sizes() const override { return false; }
   void open_for_read(detail::ReadWindow& rw, std::span<Status> out, bool trust_size) override;
   void after_read(const detail::ReadWindow& rw) override;

@@ -33,7 +33,8 @@ enum class PageIo : uint8_t {
                     // sealed into it)
 };
 
-// Whether a page's payload moves through its staging buffer.
+// Whether a page's payload moves through a staging buffer: its own (PageWork::staging), or,
+// for a sealed page written in runs (window/put_runs.h), the buffer of each run.
 inline bool through_staging(PageIo io) {
   return io == PageIo::kStaged || io == PageIo::kStagedBuffered;
 }
@@ -58,7 +59,7 @@ struct PageWork {
   uint64_t stored_bytes = 0;
   bool header_only = false;  // reads: the object's size does not fit the buffers
   PageIo io = PageIo::kBuffered;
-  pools::StagingPool::Lease staging;  // through_staging(io)
+  pools::StagingPool::Lease staging;  // through_staging(io), unless sealed run by run
   size_t first_desc = 0;
   size_t desc_count = 0;
 };

@@ -122,16 +122,13 @@ std::vector<detail::PageWork<Buffer>> StoreCore::plan(std::span<const std::strin
     w.pieces = page_pieces;
     choose_io(w);
   }
-  if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
-    if (sealing) stage_for_sealing(work, out);
-  }
   return work;
 }
 
 template <typename Buffer, typename Window>
 BatchResult StoreCore::run_batch(std::span<const std::string_view> keys,
-                                 std::span<const Buffer> pieces, Window window,
-                                 bool touch_earlier) {
+                                 std::span<const Buffer> pieces, Window window, bool touch_earlier,
+                                 bool sealed_whole) {
   BatchResult out;
   size_t k = 0;
   out.status = counted_shape(keys, pieces, &k);
@@ -141,7 +138,7 @@ BatchResult StoreCore::run_batch(std::span<const std::string_view> keys,
   if constexpr (std::is_same_v<Buffer, ConstBuffer>) {
     // A sealed put seals each page of a window into staging: the window's pages fit it (the
     // batch's first page's size for all; at least one page).
-    if (sealing && k != 0) {
+    if (sealing && sealed_whole && k != 0) {
       uint64_t payload = 0;
       for (const Buffer& p : pieces.first(k)) payload += p.size;
       const uint64_t fit =

@@ -70,6 +70,7 @@ class StagingPool {
  public:
   // Buffers are 4096-aligned, sized in 64 KiB steps, and never total more than `capacity`.
   StagingPool(Agent& agent, uint64_t capacity) : agent_(agent), capacity_(capacity) {}
+  uint64_t capacity() const { return capacity_; }
 
   struct Slot {
     AlignedBuffer memory;

@@ -12,9 +12,13 @@ Status PutEncoding::begin(const PageSealing* sealing, const page::Header& h,
   h_ = h;
   w_ = &w;
   block_ = block;
+  if (w.staging) {
+    const uint64_t padded = page::object_bytes(w.payload) - page::kHeaderBytes;
+    std::memset(w.staging.data() + w.payload, 0, padded - w.payload);
+  }
   if (sealing_ != nullptr) {
     sealed_.emplace();
-    KVTIER_RETURN_IF_ERROR(sealing_->begin_seal(h_, w, block_, *sealed_));
+    KVTIER_RETURN_IF_ERROR(sealing_->begin_seal(h_, block_, *sealed_));
     chunk_bytes_ = sealed_->chunk_bytes;
     chunks_ = sealed_->chunks;
     return ok_status();
@@ -22,16 +26,15 @@ Status PutEncoding::begin(const PageSealing* sealing, const page::Header& h,
   chunk_bytes_ = page::kChecksumChunkBytes;
   chunks_ = page::chunk_count(w.payload);
   sums_.assign(chunks_, 0);
-  if (w.io == PageIo::kStaged) {
-    const uint64_t padded = page::object_bytes(w.payload) - page::kHeaderBytes;
-    std::memset(w.staging.data() + w.payload, 0, padded - w.payload);
-  }
   return ok_status();
 }
 
-Status PutEncoding::chunk(size_t c) {
+Status PutEncoding::chunk(size_t c, std::byte* into) {
   const PageWork<ConstBuffer>& w = *w_;
-  if (sealed_) return sealing_->seal_chunk(*sealed_, w, c);
+  if (sealed_) {
+    return sealing_->seal_chunk(*sealed_, w, c,
+                                into != nullptr ? into : w.staging.data() + c * chunk_bytes_);
+  }
   if (w.io != PageIo::kStaged) {
     sums_[c] = page::chunk_checksum(w.pieces, w.payload, c);
     return ok_status();

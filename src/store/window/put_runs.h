@@ -2,10 +2,14 @@
 // by side (docs/architecture.md, "Every core a batch is given"). Each run is about 1 MiB of
 // payload: several small pages whole (each header, payload and padding), or one part of a
 // larger page. A thread takes the next run, encodes its chunks (the CRC-64 of each; sealed
-// into staging; or copied into staging for direct I/O: window/put_encoding.h) and writes it
-// at once, so the write's copy finds those bytes still in the core's cache and, at 1 MiB, the
-// backend runs it on that same thread (its inline path). A large page's header goes out last,
-// from the thread that finished its last run, once every chunk is known.
+// into the run's buffer; or copied into staging for direct I/O: window/put_encoding.h) and
+// writes it at once, so the write's copy finds those bytes still in the core's cache and, at
+// 1 MiB, the backend runs it on that same thread (its inline path). A sealed page has no
+// staging of its own here: each run is sealed into a buffer of StoreCore::seal_staging that
+// the thread holds while it writes that run (at most the staging's share per thread, at
+// least one chunk), so a few buffers go round in cache whatever the window's size. A large
+// page's header goes out last, from the thread that finished its last run, once every chunk
+// is known.
 //
 // For objects written in place from any offset (FILE stores); an object that must be written
 // in one transfer (an object store's upload) is not for this.

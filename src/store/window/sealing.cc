@@ -53,7 +53,7 @@ std::string PageSealing::describe() const {
                      sealer_.key_id(), keys_.keys().size());
 }
 
-Status PageSealing::begin_seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
+Status PageSealing::begin_seal(const page::Header& h,
                                std::span<std::byte, page::kHeaderBytes> block,
                                SealedPut& put) const {
   if (h.payload_bytes > page::kMaxSealedPayloadBytes) {
@@ -72,21 +72,18 @@ Status PageSealing::begin_seal(const page::Header& h, detail::PageWork<ConstBuff
                                             put.slots.bound, key_in, put.slots.sealed_key,
                                             tag_at(put.slots.key_tag, 0)));
   put.bound = Bound(put.slots.bound, h.key);
-  const uint64_t padded = page::object_bytes(h.payload_bytes) - page::kHeaderBytes;
-  std::memset(w.staging.data() + h.payload_bytes, 0, padded - h.payload_bytes);
   return ok_status();
 }
 
 Status PageSealing::seal_chunk(const SealedPut& put, const detail::PageWork<ConstBuffer>& w,
-                               size_t c) const {
+                               size_t c, std::byte* into) const {
   const uint64_t from = c * uint64_t{put.chunk_bytes};
   const uint64_t to = std::min<uint64_t>(w.payload, from + put.chunk_bytes);
   std::vector<std::span<const std::byte>> in;
   page::for_each_part(w.pieces, from, to,
                       [&](const std::byte* d, uint64_t n) { in.emplace_back(d, n); });
   return sealer_.seal_chunk(put.number, static_cast<uint32_t>(c), put.chunks, put.bound.span(), in,
-                            std::span<std::byte>(w.staging.data() + from, to - from),
-                            tag_at(put.slots.chunk_tags, c));
+                            std::span<std::byte>(into, to - from), tag_at(put.slots.chunk_tags, c));
 }
 
 Result<std::string> PageSealing::page_key(const page::Header& h,

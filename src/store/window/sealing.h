@@ -56,13 +56,12 @@ class PageSealing {
     return page::compact_sealed_header_bytes(key_bytes, payload_bytes);
   }
 
-  // A page being sealed (its staging holds object_bytes(payload) - kHeaderBytes), in three
-  // steps so that its chunks can be sealed on several threads, each by the thread that then
-  // writes it: begin_seal (its page number, its header's fixed fields and sealed key into
-  // `block`, the staging's padding zeroed: `h` gives the fixed fields, its key_hash the keyed
-  // name, its key the page key), seal_chunk (chunk `c` of its payload from its pieces into its
-  // staging, the tag into `block`; thread-safe for distinct chunks) and finish_seal (the
-  // header's checksum, once every chunk is sealed).
+  // A page being sealed, in three steps so that its chunks can be sealed on several threads,
+  // each by the thread that then writes it: begin_seal (its page number, its header's fixed
+  // fields and sealed key into `block`: `h` gives the fixed fields, its key_hash the keyed
+  // name, its key the page key), seal_chunk (chunk `c` of its payload from its pieces into
+  // `into`, which has room for the chunk; the tag into `block`; thread-safe for distinct
+  // chunks) and finish_seal (the header's checksum, once every chunk is sealed).
   // What each payload chunk is bound to: the header's fixed bytes, then the page key.
   struct Bound {
     std::array<std::byte, page::kSealBoundBytes + page::kMaxKeyBytes> bytes;
@@ -82,9 +81,10 @@ class PageSealing {
     page::SealedSlots slots;
     Bound bound;
   };
-  Status begin_seal(const page::Header& h, detail::PageWork<ConstBuffer>& w,
-                    std::span<std::byte, page::kHeaderBytes> block, SealedPut& put) const;
-  Status seal_chunk(const SealedPut& put, const detail::PageWork<ConstBuffer>& w, size_t c) const;
+  Status begin_seal(const page::Header& h, std::span<std::byte, page::kHeaderBytes> block,
+                    SealedPut& put) const;
+  Status seal_chunk(const SealedPut& put, const detail::PageWork<ConstBuffer>& w, size_t c,
+                    std::byte* into) const;
   static void finish_seal(std::span<std::byte, page::kHeaderBytes> block) {
     page::finish_sealed(block);
   }

@@ -12,29 +12,39 @@
 namespace kvtier {
 
 void StoreCore::stage_for_sealing(std::vector<detail::PageWork<ConstBuffer>>& work,
-                                  std::span<Status> out) {
+                                  std::span<Status> out, bool whole) {
+  if (!sealing) return;
+  // Whether page `w` cannot be sealed (its status set); otherwise its I/O goes through
+  // staging, direct where it was.
+  auto refused = [&](detail::PageWork<ConstBuffer>& w) {
+    if (w.payload > page::kMaxSealedPayloadBytes) {
+      out[w.page] =
+          invalid_argument_error(fmt::format("a page of {} bytes: sealed pages hold at most {}",
+                                             w.payload, page::kMaxSealedPayloadBytes));
+      return true;
+    }
+    const bool direct = opens_direct(w.io);
+    w.staging = StagingPool::Lease();  // direct I/O's own staging, if any: sealed instead
+    w.io = direct ? PageIo::kStaged : PageIo::kStagedBuffered;
+    return false;
+  };
+  if (!whole) {  // sealed run by run (window/put_runs.h)
+    std::erase_if(work, refused);
+    return;
+  }
   MutexLock turn(seal_turn);
   size_t held = 0;
   std::erase_if(work, [&](detail::PageWork<ConstBuffer>& w) {
-    Status st;
-    if (w.payload > page::kMaxSealedPayloadBytes) {
-      st = invalid_argument_error(fmt::format("a page of {} bytes: sealed pages hold at most {}",
-                                              w.payload, page::kMaxSealedPayloadBytes));
-    } else {
-      const bool direct = opens_direct(w.io);
-      w.staging = StagingPool::Lease();  // direct I/O's own staging, if any: sealed below
-      Result<StagingPool::Lease> lease =
-          seal_staging.acquire_waiting(object_bytes(w.payload) - kHeaderBytes, held);
-      if (lease.ok()) {
-        w.staging = std::move(lease).value();
-        w.io = direct ? PageIo::kStaged : PageIo::kStagedBuffered;
-        ++held;
-        return false;
-      }
-      st = std::move(lease).status();
+    if (refused(w)) return true;
+    Result<StagingPool::Lease> lease =
+        seal_staging.acquire_waiting(object_bytes(w.payload) - kHeaderBytes, held);
+    if (!lease.ok()) {
+      out[w.page] = std::move(lease).status();
+      return true;
     }
-    out[w.page] = std::move(st);
-    return true;
+    w.staging = std::move(lease).value();
+    ++held;
+    return false;
   });
 }
 

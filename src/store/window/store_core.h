@@ -78,8 +78,11 @@ struct StoreCore {
   HeaderPool headers;  // after agent: its registrations go first
   StagingPool staging;
   // What a sealed store's puts seal pages into: a pool of its own (so that the guard's and
-  // direct I/O's staging never holds what a sealing window waits for), taken a window at a
-  // time (seal_turn: a window waits only for windows that hold all they need).
+  // direct I/O's staging never holds what a sealing window waits for). A page written whole
+  // (segments, object stores) gets a buffer of its size, taken a window at a time (seal_turn:
+  // a window waits only for windows that hold all they need); a page written in runs (page
+  // files on a FILE location) is sealed run by run into a buffer of about 1 MiB that the
+  // thread writing the run holds for that run alone (window/put_runs.h).
   StagingPool seal_staging;
   Mutex seal_turn;
   ObjectBudget budget;
@@ -137,10 +140,11 @@ struct StoreCore {
   // Runs a batch in windows of at most budget.capacity() pages, each holding its permits:
   // window(keys, pieces, pieces per page, statuses) for each. `touch_earlier`: the earlier
   // windows' pages are touched again in the index so the batch's first page is its most
-  // recently used (where the index's order decides eviction).
+  // recently used (where the index's order decides eviction). `sealed_whole`: a sealed
+  // store's put windows seal each page whole into staging, so a window holds what fits it.
   template <typename Buffer, typename Window>
   BatchResult run_batch(std::span<const std::string_view> keys, std::span<const Buffer> pieces,
-                        Window window, bool touch_earlier);
+                        Window window, bool touch_earlier, bool sealed_whole = false);
 
   // Admission (capacity/admission.h), in every layout's put window once its pages are
   // planned: the pages the store does not hold are asked about; declined ones leave `work`,
@@ -166,10 +170,13 @@ struct StoreCore {
     return sealing ? PageSealing::compact_header_bytes(key_bytes, payload_bytes)
                    : page::compact_header_bytes(key_bytes);
   }
-  // A sealed store's put window: each page gets a buffer of seal_staging to be sealed into
-  // (its I/O stays direct where it was), waiting while other windows hold the memory; a page
-  // that cannot have one leaves `work` with its status in `out`.
-  void stage_for_sealing(std::vector<detail::PageWork<ConstBuffer>>& work, std::span<Status> out);
+  // A sealed store's put window, once planned: its pages are staged for sealing (their I/O
+  // stays direct where it was). `whole`: each page gets a buffer of seal_staging to be sealed
+  // into, waiting while other windows hold the memory; otherwise (pages written in runs) each
+  // run is sealed into a buffer of its own when it is written. A page that cannot be sealed
+  // leaves `work` with its status in `out`. Nothing for a store in the clear.
+  void stage_for_sealing(std::vector<detail::PageWork<ConstBuffer>>& work, std::span<Status> out,
+                         bool whole);
 
   // The first failure among a page's descriptors, or OK.
   template <typename Buffer>
