@@ -12,6 +12,58 @@
 
 namespace kvtier {
 
+namespace {
+
+// The sealed get batches spread over the store's threads (Store::Impl::spreads_get): those a
+// FILE backend reads on the caller's thread by default, and worth the hand-off.
+constexpr uint64_t kSpreadGetMostBytes = uint64_t{4} << 20;
+constexpr uint64_t kSpreadGetLeastBytes = uint64_t{512} << 10;
+
+}  // namespace
+
+bool Store::Impl::spreads_get(std::span<const std::string_view> keys,
+                              std::span<const MutableBuffer> pieces) const {
+  if (!sealing || guard != nullptr || spread.size() == 0 || keys.size() < 2 ||
+      batches_running.load(std::memory_order_relaxed) > 1 ||
+      config.location.storage_class != StorageClass::kFile || pieces.size() % keys.size() != 0) {
+    return false;
+  }
+  uint64_t bytes = 0;
+  for (const MutableBuffer& p : pieces) bytes += p.size;
+  return bytes >= kSpreadGetLeastBytes && bytes <= kSpreadGetMostBytes;
+}
+
+BatchResult Store::Impl::get_spread(std::span<const std::string_view> keys,
+                                    std::span<const MutableBuffer> pieces) {
+  const size_t k = pieces.size() / keys.size();
+  const size_t parts = std::min(spread.size() + 1, keys.size());
+  std::vector<BatchResult> got(parts);
+  spread.parallel_for(parts, [&](size_t j) {
+    const size_t from = keys.size() * j / parts;
+    const size_t to = keys.size() * (j + 1) / parts;
+    got[j] = run_batch(
+        keys.subspan(from, to - from), pieces.subspan(from * k, (to - from) * k),
+        [&](std::span<const std::string_view> ks, std::span<const MutableBuffer> ps, size_t kk,
+            std::span<Status> out) { get_window(ks, ps, kk, out); },
+        /*touch_earlier=*/false);
+  });
+  BatchResult r;
+  for (BatchResult& part : got) {
+    if (!part.status.ok()) return std::move(part);  // the batch's shape: the same for all
+    r.pages.insert(r.pages.end(), std::make_move_iterator(part.pages.begin()),
+                   std::make_move_iterator(part.pages.end()));
+  }
+  // The parts indexed their hits as they went, side by side: touched again, last to first,
+  // so the batch's first page is its most recently used, as in one part.
+  if (layout->orders_batches()) {
+    const uint64_t now = wall_ns();
+    for (size_t i = keys.size(); i-- > 0;) {
+      if (r.pages[i].ok()) index.touch(router.key_hash(keys[i]), now);
+    }
+  }
+  return r;
+}
+
 void Store::Impl::get_window(std::span<const std::string_view> keys,
                              std::span<const MutableBuffer> pieces, size_t k, std::span<Status> out,
                              const PageDone* done, size_t first, bool trust_size, size_t name) {

@@ -2,7 +2,8 @@
 // about 1 MiB that the caller and StoreConfig::cpus - 1 threads encode and write side by side.
 // Pages cut into runs come back byte-exact whatever their pieces, I/O and sealing; a run that
 // fails fails its page alone; the threads start only for a window of more than one run, are
-// as many as asked, and go with the store.
+// as many as asked, and go with the store. A sealed store's small get batch is cut in parts
+// read and opened side by side (Store::Impl::spreads_get), a miss in its place.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -233,6 +234,38 @@ TEST_P(StoreSpread, ThreadsStartForWindowsOfManyRunsAndGoWithTheStore) {
     for (const Status& st : r.pages) KVTIER_ASSERT_OK(st);
     EXPECT_EQ(threads_named(name), before) << "cpus=1: the caller alone";
   }
+}
+
+TEST_P(StoreSpread, ASealedGetSmallEnoughForTheCallersThreadIsSpreadAndByteExact) {
+  if (!GetParam().sealed) GTEST_SKIP() << "only a sealed store's gets spread (Impl::spreads_get)";
+  // Sixteen pages of 70 KB: about 1.1 MiB, a batch the backend would read on the caller's
+  // thread. One of them removed: a miss in its place, the others whole.
+  const Batch batch(std::vector<bool>(16, false));
+  AlignedBuffer in = testing::make_buffer(region_bytes(batch));
+  AlignedBuffer out = testing::make_buffer(region_bytes(batch));
+  {
+    auto s = open("&cpus=2");
+    ASSERT_NE(s, nullptr);
+    Registration reg = std::move(s->register_memory(in.data(), in.size())).value();
+    BatchResult r = s->batch_put(batch.keys(), pieces_of<ConstBuffer>(batch, in.data(), true));
+    for (const Status& st : r.pages) KVTIER_ASSERT_OK(st);
+    KVTIER_ASSERT_OK(s->remove(batch.names[5]));
+  }
+  const std::string name = "kvtier-spread";
+  EXPECT_EQ(threads_named_become(name, 0), 0u);
+  auto s = open("&cpus=2");  // a store that has put nothing: its thread starts for the get
+  ASSERT_NE(s, nullptr);
+  Registration reg = std::move(s->register_memory(out.data(), out.size())).value();
+  BatchResult g = s->batch_get(batch.keys(), pieces_of<MutableBuffer>(batch, out.data(), false));
+  KVTIER_ASSERT_OK(g.status);
+  ASSERT_EQ(g.pages.size(), batch.names.size());
+  for (size_t p = 0; p < g.pages.size(); ++p) {
+    EXPECT_EQ(g.pages[p].code(), p == 5 ? StatusCode::kNotFound : StatusCode::kOk)
+        << batch.names[p] << ": " << g.pages[p].to_string();
+  }
+  expect_pages(batch, out.data(), g.pages);
+  EXPECT_EQ(threads_named(name), 1u) << "the get ran on the caller and the store's thread";
+  EXPECT_EQ(s->stats().get_hits, 15u);
 }
 
 TEST(StoreSpreadConfig, CpusMustBeAWholeNumberFromOne) {
