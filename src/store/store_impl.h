@@ -117,26 +117,12 @@ struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
   // the guard, the others run on this thread.
   BatchResult put(std::span<const std::string_view> keys, std::span<const ConstBuffer> pieces) {
     BatchTimer timer(counters, counters.put_latency);
-    Running running(batches_running);
     return guard ? guarded(keys, pieces) : put_here(keys, pieces);
   }
   BatchResult get(std::span<const std::string_view> keys, std::span<const MutableBuffer> pieces) {
     BatchTimer timer(counters, counters.get_latency);
-    Running running(batches_running);
     return guard ? guarded(keys, pieces) : get_here(keys, pieces);
   }
-  // Put and get batches running now, counted while they run: a get spreads over the store's
-  // threads only when it runs alone (spreads_get), since other calls keep the cores busy.
-  std::atomic<uint32_t> batches_running{0};
-  struct Running {
-    explicit Running(std::atomic<uint32_t>& n) : n_(n) {
-      n_.fetch_add(1, std::memory_order_relaxed);
-    }
-    ~Running() { n_.fetch_sub(1, std::memory_order_relaxed); }
-    Running(const Running&) = delete;
-    Running& operator=(const Running&) = delete;
-    std::atomic<uint32_t>& n_;
-  };
   // The same on this thread, in windows, failures counted.
   BatchResult put_here(std::span<const std::string_view> keys,
                        std::span<const ConstBuffer> pieces) {
@@ -207,11 +193,11 @@ struct Store::Impl : StoreCore, std::enable_shared_from_this<Store::Impl> {
 
   // A sealed store's get batch small enough for a FILE backend to read on the caller's
   // thread (at most its default inline size, 4 MiB, and at least two pages of 512 KiB in
-  // all), while no other batch runs: the cipher's pass costs more than the read, and on one
-  // thread every page would be opened on one core. get_spread() cuts it in a part per store
-  // thread and the caller, each run (read, opened, verified) on its own thread, the pages
-  // touched in the index in batch order after. Not for a guarded store (its lanes run the
-  // batch), nor beside other calls (they keep the other cores busy: two client threads'
+  // all), while no other call is in flight (counters.batches_in_flight): the cipher's pass costs
+  // more than the read, and on one thread every page would be opened on one core. get_spread() cuts
+  // it in a part per store thread and the caller, each run (read, opened, verified) on its own
+  // thread, the pages touched in the index in batch order after. Not for a guarded store (its lanes
+  // run the batch), nor beside other calls (they keep the other cores busy: two client threads'
   // batches of 2 MiB read 0.9x as fast spread).
   bool spreads_get(std::span<const std::string_view> keys,
                    std::span<const MutableBuffer> pieces) const;

@@ -24,7 +24,7 @@ constexpr uint64_t kSpreadGetLeastBytes = uint64_t{512} << 10;
 bool Store::Impl::spreads_get(std::span<const std::string_view> keys,
                               std::span<const MutableBuffer> pieces) const {
   if (!sealing || guard != nullptr || spread.size() == 0 || keys.size() < 2 ||
-      batches_running.load(std::memory_order_relaxed) > 1 ||
+      counters.batches_in_flight.load(std::memory_order_relaxed) > 1 ||
       config.location.storage_class != StorageClass::kFile || pieces.size() % keys.size() != 0) {
     return false;
   }

@@ -128,7 +128,7 @@ void SegmentLayout::put_window_whole(std::span<const std::string_view> keys,
                                      std::span<Status> out) {
   auto work = s_.plan(keys, pieces, k, out);
   s_.admit(work, out);
-  s_.stage_for_sealing(work, out, /*whole=*/true);
+  s_.stage_for_sealing(work, out, seals_whole_pages());
   if (work.empty()) return;
   const uint64_t created = wall_ns();
   for (auto& w : work) {

@@ -143,7 +143,7 @@ void SegmentLayout::put_window_segments(std::span<const std::string_view> keys,
                                         std::span<Status> out, bool relocating, uint64_t read_ns) {
   auto work = s_.plan(keys, pieces, k, out);
   if (!relocating) s_.admit(work, out);  // copies forward are pages already taken
-  s_.stage_for_sealing(work, out, /*whole=*/true);
+  s_.stage_for_sealing(work, out, seals_whole_pages());
   if (work.empty()) return;
   Result<HeaderPool::Lease> lease = s_.headers.acquire(work.size());
   if (!lease.ok()) {

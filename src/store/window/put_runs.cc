@@ -128,7 +128,7 @@ void write_in_runs(StoreCore& s, std::span<PageWork<ConstBuffer>> work,
   // A run sealed into a buffer of its own takes at most a share of the sealing staging, so
   // that each of the threads can hold one (but at least a chunk, or a small page whole).
   const uint64_t sealed_cap =
-      std::min(kPutRunBytes, s.seal_staging.capacity() / std::max<size_t>(s.spread.size() + 1, 1));
+      std::min(kPutRunBytes, s.seal_staging.capacity() / (s.spread.size() + 1));
   for (size_t i = 0; i < n; ++i) {
     if (!results[i].ok()) continue;
     PageWork<ConstBuffer>& w = work[i];
