@@ -7,7 +7,7 @@ For each page size (512 MiB of pages each, --reps rounds after --warmup discarde
   kvtier bench --layout files (same pages)                    -> buffered write, hot read
 and for 64 KiB and 256 KiB pages the same with direct I/O (kvtier --direct-io on against
 fio --direct=1 on one big file). Beside the hot reads, what verification costs: the same
-segment bench with --skip-payload-checksum, and the machine's own cost of a CRC-64 of every
+segment bench with --skip-payload-checksum, and the machine's own cost of a chunk hash of every
 byte right after its pread, without kvtier (kvtier_verify_floor, 1 thread, chunks of the
 page size); the verified read is then also given against fio less that cost (the floor a
 checked read can reach). Each pair runs back to back, in alternating order by round;
@@ -71,13 +71,14 @@ def fio(directory, rw, page, direct=False):
 
 
 def crc_floor(directory, page):
-    """The cost of a CRC-64 of each chunk of `page` bytes right after its pread (no kvtier)."""
+    """The cost of the store's chunk hash (CRC-64 or XXH3) of each chunk of `page` bytes right
+    after its pread (no kvtier)."""
     chunk_kib = page >> 10
     if page % 4096 or (8 << 20) % page:
         return None
     j = json.loads(run([FLOOR, "--dir", directory, "--threads", "1", "--files", "64",
                         "--pool-mib", "512", "--reps", "3", "--chunk-kib", str(chunk_kib)]))
-    return j["crc64_cost"]
+    return j["hash_cost"]
 
 
 def condition(directory, page):
@@ -182,7 +183,7 @@ def main():
                 r["dr_ratio"].append(sd["read_gbps"] / fdr)
             print(f"  {page >> 10} KiB round {rnd - args.warmup + 1}: seg w {s['write_gbps']:.2f} "
                   f"r {s['read_gbps']:.2f} (unverified {nv['read_gbps']:.2f}) | fio w {fw:.2f} "
-                  f"r {fr:.2f}" + (f" (bare CRC-64 cost {cost:.3f})" if cost is not None else "") +
+                  f"r {fr:.2f}" + (f" (bare hash cost {cost:.3f})" if cost is not None else "") +
                   " | files w "
                   f"{f['write_gbps']:.2f} r {f['read_gbps']:.2f}" +
                   (f" | direct seg w {sd['write_gbps']:.2f} r {sd['read_gbps']:.2f} fio w "
@@ -213,7 +214,7 @@ def main():
               f"{fmt(s['files_r'])} | {fmt(s['files_w_ratio'])} | {fmt(s['files_r_ratio'])} |")
     print()
     print("| page | segments hot read | unverified | fio read, one big file | verified / fio | "
-          "unverified / fio | what kvtier's check costs | a bare CRC-64 after pread costs | "
+          "unverified / fio | what kvtier's check costs | a bare hash after pread costs | "
           "verified / (fio less that) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for page, s in results.items():

@@ -1,11 +1,12 @@
 // What verifying a page-cache read costs without kvtier around it: each thread reads its own
 // files (page cache hot) in chunks (256 KiB unless --chunk-kib) with pread into its part of a
-// pool, and in every other round computes the chunk's CRC-64 (kvtier's payload check) right
-// after each read.
+// pool, and in every other round hashes the chunk right after each read as kvtier checks a
+// payload chunk: with the hash its stores write on this CPU (--hash auto: fastest_chunk_hash(),
+// CRC-64 or XXH3-64), or the one named.
 // Prints, as JSON, the median GB/s of the rounds with and without the hash and the median
 // of the rounds' costs (1 - hashed/plain, each hashed round against the plain round after it).
 //   kvtier_verify_floor --dir DIR [--threads 2] [--files 128] [--pool-mib 512] [--reps 5]
-//                       [--chunk-kib 256]
+//                       [--chunk-kib 256] [--hash auto|crc64|xxh3]
 // Files are 8 MiB each (a Llama-3-8B page) and are removed at the end.
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -40,8 +41,9 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::string dir;
   uint64_t threads = 2, files = 128, pool_mib = 512, reps = 5, chunk_kib = 256;
+  std::string hash_name = "auto";
   CLI::App app{
-      "What a CRC-64 of each 256 KiB chunk right after its pread costs, without kvtier: "
+      "What hashing each 256 KiB chunk right after its pread costs, without kvtier: "
       "threads read their own hot 8 MiB files into a pool, hashing in alternate rounds. "
       "Prints JSON."};
   app.add_option("--dir", dir, "Directory for the files (removed at the end)")->required();
@@ -60,7 +62,14 @@ int main(int argc, char** argv) {
   app.add_option("--chunk-kib", chunk_kib, "Bytes per read and hash, KiB (a divisor of 8 MiB)")
       ->capture_default_str()
       ->check(CLI::IsMember({4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}));
+  app.add_option("--hash", hash_name,
+                 "Chunk hash: auto (what kvtier's stores write on this CPU), crc64 or xxh3")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "crc64", "xxh3"}));
   CLI11_PARSE(app, argc, argv);
+  const kvtier::ChunkHash how = hash_name == "crc64"  ? kvtier::ChunkHash::kCrc64
+                                : hash_name == "xxh3" ? kvtier::ChunkHash::kXxh3
+                                                      : kvtier::fastest_chunk_hash();
   const uint64_t pool_bytes = pool_mib << 20;
   const uint64_t kChunkBytes = chunk_kib << 10;
   if (pool_bytes < 2 * kChunkBytes) {
@@ -116,7 +125,11 @@ int main(int argc, char** argv) {
                 static_cast<ssize_t>(kChunkBytes)) {
               failed = true;
             }
-            if (hash) sum += kvtier::crc64(d, kChunkBytes);
+            if (hash) {
+              kvtier::PartsHash h(how);
+              h.add(d, kChunkBytes);
+              sum += h.digest();
+            }
           }
         }
         sync.arrive_and_wait();
@@ -140,9 +153,9 @@ int main(int argc, char** argv) {
   }
   fmt::print(
       "{{\"threads\": {}, \"files\": {}, \"pool_mib\": {}, \"chunk_kib\": {}, \"reps\": {}, "
-      "\"read_gbps\": {:.3f}, \"read_crc64_gbps\": {:.3f}, \"crc64_cost\": {:.4f}, "
-      "\"sink\": {}}}\n",
-      threads, files, pool_mib, chunk_kib, plain.size(), median(plain), median(hashed),
-      median(cost), sink.load() & 1);
+      "\"hash\": \"{}\", \"read_gbps\": {:.3f}, \"read_hashed_gbps\": {:.3f}, "
+      "\"hash_cost\": {:.4f}, \"sink\": {}}}\n",
+      threads, files, pool_mib, chunk_kib, plain.size(), kvtier::chunk_hash_name(how),
+      median(plain), median(hashed), median(cost), sink.load() & 1);
   return 0;
 }

@@ -490,6 +490,7 @@ int run_bench(const BenchOptions& o) {
          {"layout", layout},
          {"layout_choice", store_stats.layout},
          {"sealing", store_stats.sealing},
+         {"chunk_hash", store_stats.chunk_hash},
          {"direct_io", store_stats.direct_io},
          {"direct_pages", store_stats.direct_pages},
          {"staged_pages", store_stats.staged_pages},
@@ -530,7 +531,11 @@ int run_bench(const BenchOptions& o) {
     }
     fmt::print("  store  {}  backend {}{}\n", uri, selection, o.fsync ? "  fsync" : "");
     fmt::print("         {}\n  layout {}\n", backend_description, store_stats.layout);
-    if (store_stats.sealing != "off") fmt::print("  sealed {}\n", store_stats.sealing);
+    if (store_stats.sealing != "off") {
+      fmt::print("  sealed {}\n", store_stats.sealing);
+    } else {
+      fmt::print("  chunks hashed {}\n", store_stats.chunk_hash);
+    }
     if (store_stats.isolation.find(": on") != std::string::npos) {
       fmt::print("  isolated I/O  {}\n", store_stats.isolation);
     }

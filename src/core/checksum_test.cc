@@ -104,6 +104,46 @@ TEST(Crc64, ContinuesAnEarlierResult) {
   EXPECT_NE(crc64(data.data(), data.size()), whole);
 }
 
+// Splits `data` at `cuts` (offsets, ascending) and hashes the parts with a PartsHash.
+uint64_t hash_in_parts(ChunkHash hash, const std::string& data, std::vector<size_t> cuts) {
+  PartsHash h(hash);
+  size_t at = 0;
+  cuts.push_back(data.size());
+  for (size_t cut : cuts) {
+    h.add(data.data() + at, cut - at);
+    at = cut;
+  }
+  return h.digest();
+}
+
+TEST(PartsHash, EqualsTheWholeBufferHashHoweverItIsCut) {
+  // A chunk that spans a page's pieces is hashed in parts; a reader whose pieces are cut
+  // elsewhere (or staged whole) must get the same value.
+  std::string data(262144, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + (i >> 9));
+  const uint64_t crc = crc64(data.data(), data.size());
+  const uint64_t xxh = XXH3_64bits(data.data(), data.size());
+  const std::vector<std::vector<size_t>> cuttings = {
+      {}, {0}, {1}, {100000}, {100000, 100000, 200000}, {64, 128, 192, 4096, 65536, 262143}};
+  for (const auto& cuts : cuttings) {
+    EXPECT_EQ(hash_in_parts(ChunkHash::kCrc64, data, cuts), crc) << cuts.size() << " cuts";
+    EXPECT_EQ(hash_in_parts(ChunkHash::kXxh3, data, cuts), xxh) << cuts.size() << " cuts";
+  }
+  PartsHash empty(ChunkHash::kXxh3);
+  EXPECT_EQ(empty.digest(), checksum64("", 0));
+  data[200000] ^= 0x01;
+  EXPECT_NE(hash_in_parts(ChunkHash::kXxh3, data, {100000}), xxh);
+  EXPECT_NE(hash_in_parts(ChunkHash::kCrc64, data, {100000}), crc);
+}
+
+TEST(PartsHash, TheFastestHashIsOneOfTheTwoAndStaysTheSame) {
+  const ChunkHash fastest = fastest_chunk_hash();
+  EXPECT_TRUE(fastest == ChunkHash::kCrc64 || fastest == ChunkHash::kXxh3);
+  EXPECT_EQ(fastest_chunk_hash(), fastest);  // timed once per process
+  EXPECT_EQ(chunk_hash_name(ChunkHash::kCrc64), "crc64");
+  EXPECT_EQ(chunk_hash_name(ChunkHash::kXxh3), "xxh3");
+}
+
 TEST(Hash128, DistinctKeysDistinctHashes) {
   EXPECT_NE(hash128("a"), hash128("b"));
   EXPECT_EQ(hash128("same"), hash128("same"));

@@ -39,6 +39,12 @@ StoreStats Store::stats() const {
   s.isolation = impl_->isolation_summary;
   s.admission = impl_->capacity.describe_admission();
   s.sealing = impl_->sealing ? impl_->sealing->describe() : "off";
+  s.chunk_hash = impl_->sealing
+                     ? std::string("none: sealed pages are checked by their seals")
+                     : fmt::format("{} ({})", chunk_hash_name(impl_->chunk_hash),
+                                   impl_->config.chunk_hash == "auto"
+                                       ? "auto: the faster on this CPU"
+                                       : fmt::format("chunk_hash={}", impl_->config.chunk_hash));
   s.health = "answering";
   if (impl_->guard) {
     guard::Guard::Snapshot g = impl_->guard->snapshot();

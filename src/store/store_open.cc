@@ -45,6 +45,20 @@ Status resolve_counts(StoreConfig& cfg) {
   return ok_status();
 }
 
+// chunk_hash of a FILE or object store's URI, where the config does not set it; else "auto".
+Status resolve_chunk_hash(StoreConfig& cfg) {
+  const BackendParams& params = cfg.location.store_params;
+  if (auto it = params.find("chunk_hash"); it != params.end() && cfg.chunk_hash.empty()) {
+    cfg.chunk_hash = it->second;
+  }
+  if (cfg.chunk_hash.empty()) cfg.chunk_hash = "auto";
+  if (cfg.chunk_hash != "auto" && cfg.chunk_hash != "crc64" && cfg.chunk_hash != "xxh3") {
+    return invalid_argument_error(
+        fmt::format("chunk_hash '{}' (use auto, crc64 or xxh3)", cfg.chunk_hash));
+  }
+  return ok_status();
+}
+
 // A milliseconds parameter of a store's URI (StoreLocation::store_params), where the config
 // does not set it; else `fallback`.
 Status take_ms(const BackendParams& params, const std::string& name, std::optional<uint64_t>& field,
@@ -146,6 +160,7 @@ Result<std::unique_ptr<Store>> Store::open_here(const StoreConfig& config) {
   StoreConfig cfg = config;
   KVTIER_RETURN_IF_ERROR(resolve_counts(cfg));
   KVTIER_RETURN_IF_ERROR(resolve_refresh_ms(cfg));
+  KVTIER_RETURN_IF_ERROR(resolve_chunk_hash(cfg));
   if (cfg.location.storage_class == StorageClass::kFile) {
     KVTIER_RETURN_IF_ERROR(resolve_guard_params(cfg));
   }

@@ -19,6 +19,15 @@ namespace {
 constexpr uint64_t kSpreadGetMostBytes = uint64_t{4} << 20;
 constexpr uint64_t kSpreadGetLeastBytes = uint64_t{512} << 10;
 
+// Chunk `c` of a page read into its pieces, or into staging (direct I/O, the guard).
+uint64_t landed_chunk_checksum(const detail::PageWork<MutableBuffer>& w, size_t c, ChunkHash hash) {
+  if (w.io == PageIo::kStaged) {
+    const MutableBuffer staged{w.staging.data(), w.payload};
+    return page::chunk_checksum(std::span<const MutableBuffer>(&staged, 1), w.payload, c, hash);
+  }
+  return page::chunk_checksum(w.pieces, w.payload, c, hash);
+}
+
 }  // namespace
 
 bool Store::Impl::spreads_get(std::span<const std::string_view> keys,
@@ -229,13 +238,7 @@ void Store::Impl::on_read_descriptor(ReadWindow& rw, size_t d, const Status& st)
   } else if (ref.chunk != ReadWindow::kNoChunk && config.verify_payload) {
     const size_t g = rw.first_chunk[ref.page] + ref.chunk;
     if (rw.chunk_pending[g].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      if (w.io == PageIo::kStaged) {
-        const MutableBuffer staged{w.staging.data(), w.payload};
-        rw.chunk_sums[g] =
-            page::chunk_checksum(std::span<const MutableBuffer>(&staged, 1), w.payload, ref.chunk);
-      } else {
-        rw.chunk_sums[g] = page::chunk_checksum(w.pieces, w.payload, ref.chunk);
-      }
+      rw.chunk_sums[g] = landed_chunk_checksum(w, ref.chunk, chunk_hash);
     }
   }
   if (rw.pending[ref.page].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
@@ -272,6 +275,16 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
   }
   // The header is this page's, so its size differs from the object's only when the read
   // stopped at the header (header_only), and then no chunk was read.
+  // Chunks were hashed as they landed the way this store writes them; a page written the
+  // other way (another host's CPU, another chunk_hash) is hashed again its own way.
+  std::vector<uint64_t> own_way;
+  if (config.verify_payload && h->chunk_hash != chunk_hash && !w.header_only) {
+    own_way.resize(chunk_checksums.size());
+    for (size_t c = 0; c < own_way.size(); ++c) {
+      own_way[c] = landed_chunk_checksum(w, c, h->chunk_hash);
+    }
+    chunk_checksums = own_way;
+  }
   const auto sums = config.verify_payload ? std::optional(chunk_checksums) : std::nullopt;
   st = layout->verify_stored(*h, w, sums);
   if (!st.ok()) {

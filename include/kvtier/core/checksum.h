@@ -1,9 +1,11 @@
 // Checksums and hashes: xxHash's XXH3 (libxxhash) and CRC-64 (Intel's ISA-L).
 //
-// crc64: the payload checksum of stored pages (every byte a read moves is hashed, so the
-//   fastest strong check wins: ISA-L folds with carry-less multiplies, on AVX-512 where the
-//   CPU has it, at about 1.4-1.5x the speed of XXH3 on the development VM).
-// checksum64: header checksums, and the payload checksum's combination of its chunks' CRCs.
+// ChunkHash / PartsHash: the payload checksum of stored pages, per 256 KiB chunk. Every byte
+//   a read moves is hashed, so the faster strong check on the writer's CPU wins, and readers
+//   check either: ISA-L's CRC-64 folds with carry-less multiplies and is fastest where it has
+//   its AVX-512 code (about 1.4x XXH3 on an Intel Xeon); elsewhere XXH3 is (about 3x ISA-L's
+//   128-bit CRC code on an AMD EPYC with AVX2). fastest_chunk_hash() times both once.
+// checksum64: header checksums, and the payload checksum's combination of its chunks' hashes.
 // Hash128: key and namespace identities (names on disk).
 #pragma once
 
@@ -23,6 +25,39 @@ inline uint64_t checksum64(std::string_view s) noexcept {
 // "123456789" it is 0x995dc9bbdf1939fa). `crc` continues an earlier result, so that
 // crc64(b, nb, crc64(a, na)) is the CRC of a followed by b.
 uint64_t crc64(const void* data, size_t size, uint64_t crc = 0) noexcept;
+
+// How a page's payload chunks are hashed (the page format's flags say which).
+enum class ChunkHash : uint8_t { kCrc64, kXxh3 };
+// "crc64" or "xxh3".
+std::string_view chunk_hash_name(ChunkHash hash);
+// The faster of the two on this CPU: each timed over a cache-resident 256 KiB buffer, a few
+// times, alternating, once per process (well under a millisecond).
+ChunkHash fastest_chunk_hash() noexcept;
+
+// The hash of bytes given in consecutive parts, equal to hashing them as one buffer: CRC-64/XZ
+// (crc64 above) or XXH3-64. One part (the common case) is hashed in one call; more feed a
+// streaming state kept inside the object (no allocation).
+class PartsHash {
+ public:
+  explicit PartsHash(ChunkHash hash) noexcept : hash_(hash) {}
+  PartsHash(const PartsHash&) = delete;
+  PartsHash& operator=(const PartsHash&) = delete;
+
+  void add(const void* data, size_t size) noexcept;
+  uint64_t digest() noexcept;
+
+ private:
+  void start_stream() noexcept;
+
+  ChunkHash hash_;
+  uint64_t crc_ = 0;
+  // XXH3: the first part, held until a second comes (then the stream starts with it).
+  const void* first_ = nullptr;
+  size_t first_size_ = 0;
+  bool streaming_ = false;
+  // XXH3_state_t (checksum.cc checks the size).
+  alignas(64) unsigned char state_[576];
+};
 
 struct Hash128 {
   uint64_t high = 0;

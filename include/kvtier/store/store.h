@@ -160,6 +160,13 @@ struct StoreConfig {
   // "default". Tenants of one key file and store see misses for each other's pages. Needs a
   // key file.
   std::string tenant;
+  // How a put hashes each 256 KiB chunk of a page in the clear (its payload checksum):
+  // "crc64" (ISA-L's CRC-64), "xxh3" (XXH3-64) or "auto", the faster of the two on this CPU
+  // (fastest_chunk_hash(): CRC-64 where ISA-L has its AVX-512 code, XXH3 on AVX2 CPUs).
+  // Pages say which in their header and reads check either. Builds that predate XXH3 chunks
+  // see those pages as misses, so a fleet that still runs them pins crc64. Empty: the URI's
+  // `chunk_hash`, else auto. (Sealed pages are checked by their seals.)
+  std::string chunk_hash;
   // Remove corrupt pages when a read finds them.
   bool drop_corrupt = true;
   // Check every read page's payload checksum. Turning this off leaves only the header checks
@@ -369,6 +376,9 @@ struct StoreStats {
   // "off", or how pages are sealed: "AES-256-GCM, tenant alpha, key id 2 (of 2 in the key
   // file)". Never key material.
   std::string sealing;
+  // How puts hash pages' chunks: "xxh3 (auto: the faster on this CPU)", "crc64
+  // (chunk_hash=crc64)", ...; sealed stores: "none: sealed pages are checked by their seals".
+  std::string chunk_hash;
 #define KVTIER_STAT_FIELD(name, metric, help) LatencyHistogram name;
   KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_FIELD)
 #undef KVTIER_STAT_FIELD
@@ -401,6 +411,8 @@ struct StoreStats {
       admission);
     f(StatInfo{"sealing", StatKind::kText, "", "Sealed pages: cipher, tenant, key id; or off."},
       sealing);
+    f(StatInfo{"chunk_hash", StatKind::kText, "", "How puts hash page chunks, and why."},
+      chunk_hash);
 #define KVTIER_STAT_VISIT(name, metric, help) \
   f(StatInfo{#name, StatKind::kHistogram, metric "_seconds", help}, name);
     KVTIER_STORE_HISTOGRAMS(KVTIER_STAT_VISIT)

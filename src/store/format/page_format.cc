@@ -59,7 +59,8 @@ void encode_fixed(const Header& h, uint32_t flags, uint64_t payload_checksum, ui
 
 void encode(const Header& h, std::span<std::byte, kHeaderBytes> out) noexcept {
   std::byte* b = out.data();
-  encode_fixed(h, 0, h.payload_checksum, kChecksumChunkBytes, b);
+  encode_fixed(h, h.chunk_hash == ChunkHash::kXxh3 ? kFlagXxh3Chunks : 0, h.payload_checksum,
+               kChecksumChunkBytes, b);
   std::memcpy(b + kOffKey, h.key.data(), h.key.size());
   put<uint64_t>(b, kOffHeaderChecksum, header_checksum(b, h.key.size()));
 }
@@ -71,7 +72,8 @@ Result<Header> decode(std::span<const std::byte, kHeaderBytes> in) {
   if (version != kVersion) {
     return corrupt_error(fmt::format("format version {} (this build reads {})", version, kVersion));
   }
-  if (const auto flags = get<uint32_t>(b, kOffFlags); flags != 0) {
+  const auto flags = get<uint32_t>(b, kOffFlags);
+  if (flags != 0 && flags != kFlagXxh3Chunks) {
     // A sealed page's key and payload are ciphertext: only a reader with its key opens it
     // (sealed_page.h).
     return corrupt_error(flags == kFlagSealed ? "a sealed page, and this store has no key"
@@ -97,6 +99,7 @@ Result<Header> decode(std::span<const std::byte, kHeaderBytes> in) {
   h.key_hash = get_hash(b, kOffKeyHash);
   h.payload_bytes = get<uint64_t>(b, kOffPayloadBytes);
   h.payload_checksum = get<uint64_t>(b, kOffPayloadChecksum);
+  h.chunk_hash = flags == kFlagXxh3Chunks ? ChunkHash::kXxh3 : ChunkHash::kCrc64;
   h.piece_count = get<uint32_t>(b, kOffPieceCount);
   h.piece_bytes = get<uint64_t>(b, kOffPieceBytes);
   h.created_ns = get<uint64_t>(b, kOffCreated);

@@ -43,6 +43,50 @@ TEST(PageFormat, EncodeDecodeRoundTrip) {
   EXPECT_EQ(std::memcmp(b.bytes.data(), "KVTPAGE1", 8), 0);
 }
 
+TEST(PageFormat, TheChunkHashIsAFlag) {
+  for (const ChunkHash hash : {ChunkHash::kCrc64, ChunkHash::kXxh3}) {
+    Header in = sample("k");
+    in.chunk_hash = hash;
+    Block b;
+    encode(in, b.span());
+    uint32_t flags = 0;
+    std::memcpy(&flags, b.bytes.data() + 12, 4);
+    EXPECT_EQ(flags, hash == ChunkHash::kXxh3 ? kFlagXxh3Chunks : 0u);
+    Result<Header> h = decode(b.span());
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    EXPECT_EQ(h->chunk_hash, hash);
+  }
+}
+
+// `b` with its flags set to `flags` and the header checksum made right again, as a writer
+// that set them would have.
+void set_flags(Block& b, uint32_t flags) {
+  std::memcpy(b.bytes.data() + 12, &flags, 4);
+  uint32_t key_bytes = 0;
+  std::memcpy(&key_bytes, b.bytes.data() + 64, 4);
+  std::string bytes(reinterpret_cast<const char*>(b.bytes.data()), 120);
+  bytes.append(reinterpret_cast<const char*>(b.bytes.data()) + 128, key_bytes);
+  const uint64_t sum = checksum64(bytes);
+  std::memcpy(b.bytes.data() + 120, &sum, 8);
+}
+
+TEST(PageFormat, UnknownFlagsAreRefused) {
+  for (const uint32_t flags : {4u, kFlagXxh3Chunks | 4u, 0x80000000u}) {
+    Block b;
+    encode(sample("k"), b.span());
+    set_flags(b, flags);
+    Result<Header> h = decode(b.span());
+    ASSERT_FALSE(h.ok()) << flags;
+    EXPECT_NE(h.status().message().find("unknown flags"), std::string::npos)
+        << h.status().message();
+  }
+  Block b;  // the same helper, flags a reader knows: decodes
+  encode(sample("k"), b.span());
+  set_flags(b, kFlagXxh3Chunks);
+  ASSERT_TRUE(decode(b.span()).ok());
+  EXPECT_EQ(decode(b.span())->chunk_hash, ChunkHash::kXxh3);
+}
+
 TEST(PageFormat, KeysWithAnyBytesAndMaximumLength) {
   Block b;
   std::string key(kMaxKeyBytes, '\0');
@@ -112,33 +156,38 @@ struct Piece {
 TEST(PayloadChecksum, IndependentOfHowThePayloadIsCutIntoPieces) {
   std::vector<unsigned char> bytes(3 * kChecksumChunkBytes + 5);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 31 + 7);
-  for (size_t n : {size_t{1}, size_t{kChecksumChunkBytes} - 1, size_t{kChecksumChunkBytes},
-                   size_t{kChecksumChunkBytes} + 1, bytes.size()}) {
-    const std::vector<Piece> whole = {{bytes.data(), n}};
-    const uint64_t expect = payload_checksum(whole, n);
-    for (size_t cut : {size_t{1}, n / 3, n / 2, size_t{kChecksumChunkBytes} + 17}) {
-      if (cut == 0 || cut >= n) continue;
-      const std::vector<Piece> two = {{bytes.data(), cut}, {bytes.data() + cut, n - cut}};
-      EXPECT_EQ(payload_checksum(two, n), expect) << n << " cut at " << cut;
+  for (const ChunkHash hash : {ChunkHash::kCrc64, ChunkHash::kXxh3}) {
+    for (size_t n : {size_t{1}, size_t{kChecksumChunkBytes} - 1, size_t{kChecksumChunkBytes},
+                     size_t{kChecksumChunkBytes} + 1, bytes.size()}) {
+      const std::vector<Piece> whole = {{bytes.data(), n}};
+      const uint64_t expect = payload_checksum(whole, n, hash);
+      for (size_t cut : {size_t{1}, n / 3, n / 2, size_t{kChecksumChunkBytes} + 17}) {
+        if (cut == 0 || cut >= n) continue;
+        const std::vector<Piece> two = {{bytes.data(), cut}, {bytes.data() + cut, n - cut}};
+        EXPECT_EQ(payload_checksum(two, n, hash), expect) << n << " cut at " << cut;
+      }
+      // Five uneven pieces, chunks spanning several of them.
+      std::vector<Piece> many;
+      for (size_t at = 0; at < n;) {
+        const size_t len = std::min(n - at, n / 5 + 1);
+        many.push_back({bytes.data() + at, len});
+        at += len;
+      }
+      EXPECT_EQ(payload_checksum(many, n, hash), expect) << n;
     }
-    // Five uneven pieces, chunks spanning several of them.
-    std::vector<Piece> many;
-    for (size_t at = 0; at < n;) {
-      const size_t len = std::min(n - at, n / 5 + 1);
-      many.push_back({bytes.data() + at, len});
-      at += len;
-    }
-    EXPECT_EQ(payload_checksum(many, n), expect) << n;
   }
 }
 
 TEST(PayloadChecksum, IsTheHashOfTheChunkHashes) {
-  // The definition, pinned: XXH3-64 over the chunks' CRC-64 values.
+  // The definition, pinned: XXH3-64 over the chunks' CRC-64 values, or their XXH3-64 values.
   std::vector<unsigned char> bytes(kChecksumChunkBytes + 100, 0x42);
   const std::vector<Piece> p = {{bytes.data(), bytes.size()}};
-  const uint64_t chunks[2] = {crc64(bytes.data(), kChecksumChunkBytes),
-                              crc64(bytes.data() + kChecksumChunkBytes, 100)};
-  EXPECT_EQ(payload_checksum(p, bytes.size()), checksum64(chunks, sizeof(chunks)));
+  const uint64_t crcs[2] = {crc64(bytes.data(), kChecksumChunkBytes),
+                            crc64(bytes.data() + kChecksumChunkBytes, 100)};
+  EXPECT_EQ(payload_checksum(p, bytes.size(), ChunkHash::kCrc64), checksum64(crcs, sizeof(crcs)));
+  const uint64_t xxhs[2] = {checksum64(bytes.data(), kChecksumChunkBytes),
+                            checksum64(bytes.data() + kChecksumChunkBytes, 100)};
+  EXPECT_EQ(payload_checksum(p, bytes.size(), ChunkHash::kXxh3), checksum64(xxhs, sizeof(xxhs)));
   EXPECT_EQ(chunk_count(1), 1u);
   EXPECT_EQ(chunk_count(kChecksumChunkBytes), 1u);
   EXPECT_EQ(chunk_count(kChecksumChunkBytes + 1), 2u);
@@ -147,11 +196,13 @@ TEST(PayloadChecksum, IsTheHashOfTheChunkHashes) {
 TEST(PayloadChecksum, EveryChunkCounts) {
   std::vector<unsigned char> bytes(4 * kChecksumChunkBytes, 1);
   const std::vector<Piece> p = {{bytes.data(), bytes.size()}};
-  const uint64_t before = payload_checksum(p, bytes.size());
-  for (size_t at : {size_t{0}, size_t{kChecksumChunkBytes}, bytes.size() - 1}) {
-    bytes[at] ^= 0x80;
-    EXPECT_NE(payload_checksum(p, bytes.size()), before) << at;
-    bytes[at] ^= 0x80;
+  for (const ChunkHash hash : {ChunkHash::kCrc64, ChunkHash::kXxh3}) {
+    const uint64_t before = payload_checksum(p, bytes.size(), hash);
+    for (size_t at : {size_t{0}, size_t{kChecksumChunkBytes}, bytes.size() - 1}) {
+      bytes[at] ^= 0x80;
+      EXPECT_NE(payload_checksum(p, bytes.size(), hash), before) << at;
+      bytes[at] ^= 0x80;
+    }
   }
 }
 

@@ -55,10 +55,11 @@ Result<page::Header> read_header(Agent& agent, Target& t, AlignedBuffer& buf, ui
   return page::decode_sealed(b, view);
 }
 
-// The payload's chunk checksums, the payload starting at `at` in `t`: read in units of whole
-// checksum chunks, each chunk hashed as it arrives.
+// The payload's chunk checksums (hashed as its header `hash` says), the payload starting at
+// `at` in `t`: read in units of whole checksum chunks, each chunk hashed as it arrives.
 Result<std::vector<uint64_t>> payload_checksums(Agent& agent, Target& t, AlignedBuffer& buf,
-                                                uint64_t at, uint64_t payload_bytes) {
+                                                uint64_t at, uint64_t payload_bytes,
+                                                ChunkHash hash) {
   static_assert(kVerifyChunk % page::kChecksumChunkBytes == 0);
   std::vector<uint64_t> sums;
   sums.reserve(page::chunk_count(payload_bytes));
@@ -69,7 +70,7 @@ Result<std::vector<uint64_t>> payload_checksums(Agent& agent, Target& t, Aligned
     // The window starts on a chunk boundary, so its chunks are the page's.
     const ConstBuffer window{buf.data(), n};
     for (size_t c = 0; c < page::chunk_count(n); ++c) {
-      sums.push_back(page::chunk_checksum(std::span<const ConstBuffer>(&window, 1), n, c));
+      sums.push_back(page::chunk_checksum(std::span<const ConstBuffer>(&window, 1), n, c, hash));
     }
   }
   return sums;
@@ -137,7 +138,7 @@ Status verify_record(Agent& agent, const PageEntry& p, AlignedBuffer& buf,
   }
   KVTIER_ASSIGN_OR_RETURN(
       std::vector<uint64_t> sums,
-      payload_checksums(agent, t, buf, p.offset + h.header_bytes, h.payload_bytes));
+      payload_checksums(agent, t, buf, p.offset + h.header_bytes, h.payload_bytes, h.chunk_hash));
   return page::verify_record(h, p.bytes, sums);
 }
 
@@ -159,8 +160,9 @@ Status verify_page(Agent& agent, const PageEntry& p, AlignedBuffer& buf, const S
   // The size first: the payload is read by the header's length.
   KVTIER_RETURN_IF_ERROR(page::verify_object(h, t.size(), std::nullopt));
   if (sealed) return open_sealed(agent, t, buf, page::kHeaderBytes, h, view, reader, verdict);
-  KVTIER_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
-                          payload_checksums(agent, t, buf, page::kHeaderBytes, h.payload_bytes));
+  KVTIER_ASSIGN_OR_RETURN(
+      std::vector<uint64_t> sums,
+      payload_checksums(agent, t, buf, page::kHeaderBytes, h.payload_bytes, h.chunk_hash));
   return page::verify_object(h, t.size(), sums);
 }
 

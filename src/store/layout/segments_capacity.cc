@@ -174,7 +174,7 @@ SegmentLayout::CopyForward SegmentLayout::read_for_copy_forward(std::span<const 
       const std::span<const ConstBuffer> one(&in, 1);
       std::vector<uint64_t> sums(page::chunk_count(h->payload_bytes));
       for (size_t c = 0; c < sums.size(); ++c) {
-        sums[c] = page::chunk_checksum(one, h->payload_bytes, c);
+        sums[c] = page::chunk_checksum(one, h->payload_bytes, c, h->chunk_hash);
       }
       if (!page::verify_record(*h, r.page.bytes, sums).ok()) continue;
       r.key = std::string(h->key);

@@ -176,8 +176,9 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
 
   if (scheme == "file") {
     loc.storage_class = StorageClass::kFile;
-    for (const std::string_view name : {"deadline_ms", "probe_interval_ms", "isolate",
-                                        "segment_lanes", "cpus", "admission", "refresh_ms"}) {
+    for (const std::string_view name :
+         {"deadline_ms", "probe_interval_ms", "isolate", "segment_lanes", "cpus", "admission",
+          "refresh_ms", "chunk_hash"}) {
       if (auto it = loc.params.find(name); it != loc.params.end()) {
         loc.store_params.insert(loc.params.extract(it));
       }
@@ -235,7 +236,7 @@ Result<StoreLocation> parse_store_uri(std::string_view uri) {
     loc.storage_class = StorageClass::kObject;
     // The segment layout's lanes and the lookups' refresh interval are the store's, not the
     // backend's (deadline_ms is the S3 client's own here).
-    for (const std::string_view name : {"segment_lanes", "refresh_ms"}) {
+    for (const std::string_view name : {"segment_lanes", "refresh_ms", "chunk_hash"}) {
       if (auto it = loc.params.find(name); it != loc.params.end()) {
         loc.store_params.insert(loc.params.extract(it));
       }

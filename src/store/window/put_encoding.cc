@@ -36,7 +36,7 @@ Status PutEncoding::chunk(size_t c, std::byte* into) {
                                 into != nullptr ? into : w.staging.data() + c * chunk_bytes_);
   }
   if (w.io != PageIo::kStaged) {
-    sums_[c] = page::chunk_checksum(w.pieces, w.payload, c);
+    sums_[c] = page::chunk_checksum(w.pieces, w.payload, c, h_.chunk_hash);
     return ok_status();
   }
   // Staged for direct I/O: copied into the staging buffer, and checksummed there.
@@ -48,7 +48,8 @@ Status PutEncoding::chunk(size_t c, std::byte* into) {
     dst += n;
   });
   const ConstBuffer staged{w.staging.data(), w.payload};
-  sums_[c] = page::chunk_checksum(std::span<const ConstBuffer>(&staged, 1), w.payload, c);
+  sums_[c] =
+      page::chunk_checksum(std::span<const ConstBuffer>(&staged, 1), w.payload, c, h_.chunk_hash);
   return ok_status();
 }
 

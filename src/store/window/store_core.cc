@@ -60,6 +60,7 @@ Status StoreCore::begin_put(detail::PutEncoding& encoding, detail::PageWork<Cons
   h.created_ns = created_ns;
   h.key = key;
   h.header_bytes = w.header_bytes;
+  h.chunk_hash = chunk_hash;
   return encoding.begin(sealing.get(), h, w, block);
 }
 

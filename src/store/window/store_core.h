@@ -59,6 +59,9 @@ struct StoreCore {
         agent(std::move(a)),
         router(std::move(r)),
         ns_id(config.ns.id()),
+        chunk_hash(config.chunk_hash == "crc64"  ? ChunkHash::kCrc64
+                   : config.chunk_hash == "xxh3" ? ChunkHash::kXxh3
+                                                 : fastest_chunk_hash()),
         headers(agent),
         staging(agent, config.staging_bytes),
         seal_staging(agent, config.staging_bytes),
@@ -75,6 +78,9 @@ struct StoreCore {
   Agent agent;
   routing::Router router;
   Hash128 ns_id;
+  // How puts hash payload chunks (StoreConfig::chunk_hash resolved); reads hash chunks this
+  // way as they land, and again the page's way when its header says otherwise.
+  ChunkHash chunk_hash;
   HeaderPool headers;  // after agent: its registrations go first
   StagingPool staging;
   // What a sealed store's puts seal pages into: a pool of its own (so that the guard's and
