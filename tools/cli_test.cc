@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -139,6 +140,39 @@ TEST(Cli, KeptPagesShowInStatAndVerifyFindsCorruption) {
   CliRun text = run("verify " + dir.path());
   EXPECT_EQ(text.exit_code, 1);
   EXPECT_NE(text.out.find("CORRUPT " + victim), std::string::npos) << text.out;
+}
+
+TEST(Cli, VerifyChecksPagesWhoseChunksWereHashedEitherWay) {
+  // Two namespaces in one directory, one written with CRC-64 chunks and one with XXH3 (a
+  // host with the other kind of CPU); verify checks each its own way.
+  kvtier::testing::TempDir dir;
+  for (const auto& [hash, bytes] : {std::pair{"crc64", "300000"}, std::pair{"xxh3", "400000"}}) {
+    CliRun b = run("bench --uri 'file://" + dir.path() + "?chunk_hash=" + hash +
+                   "' --layout files --page-bytes " + bytes + " --pages 3 --keep --json");
+    ASSERT_EQ(b.exit_code, 0) << b.out;
+    EXPECT_EQ(json_of(b)["chunk_hash"], std::string(hash) + " (chunk_hash=" + hash + ")");
+  }
+  CliRun ok = run("verify " + dir.path() + " --json");
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_EQ(json_of(ok)["intact"], 6);
+  // One byte of each namespace's first page file, in its payload's last chunk.
+  std::map<uintmax_t, std::string> victims;  // by size: one of each page size
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+    if (e.is_regular_file() && e.path().filename().string().size() == 32) {
+      victims.emplace(e.file_size(), e.path());
+    }
+  }
+  ASSERT_EQ(victims.size(), 2u);
+  for (const auto& [size, path] : victims) {
+    std::string bytes = kvtier::testing::read_file(path);
+    bytes[4096 + 290000] ^= 0x04;
+    kvtier::testing::write_file(path, bytes);
+  }
+  CliRun bad = run("verify " + dir.path() + " --json");
+  EXPECT_EQ(bad.exit_code, 1) << bad.out;
+  nlohmann::json v = json_of(bad);
+  EXPECT_EQ(v["corrupt"].size(), 2u) << bad.out;
+  EXPECT_EQ(v["intact"], 4);
 }
 
 // --in-flight keeps several batches submitted per thread (submit_put/submit_get); each lane

@@ -200,6 +200,7 @@ def test_open_failures_raise_storage_errors(tmp_path):
     ("file://{d}?backend=posix&queue_depth=8", "queue_depth"),
     ("mem://strict?io_threads=4", "io_threads"),
     ("s3://kvtier-test/p?max_parallel=lots", "max_parallel"),
+    ("file://{d}?chunk_hash=md5", "chunk_hash"),
 ])
 def test_unknown_and_unparsable_location_parameters_are_named(tmp_path, query, named):
     uri = query.format(d=tmp_path / "strict")
@@ -214,6 +215,23 @@ def test_unknown_and_unparsable_location_parameters_are_named(tmp_path, query, n
     assert not (tmp_path / "strict").exists()
     with pytest.raises(kvtier.InvalidArgumentError, match="bogus"):
         kvtier.Agent(backend="posix", params={"bogus": "1"})
+
+
+def test_pages_hashed_either_way_read_back_through_either_store(tmp_path):
+    # A host whose CPU hashes chunks the other way (docs/format.md, "Payload checksum").
+    where = str(tmp_path / "s")
+    pool = np.zeros(1 << 20, dtype=np.uint8)
+    with make_store(where + "?chunk_hash=crc64") as crc:
+        assert crc.stats()["chunk_hash"] == "crc64 (chunk_hash=crc64)"
+        with crc.register_memory(pool):
+            pool[:300000] = pattern(300000, 3)
+            assert crc.put("page", pool[:300000])
+    with make_store(where + "?chunk_hash=xxh3") as xxh:
+        assert xxh.stats()["chunk_hash"] == "xxh3 (chunk_hash=xxh3)"
+        with xxh.register_memory(pool):
+            assert xxh.get("page", pool[500000:800000])
+            assert np.array_equal(pool[:300000], pool[500000:800000])
+        assert xxh.stats()["get_corrupt"] == 0
 
 
 def test_stats_and_prometheus_escape_label_values(store_dir):
