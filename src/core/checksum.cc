@@ -35,7 +35,7 @@ std::string_view chunk_hash_name(ChunkHash hash) {
 
 namespace {
 
-ChunkHash time_chunk_hashes() noexcept {
+ChunkHash time_chunk_hashes() {
   constexpr size_t kBytes = 256 << 10;
   std::vector<unsigned char> buf(kBytes);
   for (size_t i = 0; i < kBytes; ++i) buf[i] = static_cast<unsigned char>(i * 131 + (i >> 9));
@@ -57,13 +57,13 @@ ChunkHash time_chunk_hashes() noexcept {
 
 }  // namespace
 
-ChunkHash fastest_chunk_hash() noexcept {
+ChunkHash fastest_chunk_hash() {
   static const ChunkHash fastest = time_chunk_hashes();
   return fastest;
 }
 
 void PartsHash::start_stream() noexcept {
-  static_assert(sizeof(XXH3_state_t) <= 576 && alignof(XXH3_state_t) <= 64);
+  static_assert(sizeof(XXH3_state_t) <= kStreamStateBytes && alignof(XXH3_state_t) <= 64);
   auto* state = reinterpret_cast<XXH3_state_t*>(state_);
   XXH3_64bits_reset(state);
   XXH3_64bits_update(state, first_, first_size_);

@@ -32,7 +32,7 @@ enum class ChunkHash : uint8_t { kCrc64, kXxh3 };
 std::string_view chunk_hash_name(ChunkHash hash);
 // The faster of the two on this CPU: each timed over a cache-resident 256 KiB buffer, a few
 // times, alternating, once per process (well under a millisecond).
-ChunkHash fastest_chunk_hash() noexcept;
+ChunkHash fastest_chunk_hash();
 
 // The hash of bytes given in consecutive parts, equal to hashing them as one buffer: CRC-64/XZ
 // (crc64 above) or XXH3-64. One part (the common case) is hashed in one call; more feed a
@@ -55,8 +55,9 @@ class PartsHash {
   const void* first_ = nullptr;
   size_t first_size_ = 0;
   bool streaming_ = false;
-  // XXH3_state_t (checksum.cc checks the size).
-  alignas(64) unsigned char state_[576];
+  // An XXH3_state_t (checksum.cc checks that it fits).
+  static constexpr size_t kStreamStateBytes = 576;
+  alignas(64) unsigned char state_[kStreamStateBytes];
 };
 
 struct Hash128 {
