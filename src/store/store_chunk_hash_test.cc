@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 
 #include "format/page_format.h"
 #include "kvtier/store/store.h"
@@ -24,6 +25,14 @@ struct HashCase {
   std::string layout;
   DirectIo direct_io;
 };
+
+void PrintTo(const HashCase& c, std::ostream* os) {
+  *os << c.layout << (c.direct_io == DirectIo::kOn ? ", direct I/O" : "");
+}
+
+std::string hash_case_name(const ::testing::TestParamInfo<HashCase>& info) {
+  return info.param.layout + (info.param.direct_io == DirectIo::kOn ? "_direct" : "");
+}
 
 class StoreChunkHash : public ::testing::TestWithParam<HashCase> {
  protected:
@@ -108,8 +117,10 @@ TEST_P(StoreChunkHash, PagesWrittenEitherWayAreReadByteExactByEither) {
   for (const Status& st : read(*chosen, "xxh-", 200)) KVTIER_EXPECT_OK(st);
 }
 
-TEST_P(StoreChunkHash, AFlippedByteOfAPageOfEitherKindIsAMissToEitherReader) {
-  if (GetParam().layout != "files") GTEST_SKIP() << "flips bytes of page files";
+// The same, where a page's bytes are a file of their own to damage.
+class StoreChunkHashFiles : public StoreChunkHash {};
+
+TEST_P(StoreChunkHashFiles, AFlippedByteOfAPageOfEitherKindIsAMissToEitherReader) {
   for (const std::string writer : {"crc64", "xxh3"}) {
     for (const std::string reader : {"crc64", "xxh3"}) {
       SCOPED_TRACE(writer + " page, " + reader + " reader");
@@ -144,10 +155,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, StoreChunkHash,
                          ::testing::Values(HashCase{"files", DirectIo::kOff},
                                            HashCase{"segments", DirectIo::kOff},
                                            HashCase{"files", DirectIo::kOn}),
-                         [](const ::testing::TestParamInfo<HashCase>& info) {
-                           return info.param.layout +
-                                  (info.param.direct_io == DirectIo::kOn ? "_direct" : "");
-                         });
+                         hash_case_name);
+INSTANTIATE_TEST_SUITE_P(PageFiles, StoreChunkHashFiles,
+                         ::testing::Values(HashCase{"files", DirectIo::kOff},
+                                           HashCase{"files", DirectIo::kOn}),
+                         hash_case_name);
 
 TEST(StoreChunkHashUri, TheUriNamesItAndAnUnknownNameIsRefused) {
   testing::TempDir dir;
