@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +51,7 @@ class HungCall {
   ~HungCall() {
     const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - t0_);
     std::printf("hung call: %s %lld ms\n", name_.c_str(), static_cast<long long>(took.count()));
+    std::fflush(stdout);  // the trail of calls survives a test that is killed later
     EXPECT_LT(took, milliseconds(kDeadlineMs) + kSlack) << name_;
   }
   HungCall(const HungCall&) = delete;
@@ -122,10 +124,24 @@ class HangFs {
 
   ~HangFs() {
     to_.reset();  // end of stdin: the helper releases, unmounts and exits
-    if (pid_ > 0) {
-      int st = 0;
-      ::waitpid(pid_, &st, 0);
+    if (pid_ <= 0) return;
+    // Its exit is waited for as an event (a pidfd), at most kHungCeiling: a helper stuck in
+    // its own teardown (libfuse's readers on a device it closed) is killed, said so on stderr,
+    // and its mount detached, rather than holding the test until ctest's timeout.
+    UniqueFd exited(static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)));
+    pollfd p{exited.get(), POLLIN, 0};
+    if (exited.valid() &&
+        ::poll(&p, 1, static_cast<int>(milliseconds(kHungCeiling).count())) == 0) {
+      std::fprintf(stderr,
+                   "kvtier_hangfs (pid %d) had not exited %lld s after the end of its input: "
+                   "killed, %s detached\n",
+                   static_cast<int>(pid_), static_cast<long long>(kHungCeiling.count()),
+                   mount().c_str());
+      ::kill(pid_, SIGKILL);
+      ::umount2(mount().c_str(), MNT_DETACH);
     }
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
   }
 
   const std::string& skip_reason() const {
