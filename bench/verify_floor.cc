@@ -67,9 +67,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "crc64", "xxh3"}));
   CLI11_PARSE(app, argc, argv);
-  const kvtier::ChunkHash how = hash_name == "crc64"  ? kvtier::ChunkHash::kCrc64
-                                : hash_name == "xxh3" ? kvtier::ChunkHash::kXxh3
-                                                      : kvtier::fastest_chunk_hash();
+  const kvtier::ChunkHash how = *kvtier::chunk_hash_named(hash_name);  // checked above
   const uint64_t pool_bytes = pool_mib << 20;
   const uint64_t kChunkBytes = chunk_kib << 10;
   if (pool_bytes < 2 * kChunkBytes) {

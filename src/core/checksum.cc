@@ -62,6 +62,13 @@ ChunkHash fastest_chunk_hash() {
   return fastest;
 }
 
+std::optional<ChunkHash> chunk_hash_named(std::string_view name) {
+  if (name == "crc64") return ChunkHash::kCrc64;
+  if (name == "xxh3") return ChunkHash::kXxh3;
+  if (name == "auto") return fastest_chunk_hash();
+  return std::nullopt;
+}
+
 void PartsHash::start_stream() noexcept {
   static_assert(sizeof(XXH3_state_t) <= kStreamStateBytes && alignof(XXH3_state_t) <= 64);
   auto* state = reinterpret_cast<XXH3_state_t*>(state_);

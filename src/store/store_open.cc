@@ -52,7 +52,7 @@ Status resolve_chunk_hash(StoreConfig& cfg) {
     cfg.chunk_hash = it->second;
   }
   if (cfg.chunk_hash.empty()) cfg.chunk_hash = "auto";
-  if (cfg.chunk_hash != "auto" && cfg.chunk_hash != "crc64" && cfg.chunk_hash != "xxh3") {
+  if (!chunk_hash_named(cfg.chunk_hash)) {
     return invalid_argument_error(
         fmt::format("chunk_hash '{}' (use auto, crc64 or xxh3)", cfg.chunk_hash));
   }

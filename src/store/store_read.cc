@@ -273,8 +273,6 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
                                    : Reject::kLayout;
     return st;
   }
-  // The header is this page's, so its size differs from the object's only when the read
-  // stopped at the header (header_only), and then no chunk was read.
   // Chunks were hashed as they landed the way this store writes them; a page written the
   // other way (another host's CPU, another chunk_hash) is hashed again its own way.
   std::vector<uint64_t> own_way;
@@ -285,6 +283,8 @@ Status Store::Impl::verify_page(const PageWork<MutableBuffer>& w, std::string_vi
     }
     chunk_checksums = own_way;
   }
+  // The header is this page's, so its size differs from the object's only when the read
+  // stopped at the header (header_only), and then no chunk was read.
   const auto sums = config.verify_payload ? std::optional(chunk_checksums) : std::nullopt;
   st = layout->verify_stored(*h, w, sums);
   if (!st.ok()) {

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,9 @@ std::string_view chunk_hash_name(ChunkHash hash);
 // The faster of the two on this CPU: each timed over a cache-resident 256 KiB buffer, a few
 // times, alternating, once per process (well under a millisecond).
 ChunkHash fastest_chunk_hash();
+// The hash a name chooses: "crc64", "xxh3", or "auto" (fastest_chunk_hash()); nullopt for
+// any other name.
+std::optional<ChunkHash> chunk_hash_named(std::string_view name);
 
 // The hash of bytes given in consecutive parts, equal to hashing them as one buffer: CRC-64/XZ
 // (crc64 above) or XXH3-64. One part (the common case) is hashed in one call; more feed a

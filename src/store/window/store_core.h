@@ -59,9 +59,7 @@ struct StoreCore {
         agent(std::move(a)),
         router(std::move(r)),
         ns_id(config.ns.id()),
-        chunk_hash(config.chunk_hash == "crc64"  ? ChunkHash::kCrc64
-                   : config.chunk_hash == "xxh3" ? ChunkHash::kXxh3
-                                                 : fastest_chunk_hash()),
+        chunk_hash(chunk_hash_named(config.chunk_hash).value_or(fastest_chunk_hash())),
         headers(agent),
         staging(agent, config.staging_bytes),
         seal_staging(agent, config.staging_bytes),
