@@ -14,10 +14,18 @@ namespace kvtier {
 
 namespace {
 
-// The sealed get batches spread over the store's threads (Store::Impl::spreads_get): those a
-// FILE backend reads on the caller's thread by default, and worth the hand-off.
-constexpr uint64_t kSpreadGetMostBytes = uint64_t{4} << 20;
+// Get batches spread over the store's threads (Store::Impl::spreads_get) from this size.
 constexpr uint64_t kSpreadGetLeastBytes = uint64_t{512} << 10;
+// A sealed batch spreads up to the size a FILE backend reads on the caller's thread by default
+// (its inline size): larger ones go to the backend's own threads, the cipher with them.
+constexpr uint64_t kSpreadSealedMostBytes = uint64_t{4} << 20;
+// Pages in the clear spread when each is at most this big: a part then holds several, read
+// and hashed by its thread on its own. Larger pages go whole to the backend, which splits them
+// itself (the rings' 256 KiB rounds, the store's write runs).
+constexpr uint64_t kSpreadPageMostBytes = uint64_t{1} << 20;
+// A part is at most about this big: whole on the caller's-thread path (4 MiB, headers
+// included), its 1 MiB merged reads hashed while the core's L2 still holds them.
+constexpr uint64_t kSpreadPartBytes = uint64_t{2} << 20;
 
 // Chunk `c` of a page read into its pieces, or into staging (direct I/O, the guard).
 uint64_t landed_chunk_checksum(const detail::PageWork<MutableBuffer>& w, size_t c, ChunkHash hash) {
@@ -32,20 +40,28 @@ uint64_t landed_chunk_checksum(const detail::PageWork<MutableBuffer>& w, size_t 
 
 bool Store::Impl::spreads_get(std::span<const std::string_view> keys,
                               std::span<const MutableBuffer> pieces) const {
-  if (!sealing || guard != nullptr || spread.size() == 0 || keys.size() < 2 ||
+  if (guard != nullptr || spread.size() == 0 || keys.size() < 2 ||
       counters.batches_in_flight.load(std::memory_order_relaxed) > 1 ||
       config.location.storage_class != StorageClass::kFile || pieces.size() % keys.size() != 0) {
     return false;
   }
   uint64_t bytes = 0;
   for (const MutableBuffer& p : pieces) bytes += p.size;
-  return bytes >= kSpreadGetLeastBytes && bytes <= kSpreadGetMostBytes;
+  if (bytes < kSpreadGetLeastBytes) return false;
+  if (sealing) return bytes <= kSpreadSealedMostBytes;
+  return bytes <= kSpreadPageMostBytes * keys.size();
 }
 
 BatchResult Store::Impl::get_spread(std::span<const std::string_view> keys,
                                     std::span<const MutableBuffer> pieces) {
   const size_t k = pieces.size() / keys.size();
-  const size_t parts = std::min(spread.size() + 1, keys.size());
+  uint64_t bytes = 0;
+  for (const MutableBuffer& p : pieces) bytes += p.size;
+  // A part per thread, or more where they would be larger than kSpreadPartBytes: the
+  // threads take the next part as they finish one.
+  const size_t parts = std::min<size_t>(
+      std::max<uint64_t>(spread.size() + 1, (bytes + kSpreadPartBytes - 1) / kSpreadPartBytes),
+      keys.size());
   std::vector<BatchResult> got(parts);
   spread.parallel_for(parts, [&](size_t j) {
     const size_t from = keys.size() * j / parts;

@@ -2,8 +2,9 @@
 // about 1 MiB that the caller and StoreConfig::cpus - 1 threads encode and write side by side.
 // Pages cut into runs come back byte-exact whatever their pieces, I/O and sealing; a run that
 // fails fails its page alone; the threads start only for a window of more than one run, are
-// as many as asked, and go with the store. A sealed store's small get batch is cut in parts
-// read and opened side by side (Store::Impl::spreads_get), a miss in its place.
+// as many as asked, and go with the store. A get batch of small pages is cut in parts read,
+// verified (and opened) side by side (Store::Impl::spreads_get), a miss in its place; one of
+// large pages goes whole to the backend.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -236,8 +237,7 @@ TEST_P(StoreSpread, ThreadsStartForWindowsOfManyRunsAndGoWithTheStore) {
   }
 }
 
-TEST_P(StoreSpread, ASealedGetSmallEnoughForTheCallersThreadIsSpreadAndByteExact) {
-  if (!GetParam().sealed) GTEST_SKIP() << "only a sealed store's gets spread (Impl::spreads_get)";
+TEST_P(StoreSpread, AGetOfSmallPagesIsSpreadAndByteExact) {
   // Sixteen pages of 70 KB: about 1.1 MiB, a batch the backend would read on the caller's
   // thread. One of them removed: a miss in its place, the others whole.
   const Batch batch(std::vector<bool>(16, false));
@@ -256,6 +256,7 @@ TEST_P(StoreSpread, ASealedGetSmallEnoughForTheCallersThreadIsSpreadAndByteExact
   auto s = open("&cpus=2");  // a store that has put nothing: its thread starts for the get
   ASSERT_NE(s, nullptr);
   Registration reg = std::move(s->register_memory(out.data(), out.size())).value();
+  std::memset(out.data(), 0x5a, out.size());
   BatchResult g = s->batch_get(batch.keys(), pieces_of<MutableBuffer>(batch, out.data(), false));
   KVTIER_ASSERT_OK(g.status);
   ASSERT_EQ(g.pages.size(), batch.names.size());
@@ -266,6 +267,30 @@ TEST_P(StoreSpread, ASealedGetSmallEnoughForTheCallersThreadIsSpreadAndByteExact
   expect_pages(batch, out.data(), g.pages);
   EXPECT_EQ(threads_named(name), 1u) << "the get ran on the caller and the store's thread";
   EXPECT_EQ(s->stats().get_hits, 15u);
+}
+
+TEST_P(StoreSpread, AGetOfLargePagesGoesWholeToTheBackend) {
+  // Two pages of 3.3 MiB: more than a part, each split by the backend itself.
+  const Batch batch({true, true});
+  AlignedBuffer m = testing::make_buffer(region_bytes(batch));
+  {
+    auto s = open("&cpus=2");
+    ASSERT_NE(s, nullptr);
+    Registration reg = std::move(s->register_memory(m.data(), m.size())).value();
+    BatchResult r = s->batch_put(batch.keys(), pieces_of<ConstBuffer>(batch, m.data(), true));
+    for (const Status& st : r.pages) KVTIER_ASSERT_OK(st);
+  }
+  const std::string name = "kvtier-spread";
+  EXPECT_EQ(threads_named_become(name, 0), 0u);
+  auto s = open("&cpus=2");
+  ASSERT_NE(s, nullptr);
+  Registration reg = std::move(s->register_memory(m.data(), m.size())).value();
+  std::memset(m.data(), 0x5a, m.size());
+  BatchResult g = s->batch_get(batch.keys(), pieces_of<MutableBuffer>(batch, m.data(), false));
+  KVTIER_ASSERT_OK(g.status);
+  for (const Status& st : g.pages) KVTIER_EXPECT_OK(st);
+  expect_pages(batch, m.data(), g.pages);
+  EXPECT_EQ(threads_named(name), 0u) << "a get of large pages started the store's threads";
 }
 
 TEST(StoreSpreadConfig, CpusMustBeAWholeNumberFromOne) {
