@@ -25,6 +25,13 @@ rounds' kvtier/fio ratios; GB/s are medians. kvtier runs twice a round, in two s
 A larger fio footprint (io_uring at a deep queue) measures this VM's first touch of fio's
 fresh buffers, not storage (docs/benchmarks.md).
 
+Beside them, in the same rotation, the machine's floor for a verified read at kvtier's own
+footprint: kvtier_verify_floor, C threads pinned likewise, each pread-ing hot 8 MiB files in
+reads of the page (at most 256 KiB, the chunk kvtier hashes) into its share of the footprint
+shape's pool, then hashing what it read as kvtier's stores do ("hashed"), in rounds alternating
+with the same reads unhashed ("bare"). fio rereads one page-sized buffer per job, which stays in
+the core's L1/L2; kvtier and the floor read into a pool of many pages, as an engine does.
+
   bench/scaling.py [--dir DIR] [--rounds 3] [--mib 1024] [--pages-kib 64,4096,8192]
                    [--cores 1,2] [--json-out FILE]
 
@@ -37,7 +44,7 @@ import os
 import shutil
 import sys
 
-from compare import KVTIER, fmt_range, med, need_fio, run
+from compare import FLOOR, KVTIER, fmt_range, med, need_fio, run
 
 BATCH = 128
 FILES_FROM = 4 << 20  # kvtier's layout=auto writes page files from this size, segments below
@@ -96,6 +103,18 @@ def fio(directory, page, pages, cores):
     return tuple(rates)
 
 
+def floor(directory, page, pages, cores):
+    """kvtier_verify_floor at the footprint shape's pool: (bare read GB/s, hashed read GB/s)."""
+    batch = min(BATCH, max(cores, (8 << 20) // page))
+    pool_mib = max(1, batch * page // cores >> 20)
+    files = max(1, pages * page // (8 << 20) // cores)
+    out = run_pinned([FLOOR, "--dir", directory, "--threads", str(cores), "--files", str(files),
+                      "--pool-mib", str(pool_mib), "--chunk-kib", str(min(page, 256 << 10) >> 10),
+                      "--reps", "2"], cores)
+    j = json.loads(out)
+    return j["read_gbps"], j["read_hashed_gbps"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "kvtier-scaling"))
@@ -119,23 +138,30 @@ def main():
         pages = max(BATCH, (args.mib << 20) // page)
         for c in cores:
             cell = {"page_bytes": page, "pages": pages, "cores": c, "footprint": [],
-                    "engine": [], "fio": []}
+                    "engine": [], "fio": [], "floor": []}
             work = os.path.join(args.dir, f"cell-{kib}-{c}")
             for r in range(args.rounds):
-                sides = ["footprint", "fio", "engine"]
+                sides = ["footprint", "fio", "floor", "engine"]
                 for side in (sides if r % 2 == 0 else sides[::-1]):
                     shutil.rmtree(work, ignore_errors=True)
                     os.makedirs(work)
                     condition(work, page, pages)
                     shutil.rmtree(work, ignore_errors=True)
                     os.makedirs(work)
-                    cell[side].append(fio(work, page, pages, c) if side == "fio"
-                                      else kvtier(work, page, pages, c, side == "engine"))
+                    if side == "fio":
+                        cell[side].append(fio(work, page, pages, c))
+                    elif side == "floor":
+                        cell[side].append(floor(work, page, pages, c))
+                    else:
+                        cell[side].append(kvtier(work, page, pages, c, side == "engine"))
             shutil.rmtree(work, ignore_errors=True)
             results.append(cell)
             fw = [x[0] for x in cell["fio"]]
             fr = [x[1] for x in cell["fio"]]
-            line = f"{kib:6d} KiB  {c} core{'s' if c > 1 else ' '}  fio write {fmt_range(fw)} read {fmt_range(fr)}"
+            bare = [x[0] for x in cell["floor"]]
+            hashed = [x[1] for x in cell["floor"]]
+            line = (f"{kib:6d} KiB  {c} core{'s' if c > 1 else ' '}  fio write {fmt_range(fw)} "
+                    f"read {fmt_range(fr)} | floor read bare {med(bare):.2f} hashed {med(hashed):.2f}")
             for shape in ("footprint", "engine"):
                 kw = [x[0] for x in cell[shape]]
                 kr = [x[1] for x in cell[shape]]
@@ -145,6 +171,10 @@ def main():
                 line += (f" | kvtier {shape}: write {med(kw):.2f} = {med(rw):.2f}x "
                          f"({min(rw):.2f}-{max(rw):.2f}), read {med(kr):.2f} = {med(rr):.2f}x "
                          f"({min(rr):.2f}-{max(rr):.2f})")
+                if shape == "footprint":  # the floor reads through the same memory
+                    rf = [a / b for a, b in zip(kr, hashed)]
+                    cell["footprint_ratios"]["read_floor"] = med(rf)
+                    line += f" = {med(rf):.2f}x hashed floor ({min(rf):.2f}-{max(rf):.2f})"
             print(line, flush=True)
     if args.json_out:
         with open(args.json_out, "w") as f:

@@ -83,11 +83,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fill_n(pool->data(), pool->size(), std::byte{0x5a});
+  // The files' bytes, from a buffer of a file's size (a pool may be smaller than a file).
+  auto content = kvtier::AlignedBuffer::allocate(kFileBytes);
+  if (!content.ok()) {
+    fmt::print(stderr, "cannot allocate {} bytes\n", kFileBytes);
+    return 1;
+  }
+  std::fill_n(content->data(), content->size(), std::byte{0x5a});
   for (uint64_t f = 0; f < threads * files; ++f) {
     paths.push_back(fmt::format("{}/verify-floor.{}", dir, f));
     kvtier::UniqueFd fd(::open(paths.back().c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid() ||
-        ::pwrite(fd.get(), pool->data(), kFileBytes, 0) != static_cast<ssize_t>(kFileBytes)) {
+        ::pwrite(fd.get(), content->data(), kFileBytes, 0) != static_cast<ssize_t>(kFileBytes)) {
       fmt::print(stderr, "cannot write {}: {}\n", paths.back(), std::strerror(errno));
       for (const std::string& p : paths) ::unlink(p.c_str());
       return 1;
