@@ -121,6 +121,14 @@ size_t region_bytes(const Batch& batch) {
   return n;
 }
 
+// Puts `batch`, filled in `memory`, through `s`: every page stored.
+void put_batch(Store& s, const Batch& batch, AlignedBuffer& memory) {
+  Registration reg = std::move(s.register_memory(memory.data(), memory.size())).value();
+  BatchResult r = s.batch_put(batch.keys(), pieces_of<ConstBuffer>(batch, memory.data(), true));
+  KVTIER_ASSERT_OK(r.status);
+  for (const Status& st : r.pages) KVTIER_ASSERT_OK(st);
+}
+
 // Every piece of `batch` in `memory` holds what pieces_of filled it with.
 void expect_pages(const Batch& batch, const std::byte* memory, const std::vector<Status>& pages) {
   size_t at = 0;
@@ -246,9 +254,7 @@ TEST_P(StoreSpread, AGetOfSmallPagesIsSpreadAndByteExact) {
   {
     auto s = open("&cpus=2");
     ASSERT_NE(s, nullptr);
-    Registration reg = std::move(s->register_memory(in.data(), in.size())).value();
-    BatchResult r = s->batch_put(batch.keys(), pieces_of<ConstBuffer>(batch, in.data(), true));
-    for (const Status& st : r.pages) KVTIER_ASSERT_OK(st);
+    ASSERT_NO_FATAL_FAILURE(put_batch(*s, batch, in));
     KVTIER_ASSERT_OK(s->remove(batch.names[5]));
   }
   const std::string name = "kvtier-spread";
@@ -276,9 +282,7 @@ TEST_P(StoreSpread, AGetOfLargePagesGoesWholeToTheBackend) {
   {
     auto s = open("&cpus=2");
     ASSERT_NE(s, nullptr);
-    Registration reg = std::move(s->register_memory(m.data(), m.size())).value();
-    BatchResult r = s->batch_put(batch.keys(), pieces_of<ConstBuffer>(batch, m.data(), true));
-    for (const Status& st : r.pages) KVTIER_ASSERT_OK(st);
+    ASSERT_NO_FATAL_FAILURE(put_batch(*s, batch, m));
   }
   const std::string name = "kvtier-spread";
   EXPECT_EQ(threads_named_become(name, 0), 0u);
