@@ -65,6 +65,7 @@ TEST_F(StoreBadInput, NullAndUnregisteredBuffers) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("not inside any registered region"), std::string::npos)
       << st.message();
+  EXPECT_NE(st.message().find("piece 0"), std::string::npos) << st.message();
   EXPECT_EQ(store_->get("keep-me", heap.data(), heap.size()).code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(*store_->exists("heap"));
   EXPECT_GE(store_->stats().invalid_requests, 4u);
