@@ -26,6 +26,9 @@ constexpr uint64_t kSpreadPageMostBytes = uint64_t{1} << 20;
 // A part is at most about this big: whole on the caller's-thread path (4 MiB, headers
 // included), its 1 MiB merged reads hashed while the core's L2 still holds them.
 constexpr uint64_t kSpreadPartBytes = uint64_t{2} << 20;
+// And at least about this big where the batch allows: on a host of many cores a small batch
+// is cut in a few parts, not in a page per thread, each worth its hand-off.
+constexpr uint64_t kSpreadPartLeastBytes = uint64_t{256} << 10;
 
 // Chunk `c` of a page read into its pieces, or into staging (direct I/O, the guard).
 uint64_t landed_chunk_checksum(const detail::PageWork<MutableBuffer>& w, size_t c, ChunkHash hash) {
@@ -57,10 +60,11 @@ BatchResult Store::Impl::get_spread(std::span<const std::string_view> keys,
   const size_t k = pieces.size() / keys.size();
   uint64_t bytes = 0;
   for (const MutableBuffer& p : pieces) bytes += p.size;
-  // A part per thread, or more where they would be larger than kSpreadPartBytes: the
-  // threads take the next part as they finish one.
+  // A part per thread while parts stay at least kSpreadPartLeastBytes, or more where they
+  // would be larger than kSpreadPartBytes: the threads take the next part as they finish one.
+  const uint64_t per_thread = std::min<uint64_t>(spread.size() + 1, bytes / kSpreadPartLeastBytes);
   const size_t parts = std::min<size_t>(
-      std::max<uint64_t>(spread.size() + 1, (bytes + kSpreadPartBytes - 1) / kSpreadPartBytes),
+      std::max<uint64_t>(per_thread, (bytes + kSpreadPartBytes - 1) / kSpreadPartBytes),
       keys.size());
   std::vector<BatchResult> got(parts);
   spread.parallel_for(parts, [&](size_t j) {

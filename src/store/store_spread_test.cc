@@ -247,32 +247,38 @@ TEST_P(StoreSpread, ThreadsStartForWindowsOfManyRunsAndGoWithTheStore) {
 
 TEST_P(StoreSpread, AGetOfSmallPagesIsSpreadAndByteExact) {
   // Sixteen pages of 70 KB: about 1.1 MiB, a batch the backend would read on the caller's
-  // thread. One of them removed: a miss in its place, the others whole.
+  // thread. One of them removed: a miss in its place, the others whole. With two CPUs the
+  // batch is cut in a part per thread; with eight, in four parts of about 256 KiB.
   const Batch batch(std::vector<bool>(16, false));
   AlignedBuffer in = testing::make_buffer(region_bytes(batch));
   AlignedBuffer out = testing::make_buffer(region_bytes(batch));
-  {
-    auto s = open("&cpus=2");
+  for (const size_t cpus : {2, 8}) {
+    SCOPED_TRACE(cpus);
+    const std::string query = "&cpus=" + std::to_string(cpus);
+    std::filesystem::remove_all(dir_.file("s"));
+    {
+      auto s = open(query);
+      ASSERT_NE(s, nullptr);
+      ASSERT_NO_FATAL_FAILURE(put_batch(*s, batch, in));
+      KVTIER_ASSERT_OK(s->remove(batch.names[5]));
+    }
+    const std::string name = "kvtier-spread";
+    EXPECT_EQ(threads_named_become(name, 0), 0u);
+    auto s = open(query);  // a store that has put nothing: its threads start for the get
     ASSERT_NE(s, nullptr);
-    ASSERT_NO_FATAL_FAILURE(put_batch(*s, batch, in));
-    KVTIER_ASSERT_OK(s->remove(batch.names[5]));
+    Registration reg = std::move(s->register_memory(out.data(), out.size())).value();
+    std::memset(out.data(), 0x5a, out.size());
+    BatchResult g = s->batch_get(batch.keys(), pieces_of<MutableBuffer>(batch, out.data(), false));
+    KVTIER_ASSERT_OK(g.status);
+    ASSERT_EQ(g.pages.size(), batch.names.size());
+    for (size_t p = 0; p < g.pages.size(); ++p) {
+      EXPECT_EQ(g.pages[p].code(), p == 5 ? StatusCode::kNotFound : StatusCode::kOk)
+          << batch.names[p] << ": " << g.pages[p].to_string();
+    }
+    expect_pages(batch, out.data(), g.pages);
+    EXPECT_EQ(threads_named(name), cpus - 1) << "the get ran on the caller and the store's threads";
+    EXPECT_EQ(s->stats().get_hits, 15u);
   }
-  const std::string name = "kvtier-spread";
-  EXPECT_EQ(threads_named_become(name, 0), 0u);
-  auto s = open("&cpus=2");  // a store that has put nothing: its thread starts for the get
-  ASSERT_NE(s, nullptr);
-  Registration reg = std::move(s->register_memory(out.data(), out.size())).value();
-  std::memset(out.data(), 0x5a, out.size());
-  BatchResult g = s->batch_get(batch.keys(), pieces_of<MutableBuffer>(batch, out.data(), false));
-  KVTIER_ASSERT_OK(g.status);
-  ASSERT_EQ(g.pages.size(), batch.names.size());
-  for (size_t p = 0; p < g.pages.size(); ++p) {
-    EXPECT_EQ(g.pages[p].code(), p == 5 ? StatusCode::kNotFound : StatusCode::kOk)
-        << batch.names[p] << ": " << g.pages[p].to_string();
-  }
-  expect_pages(batch, out.data(), g.pages);
-  EXPECT_EQ(threads_named(name), 1u) << "the get ran on the caller and the store's thread";
-  EXPECT_EQ(s->stats().get_hits, 15u);
 }
 
 TEST_P(StoreSpread, AGetOfLargePagesGoesWholeToTheBackend) {
