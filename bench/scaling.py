@@ -70,8 +70,13 @@ def condition(directory, page, pages):
          "--pages", str(pages), "--batch", str(BATCH), "--json", "--quiet"])
 
 
+def footprint_batch(page, cores):
+    """The footprint shape's pages a call (and in its pool)."""
+    return min(BATCH, max(cores, (8 << 20) // page))
+
+
 def kvtier(directory, page, pages, cores, engine):
-    batch = BATCH if engine else min(BATCH, max(cores, (8 << 20) // page))
+    batch = BATCH if engine else footprint_batch(page, cores)
     out = run_pinned([KVTIER, "bench", "--dir", directory, "--page-bytes", str(page), "--pages",
                       str(pages), "--batch", str(batch), "--json", "--quiet"], cores)
     j = json.loads(out)
@@ -105,8 +110,7 @@ def fio(directory, page, pages, cores):
 
 def floor(directory, page, pages, cores):
     """kvtier_verify_floor at the footprint shape's pool: (bare read GB/s, hashed read GB/s)."""
-    batch = min(BATCH, max(cores, (8 << 20) // page))
-    pool_mib = max(1, batch * page // cores >> 20)
+    pool_mib = max(1, footprint_batch(page, cores) * page // cores >> 20)
     files = max(1, pages * page // (8 << 20) // cores)
     out = run_pinned([FLOOR, "--dir", directory, "--threads", str(cores), "--files", str(files),
                       "--pool-mib", str(pool_mib), "--chunk-kib", str(min(page, 256 << 10) >> 10),

@@ -42,24 +42,22 @@ uint64_t landed_chunk_checksum(const detail::PageWork<MutableBuffer>& w, size_t 
 }  // namespace
 
 bool Store::Impl::spreads_get(std::span<const std::string_view> keys,
-                              std::span<const MutableBuffer> pieces) const {
+                              std::span<const MutableBuffer> pieces, uint64_t* bytes) const {
   if (guard != nullptr || spread.size() == 0 || keys.size() < 2 ||
       counters.batches_in_flight.load(std::memory_order_relaxed) > 1 ||
       config.location.storage_class != StorageClass::kFile || pieces.size() % keys.size() != 0) {
     return false;
   }
-  uint64_t bytes = 0;
-  for (const MutableBuffer& p : pieces) bytes += p.size;
-  if (bytes < kSpreadGetLeastBytes) return false;
-  if (sealing) return bytes <= kSpreadSealedMostBytes;
-  return bytes <= kSpreadPageMostBytes * keys.size();
+  *bytes = 0;
+  for (const MutableBuffer& p : pieces) *bytes += p.size;
+  if (*bytes < kSpreadGetLeastBytes) return false;
+  if (sealing) return *bytes <= kSpreadSealedMostBytes;
+  return *bytes <= kSpreadPageMostBytes * keys.size();
 }
 
 BatchResult Store::Impl::get_spread(std::span<const std::string_view> keys,
-                                    std::span<const MutableBuffer> pieces) {
+                                    std::span<const MutableBuffer> pieces, uint64_t bytes) {
   const size_t k = pieces.size() / keys.size();
-  uint64_t bytes = 0;
-  for (const MutableBuffer& p : pieces) bytes += p.size;
   // A part per thread while parts stay at least kSpreadPartLeastBytes, or more where they
   // would be larger than kSpreadPartBytes: the threads take the next part as they finish one.
   const uint64_t per_thread = std::min<uint64_t>(spread.size() + 1, bytes / kSpreadPartLeastBytes);
